@@ -1,0 +1,43 @@
+# Every third-party dependency is a Debian package found here; targets link
+# the hyperpool::* aliases below and never name a package directly.
+
+set(THREADS_PREFER_PTHREAD_FLAG ON)
+find_package(Threads REQUIRED)
+find_package(absl REQUIRED)
+find_package(fmt REQUIRED)
+
+# Standalone Asio (libasio-dev) is header-only.
+find_path(ASIO_INCLUDE_DIR NAMES asio.hpp REQUIRED)
+add_library(hyperpool_asio INTERFACE)
+target_include_directories(hyperpool_asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
+target_compile_definitions(hyperpool_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+target_link_libraries(hyperpool_asio INTERFACE Threads::Threads)
+add_library(hyperpool::asio ALIAS hyperpool_asio)
+
+# TLS library: BoringSSL (default) or the system OpenSSL 3 for hosts that
+# already load OpenSSL (a process that loads both crashes in libpq's TLS code).
+set(HYPERPOOL_TLS "BoringSSL" CACHE STRING "TLS library: BoringSSL or OpenSSL")
+set_property(CACHE HYPERPOOL_TLS PROPERTY STRINGS BoringSSL OpenSSL)
+add_library(hyperpool_ssl INTERFACE)
+add_library(hyperpool_crypto INTERFACE)
+if(HYPERPOOL_TLS STREQUAL "BoringSSL")
+  find_package(BoringSSL REQUIRED)
+  # SYSTEM + BEFORE: /usr/include/android must precede /usr/include/openssl.
+  target_include_directories(hyperpool_crypto SYSTEM BEFORE INTERFACE ${BoringSSL_INCLUDE_DIR})
+  target_link_libraries(hyperpool_crypto INTERFACE BoringSSL::Crypto)
+  target_link_libraries(hyperpool_ssl INTERFACE hyperpool_crypto BoringSSL::SSL)
+  target_compile_definitions(hyperpool_crypto INTERFACE HYPERPOOL_TLS_BORINGSSL=1)
+elseif(HYPERPOOL_TLS STREQUAL "OpenSSL")
+  find_package(OpenSSL 3 REQUIRED)
+  target_link_libraries(hyperpool_crypto INTERFACE OpenSSL::Crypto)
+  target_link_libraries(hyperpool_ssl INTERFACE hyperpool_crypto OpenSSL::SSL)
+  target_compile_definitions(hyperpool_crypto INTERFACE HYPERPOOL_TLS_OPENSSL=1)
+else()
+  message(FATAL_ERROR "HYPERPOOL_TLS must be BoringSSL or OpenSSL, not '${HYPERPOOL_TLS}'")
+endif()
+add_library(hyperpool::crypto ALIAS hyperpool_crypto)
+add_library(hyperpool::ssl ALIAS hyperpool_ssl)
+
+if(HYPERPOOL_BUILD_TESTS)
+  find_package(Catch2 3 REQUIRED)
+endif()
