@@ -1,0 +1,49 @@
+#pragma once
+// hyperpool: make a far-away PostgreSQL database feel local.
+//
+//   hyperpool::ConnectOptions options;
+//   options.endpoint.origin = "postgresql://app:secret@db.example.com/app?sslmode=verify-full";
+//   auto handle = hyperpool::connect(std::move(options));
+//   if (!handle.ok()) ...;
+//   std::string url = (*handle)->connection_string();  // hand this to any driver
+
+#include <memory>
+#include <string>
+
+#include <asio/io_context.hpp>
+
+#include "absl/status/statusor.h"
+#include "hyperpool/client.h"
+#include "hyperpool/endpoint.h"
+#include "hyperpool/options.h"
+
+namespace hyperpool {
+
+struct ConnectOptions {
+  EndpointOptions endpoint;
+  ClientOptions client;
+  // When set, everything runs on this io_context, which the host runs
+  // (it must outlive the handle). Otherwise hyperpool starts `threads`
+  // worker threads, each with its own io_context (0 = one per core).
+  asio::io_context* io_context = nullptr;
+  unsigned threads = 0;
+};
+
+// A running Client bound to an Endpoint for one origin.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // The local connection string to give to the application's driver.
+  virtual const std::string& connection_string() const = 0;
+  // Stops accepting, closes sessions and origin connections, joins the
+  // worker threads hyperpool started. Idempotent; the destructor calls it.
+  virtual void Close() = 0;
+  virtual EndpointStats endpoint_stats() const = 0;
+};
+
+// Starts a Client and an in-process Endpoint for `options.endpoint.origin`.
+// Fails if the origin string does not parse or the listener cannot bind;
+// the origin itself is reached lazily (use ValidateOrigin to check it first).
+absl::StatusOr<std::unique_ptr<Connection>> connect(ConnectOptions options);
+
+}  // namespace hyperpool

@@ -1,0 +1,55 @@
+#pragma once
+// Option types for the Client, the Endpoint and hyperpool::connect().
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hyperpool {
+
+// How origin connections are shared.
+enum class PoolMode {
+  kTransaction,  // a connection is lent for one transaction (default)
+  kSession,      // a connection is lent for a client's whole session
+};
+
+struct PoolOptions {
+  PoolMode mode = PoolMode::kTransaction;
+  // Most origin connections open at once (a hard cap, counting ones being opened).
+  std::size_t max_size = 10;
+  // Connections kept open and idle even without demand.
+  std::size_t min_idle = 0;
+  // How long a transaction waits for a connection before failing with 53300.
+  std::chrono::milliseconds acquire_timeout{15000};
+  // Idle connections above min_idle are closed after this long.
+  std::chrono::milliseconds idle_timeout{600000};
+  // Any connection is closed (when next idle) after this long.
+  std::chrono::milliseconds max_lifetime{3600000};
+  // A connection idle this long is checked (an empty query) before it is lent.
+  std::chrono::milliseconds health_check_after{30000};
+  // Limit for opening one origin connection (TCP, TLS and login).
+  std::chrono::milliseconds connect_timeout{15000};
+};
+
+struct EndpointOptions {
+  // The origin database: a libpq URI (postgresql://user:pass@host:port/db?sslmode=...)
+  // or a key=value string. These credentials never reach applications.
+  std::string origin;
+  PoolOptions pool;
+};
+
+struct ClientOptions {
+  // Where the Client listens for application drivers. Port 0 picks a free port.
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 0;
+  // The credentials applications use towards the Client. Generated (random
+  // password) when empty; they are unrelated to the origin's credentials.
+  std::string user = "hyperpool";
+  std::string password;
+  std::string database = "hyperpool";
+  // How long an application may take to finish its handshake.
+  std::chrono::milliseconds handshake_timeout{15000};
+};
+
+}  // namespace hyperpool

@@ -1,0 +1,118 @@
+// In-process links: each direction is a bounded asio concurrent_channel of
+// byte chunks. A chunk is moved, never copied, from sender to receiver; the
+// channel's completion runs on the receiving coroutine's own executor, so the
+// two ends may live on different worker threads ("cross-worker work is a
+// post to the owner"). The end of a stream is an empty chunk carrying
+// asio::error::eof, so bytes sent just before Close() are never lost.
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/concurrent_channel.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "hyperpool/transport.h"
+
+namespace hyperpool {
+namespace {
+
+using Channel = asio::experimental::concurrent_channel<void(asio::error_code, std::string)>;
+constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+struct Pipe {
+  Pipe(asio::any_io_executor executor, std::size_t capacity)
+      : a_to_b(executor, capacity), b_to_a(executor, capacity) {}
+  Channel a_to_b;
+  Channel b_to_a;
+};
+
+class InProcessLink final : public Link {
+ public:
+  InProcessLink(std::shared_ptr<Pipe> pipe, Channel& out, Channel& in)
+      : pipe_(std::move(pipe)), out_(out), in_(in) {}
+  ~InProcessLink() override { Close(); }
+
+  asio::awaitable<absl::Status> Send(std::string bytes) override {
+    if (closed_) co_return absl::CancelledError("link closed");
+    if (bytes.empty()) co_return absl::OkStatus();
+    auto [ec] = co_await out_.async_send(asio::error_code{}, std::move(bytes), kAsTuple);
+    if (ec) co_return absl::UnavailableError("link closed by peer");
+    co_return absl::OkStatus();
+  }
+
+  asio::awaitable<absl::StatusOr<std::size_t>> Receive(std::string& buffer) override {
+    if (closed_ || peer_done_) co_return absl::UnavailableError("link closed");
+    auto [ec, chunk] = co_await in_.async_receive(kAsTuple);
+    if (ec) {
+      peer_done_ = true;
+      co_return absl::UnavailableError(ec == asio::error::eof ? "link closed by peer" : "link closed");
+    }
+    std::size_t n = chunk.size();
+    if (buffer.empty()) {
+      buffer.swap(chunk);  // keeps the chunk's allocation instead of copying
+    } else {
+      buffer.append(chunk);
+    }
+    co_return n;
+  }
+
+  void Close() override {
+    if (closed_) return;
+    closed_ = true;
+    // Tell the peer the stream ended after everything already queued; if the
+    // queue is full the peer is not reading anyway, so close it outright.
+    if (!out_.try_send(asio::error::eof, std::string())) out_.close();
+    // Our peer's sends towards us must fail from now on.
+    in_.close();
+  }
+
+ private:
+  std::shared_ptr<Pipe> pipe_;
+  Channel& out_;
+  Channel& in_;
+  bool closed_ = false;
+  bool peer_done_ = false;
+};
+
+class InProcessTransport final : public Transport {
+ public:
+  explicit InProcessTransport(LinkAcceptor& acceptor) : acceptor_(acceptor) {}
+
+  asio::awaitable<absl::StatusOr<std::unique_ptr<Link>>> Open(asio::any_io_executor executor,
+                                                               std::string initial_bytes) override {
+    LinkPair pair = MakeInProcessLinkPair(executor, executor);
+    // The first chunk is queued before the acceptor sees the link, so the
+    // Endpoint's first read returns the hello and the buffered queries at once.
+    if (!initial_bytes.empty()) {
+      absl::Status sent = co_await pair.first->Send(std::move(initial_bytes));
+      if (!sent.ok()) co_return sent;
+    }
+    acceptor_.Accept(std::move(pair.second));
+    co_return std::move(pair.first);
+  }
+
+ private:
+  LinkAcceptor& acceptor_;
+};
+
+}  // namespace
+
+LinkPair MakeInProcessLinkPair(asio::any_io_executor first_executor, asio::any_io_executor second_executor,
+                               std::size_t capacity) {
+  // Channels complete on the awaiting coroutine's executor; the one given to
+  // the channel only serves operations that have no executor of their own.
+  auto pipe = std::make_shared<Pipe>(first_executor, capacity);
+  LinkPair pair;
+  pair.first = std::make_unique<InProcessLink>(pipe, pipe->a_to_b, pipe->b_to_a);
+  pair.second = std::make_unique<InProcessLink>(pipe, pipe->b_to_a, pipe->a_to_b);
+  (void)second_executor;
+  return pair;
+}
+
+std::unique_ptr<Transport> MakeInProcessTransport(LinkAcceptor& acceptor) {
+  return std::make_unique<InProcessTransport>(acceptor);
+}
+
+}  // namespace hyperpool

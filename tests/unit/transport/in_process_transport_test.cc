@@ -1,0 +1,95 @@
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_future.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include "hyperpool/transport.h"
+
+namespace hyperpool {
+namespace {
+
+// Runs `coro` to completion on `io` and returns its result.
+template <typename T>
+T Run(asio::io_context& io, asio::awaitable<T> coro) {
+  auto future = asio::co_spawn(io, std::move(coro), asio::use_future);
+  io.restart();
+  io.run();
+  return future.get();
+}
+
+TEST_CASE("in-process link carries bytes in order both ways") {
+  asio::io_context io;
+  LinkPair pair = MakeInProcessLinkPair(io.get_executor(), io.get_executor(), 2);
+  std::string got = Run(io, [&]() -> asio::awaitable<std::string> {
+    for (int i = 0; i < 5; ++i) {
+      // capacity 2: the third send would block without a reader, so interleave.
+      REQUIRE((co_await pair.first->Send("m" + std::to_string(i))).ok());
+      std::string buf;
+      auto n = co_await pair.second->Receive(buf);
+      REQUIRE(n.ok());
+      REQUIRE((co_await pair.second->Send(buf + "!")).ok());
+    }
+    std::string all;
+    for (int i = 0; i < 5; ++i) REQUIRE((co_await pair.first->Receive(all)).ok());
+    co_return all;
+  }());
+  CHECK(got == "m0!m1!m2!m3!m4!");
+}
+
+TEST_CASE("bytes sent before Close reach the peer, then the link reports closed") {
+  asio::io_context io;
+  LinkPair pair = MakeInProcessLinkPair(io.get_executor(), io.get_executor());
+  auto result = Run(io, [&]() -> asio::awaitable<std::pair<std::string, bool>> {
+    REQUIRE((co_await pair.first->Send("last words")).ok());
+    pair.first->Close();
+    std::string buf;
+    auto n = co_await pair.second->Receive(buf);
+    auto after = co_await pair.second->Receive(buf);
+    auto send_after = co_await pair.second->Send("anyone?");
+    co_return std::make_pair(n.ok() ? buf : std::string("error"), !after.ok() && !send_after.ok());
+  }());
+  CHECK(result.first == "last words");
+  CHECK(result.second);
+}
+
+TEST_CASE("link ends on different threads") {
+  asio::io_context a, b;
+  LinkPair pair = MakeInProcessLinkPair(a.get_executor(), b.get_executor(), 4);
+  constexpr int kMessages = 10000;
+  auto echo = asio::co_spawn(b, [&]() -> asio::awaitable<void> {
+    std::string buf;
+    for (;;) {
+      buf.clear();
+      auto n = co_await pair.second->Receive(buf);
+      if (!n.ok()) co_return;
+      if (!(co_await pair.second->Send(buf)).ok()) co_return;
+    }
+  }, asio::use_future);
+  std::thread tb([&] { b.run(); });
+  std::size_t total = Run(a, [&]() -> asio::awaitable<std::size_t> {
+    std::size_t received = 0;
+    std::string buf;
+    for (int i = 0; i < kMessages; ++i) {
+      REQUIRE((co_await pair.first->Send(std::string(100, 'x'))).ok());
+      while (received < static_cast<std::size_t>(i + 1) * 100) {
+        buf.clear();
+        auto n = co_await pair.first->Receive(buf);
+        REQUIRE(n.ok());
+        received += *n;
+      }
+    }
+    pair.first->Close();
+    co_return received;
+  }());
+  tb.join();
+  echo.get();
+  CHECK(total == kMessages * 100);
+}
+
+}  // namespace
+}  // namespace hyperpool
