@@ -1,0 +1,128 @@
+// FrameReader: splits a byte stream into PostgreSQL protocol frames without
+// doing any I/O (PostgreSQL docs, "Frontend/Backend Protocol" > "Overview" >
+// "Messaging Overview").
+//
+// Usage: append received bytes to a buffer, call Read(buffer) until it stops
+// returning frames, consume `frame.size()` bytes per frame, read more from the
+// socket when it reports need-more.
+//
+//   FrameReader reader(FrameReader::Mode::kTagged);
+//   for (;;) {
+//     FrameReader::Result r = reader.Read(buffer);
+//     if (r.is_need_more()) break;            // read >= r.bytes_needed() total
+//     if (r.is_error()) return r.status();    // protocol violation: close
+//     Handle(r.frame());                      // views into `buffer`
+//     buffer.remove_prefix(r.frame().size());
+//   }
+//
+// Lengths are validated from the header alone: a declared length < 4, with
+// the top bit set, or above the limit is an error as soon as the header is
+// complete, so a peer can never make us wait for or buffer a huge body.
+#ifndef HYPERPOOL_PROTOCOL_FRAME_READER_H_
+#define HYPERPOOL_PROTOCOL_FRAME_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "protocol/tags.h"
+
+namespace hyperpool::protocol {
+
+// One complete message. Views point into the buffer passed to Read() and are
+// valid as long as it is.
+struct Frame {
+  // Message tag; '\0' for an untagged startup-mode packet.
+  char tag = '\0';
+  // Message body after the length field (for startup packets this starts with
+  // the Int32 protocol version / request code).
+  std::string_view payload;
+  // The whole frame as received (tag, length, payload): forward it verbatim
+  // with AppendRawFrame() instead of re-encoding.
+  std::string_view raw;
+
+  // Bytes of input this frame occupies (== raw.size()).
+  size_t size() const { return raw.size(); }
+  FrontendTag frontend_tag() const { return static_cast<FrontendTag>(tag); }
+  BackendTag backend_tag() const { return static_cast<BackendTag>(tag); }
+};
+
+// Size limits for FrameReader (values of the Int32 length field, which counts
+// itself). Declared outside the class so it can be a default argument.
+struct FrameLimits {
+  // Largest accepted length in tagged mode. Callers use a small limit while
+  // authenticating.
+  uint32_t max_message_length = kDefaultMaxMessageLength;
+  // Largest accepted length in startup mode.
+  uint32_t max_startup_length = kMaxStartupPacketLength;
+};
+
+class FrameReader {
+ public:
+  enum class Mode {
+    // Untagged: Int32 length + Int32 code (StartupMessage, SSLRequest,
+    // GSSENCRequest, CancelRequest). A server reads its client's first packet
+    // (and the one after an SSL/GSSENC refusal or TLS handshake) in this mode.
+    kStartup,
+    // Every other message: Byte1 tag + Int32 length.
+    kTagged,
+  };
+
+  using Limits = FrameLimits;
+
+  // Outcome of one Read(): exactly one of need-more, frame, or error.
+  class Result {
+   public:
+    static Result NeedMore(size_t bytes_needed, bool size_known);
+    static Result Complete(Frame frame);
+    static Result Error(absl::Status status);
+
+    bool is_need_more() const { return kind_ == Kind::kNeedMore; }
+    bool is_frame() const { return kind_ == Kind::kFrame; }
+    bool is_error() const { return kind_ == Kind::kError; }
+
+    // Need-more: total buffer size (from the start of the frame) required
+    // before the next Read() can make progress. When size_known() it is the
+    // exact size of the pending frame; otherwise the header is still
+    // incomplete and this is the header size.
+    size_t bytes_needed() const { return bytes_needed_; }
+    bool size_known() const { return size_known_; }
+    // Frame: the complete frame. Only meaningful if is_frame().
+    const Frame& frame() const { return frame_; }
+    // Error: the protocol error (InvalidArgument). OK otherwise.
+    const absl::Status& status() const { return status_; }
+
+   private:
+    enum class Kind { kNeedMore, kFrame, kError };
+    Kind kind_ = Kind::kNeedMore;
+    size_t bytes_needed_ = 0;
+    bool size_known_ = false;
+    Frame frame_;
+    absl::Status status_;
+  };
+
+  explicit FrameReader(Mode mode = Mode::kTagged, Limits limits = {})
+      : mode_(mode), limits_(limits) {}
+
+  // Examines the bytes at the start of `buffer` (bytes received so far, not
+  // yet consumed) and reports the first frame, need-more, or an error. Does
+  // not consume anything and keeps no reference to `buffer`; calling it again
+  // with the same bytes gives the same answer.
+  Result Read(std::string_view buffer) const;
+
+  Mode mode() const { return mode_; }
+  // Switches between startup and tagged mode, e.g. after the StartupMessage.
+  void set_mode(Mode mode) { mode_ = mode; }
+  const Limits& limits() const { return limits_; }
+  void set_limits(Limits limits) { limits_ = limits; }
+  void set_max_message_length(uint32_t max) { limits_.max_message_length = max; }
+
+ private:
+  Mode mode_;
+  Limits limits_;
+};
+
+}  // namespace hyperpool::protocol
+
+#endif  // HYPERPOOL_PROTOCOL_FRAME_READER_H_

@@ -1,0 +1,74 @@
+// WireReader: a bounds-checked cursor over a message payload, used by the
+// decoders and available to anyone parsing protocol data types (PostgreSQL
+// docs, "Frontend/Backend Protocol" > "Message Data Types").
+//
+// Reads never go past the end: each returns false and records a specific
+// error ("Bind: truncated parameter count (needs 2 bytes, 1 left)") that
+// status() returns. After the first failure every further read fails too, so
+// a decoder may check once at the end.
+#ifndef HYPERPOOL_PROTOCOL_WIRE_READER_H_
+#define HYPERPOOL_PROTOCOL_WIRE_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace hyperpool::protocol {
+
+class WireReader {
+ public:
+  // `message` names the message in errors (e.g. "Bind"); it must outlive the
+  // reader (a string literal).
+  WireReader(std::string_view data, const char* message)
+      : data_(data), message_(message) {}
+
+  // Each Read* stores the value and returns true, or records an error naming
+  // `field` and returns false.
+  bool ReadByte(uint8_t& value, const char* field);
+  bool ReadInt16(int16_t& value, const char* field);
+  // Int16 counts: PostgreSQL reads them unsigned (0..65535).
+  bool ReadUint16(uint16_t& value, const char* field);
+  bool ReadInt32(int32_t& value, const char* field);
+  bool ReadUint32(uint32_t& value, const char* field);
+  // NUL-terminated string; the view excludes the NUL.
+  bool ReadCString(std::string_view& value, const char* field);
+  // Exactly `n` bytes.
+  bool ReadBytes(size_t n, std::string_view& value, const char* field);
+  // Int32 length followed by that many bytes; length -1 yields std::nullopt
+  // (SQL NULL); any other negative length is an error.
+  bool ReadNullableBytes(std::optional<std::string_view>& value, const char* field);
+  // Everything that is left (possibly empty).
+  std::string_view ReadRest();
+
+  // Fails (and records the error) unless `count` items of at least
+  // `min_item_size` bytes each can still fit in the remaining bytes. Decoders
+  // call it before reserving space for an attacker-controlled count.
+  bool CheckCount(size_t count, size_t min_item_size, const char* field);
+
+  size_t remaining() const { return data_.size() - pos_; }
+  size_t position() const { return pos_; }
+  bool ok() const { return status_.ok(); }
+
+  // The first error, or OK.
+  const absl::Status& status() const { return status_; }
+  // The first error; otherwise an error if bytes remain ("trailing garbage");
+  // otherwise OK. Decoders end with `return reader.Finish()`-style checks.
+  absl::Status Finish();
+  // Records a custom error (if none yet) and returns false.
+  bool Fail(std::string_view detail);
+
+ private:
+  bool Need(size_t n, const char* what, const char* field);
+
+  std::string_view data_;
+  size_t pos_ = 0;
+  const char* message_;
+  absl::Status status_;
+};
+
+}  // namespace hyperpool::protocol
+
+#endif  // HYPERPOOL_PROTOCOL_WIRE_READER_H_
