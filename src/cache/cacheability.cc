@@ -1,0 +1,477 @@
+#include "cache/cacheability.h"
+
+#include <algorithm>
+#include <utility>
+
+
+namespace hyperpool::cache {
+namespace {
+
+// absl::StrCat takes absl::string_view, which is not std::string_view in
+// Debian's abseil: concatenate std::string_views ourselves.
+template <typename... Parts>
+std::string Cat(const Parts&... parts) {
+  std::string out;
+  (out.append(std::string_view(parts)), ...);
+  return out;
+}
+
+std::string Join(std::string_view schema, std::string_view name) {
+  return Cat(schema, ".", name);
+}
+std::string MapKey(std::string_view schema, std::string_view name) {
+  std::string k(schema);
+  k.push_back('\0');
+  k.append(name);
+  return k;
+}
+bool IsTempSchema(std::string_view s) { return s.starts_with("pg_temp"); }
+
+bool ContainsTimeWordCi(std::string_view v) {
+  std::string lower(v);
+  for (char& c : lower) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  for (std::string_view w : {"now", "today", "tomorrow", "yesterday"}) {
+    if (lower.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+template <typename T>
+void AddUnique(std::vector<T>& v, T x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(std::move(x));
+}
+
+Decision Make(Reason r, std::string detail = {}) {
+  Decision d;
+  d.reason = r;
+  d.detail = std::move(detail);
+  return d;
+}
+
+}  // namespace
+
+std::string_view ReasonName(Reason reason) {
+  switch (reason) {
+    case Reason::kCacheable: return "cacheable";
+    case Reason::kDisabled: return "disabled";
+    case Reason::kOversizedQuery: return "oversizedquery";
+    case Reason::kParseError: return "parseerror";
+    case Reason::kMultipleStatements: return "multiplestatements";
+    case Reason::kNotAQuery: return "notaquery";
+    case Reason::kInTransaction: return "transaction";
+    case Reason::kSelectInto: return "selectinto";
+    case Reason::kDataModifyingCte: return "datamodifyingcte";
+    case Reason::kRowLocks: return "rowlocks";
+    case Reason::kVolatile: return "volatile";
+    case Reason::kTemporaryTable: return "temporarytable";
+    case Reason::kOversizedResult: return "oversizedresult";
+  }
+  return "unknown";
+}
+
+Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
+  if (!ctx.enabled) return Make(Reason::kDisabled);
+  if (a.statement_count > 1) return Make(Reason::kMultipleStatements);
+  if (a.kind != StatementKind::kSelect) {
+    return Make(Reason::kNotAQuery, std::string(StatementKindName(a.kind)));
+  }
+  if (ctx.in_transaction) return Make(Reason::kInTransaction);
+  if (a.has_select_into) return Make(Reason::kSelectInto);
+  if (a.has_data_modifying_cte) return Make(Reason::kDataModifyingCte);
+  if (a.has_row_locks) return Make(Reason::kRowLocks);
+  if (!a.value_functions.empty()) {
+    return Make(Reason::kVolatile, Cat("value function ", a.value_functions.front()));
+  }
+  if (a.has_time_literal) return Make(Reason::kVolatile, "time literal");
+  for (const ParamValue& p : ctx.params) {
+    if (p.format == 0 && p.value.has_value() && ContainsTimeWordCi(*p.value)) {
+      return Make(Reason::kVolatile, "time parameter");
+    }
+  }
+  for (const QualifiedName& f : a.functions) {
+    std::optional<Volatility> v =
+        ctx.oracle != nullptr ? ctx.oracle->FunctionVolatility(f) : std::nullopt;
+    if (!v.has_value()) return Make(Reason::kVolatile, Cat("unknown function ", f.ToString()));
+    if (*v != Volatility::kImmutable) {
+      return Make(Reason::kVolatile,
+                  Cat("function ", f.ToString(),
+                               *v == Volatility::kStable ? " is stable" : " is volatile"));
+    }
+  }
+  Decision d;
+  for (const QualifiedName& r : a.relations_read) {
+    std::optional<RelationInfo> info =
+        ctx.oracle != nullptr ? ctx.oracle->Relation(r) : std::nullopt;
+    if (!info.has_value()) {
+      return Make(Reason::kTemporaryTable, Cat("unknown relation ", r.ToString()));
+    }
+    if (info->temporary) {
+      return Make(Reason::kTemporaryTable, Cat("temporary relation ", r.ToString()));
+    }
+    if (info->kind == 'S') return Make(Reason::kVolatile, Cat("sequence ", r.ToString()));
+    if (info->nonimmutable_functions) {
+      return Make(Reason::kVolatile,
+                  Cat("view ", r.ToString(), " calls a non-immutable function"));
+    }
+    for (std::string& t : info->base_tables) AddUnique(d.tables, std::move(t));
+  }
+  d.reason = Reason::kCacheable;
+  return d;
+}
+
+Decision DecideSql(std::string_view sql, const DecisionContext& ctx,
+                   StatementAnalysis* analysis_out, LexOptions options) {
+  if (!ctx.enabled) return Make(Reason::kDisabled);
+  if (ctx.max_query_bytes != 0 && sql.size() > ctx.max_query_bytes) {
+    return Make(Reason::kOversizedQuery);
+  }
+  absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql, options);
+  if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
+  Decision d = Decide(*a, ctx);
+  if (analysis_out != nullptr) *analysis_out = std::move(*a);
+  return d;
+}
+
+std::optional<std::vector<std::string>> TablesToInvalidate(const StatementAnalysis& a,
+                                                           const VolatilityOracle* oracle) {
+  for (StatementKind k : a.kinds) {
+    switch (k) {
+      case StatementKind::kDdl:
+      case StatementKind::kCall:
+      case StatementKind::kDo:
+      case StatementKind::kExecute:
+      case StatementKind::kOther:
+        return std::nullopt;
+      default:
+        break;
+    }
+  }
+  std::vector<std::string> out;
+  for (const QualifiedName& w : a.relations_written) {
+    std::optional<RelationInfo> info = oracle != nullptr ? oracle->Relation(w) : std::nullopt;
+    if (!info.has_value()) return std::nullopt;
+    for (std::string& t : info->base_tables) AddUnique(out, std::move(t));
+  }
+  // A volatile function in a "read" may write (SELECT my_func_that_inserts()).
+  for (const QualifiedName& f : a.functions) {
+    std::optional<Volatility> v = oracle != nullptr ? oracle->FunctionVolatility(f) : std::nullopt;
+    if (!v.has_value()) return std::nullopt;
+    if (*v == Volatility::kVolatile && !oracle->IsBuiltinFunction(f)) return std::nullopt;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Catalog snapshot.
+// ---------------------------------------------------------------------------
+
+std::vector<std::string> ParseSearchPath(std::string_view setting, std::string_view user) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < setting.size()) {
+    while (i < setting.size() && (setting[i] == ' ' || setting[i] == '\t' || setting[i] == ',')) ++i;
+    if (i >= setting.size()) break;
+    std::string name;
+    bool quoted = setting[i] == '"';
+    if (quoted) {
+      ++i;
+      while (i < setting.size()) {
+        if (setting[i] == '"') {
+          if (i + 1 < setting.size() && setting[i + 1] == '"') {
+            name.push_back('"');
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        name.push_back(setting[i++]);
+      }
+    } else {
+      while (i < setting.size() && setting[i] != ',') {
+        char c = setting[i++];
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+        name.push_back(c);
+      }
+      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+    }
+    while (i < setting.size() && setting[i] != ',') ++i;
+    if (name == "$user") {
+      if (!user.empty()) out.emplace_back(user);
+      continue;
+    }
+    if (!name.empty()) out.push_back(std::move(name));
+  }
+  return out;
+}
+
+absl::Status CatalogSnapshot::AddFunctionRow(Row row) {
+  if (row.size() != 3 || !row[0] || !row[1] || !row[2] || row[2]->size() != 1) {
+    return absl::InvalidArgumentError("function row: want (nspname, proname, provolatile)");
+  }
+  char v = (*row[2])[0];
+  if (v != 'i' && v != 's' && v != 'v') return absl::InvalidArgumentError("bad provolatile");
+  std::string key = MapKey(*row[0], *row[1]);
+  auto [it, inserted] = functions_.try_emplace(key, static_cast<Volatility>(v));
+  if (!inserted) {
+    // Rows for one name should be aggregated already; keep the most volatile.
+    if (v > static_cast<char>(it->second)) it->second = static_cast<Volatility>(v);
+  } else {
+    function_schemas_[std::string(*row[1])].emplace_back(*row[0]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CatalogSnapshot::AddRelationRow(Row row) {
+  if ((row.size() != 6 && row.size() != 7) || !row[0] || !row[1] || !row[2] || !row[3] ||
+      row[2]->size() != 1 || row[3]->size() != 1) {
+    return absl::InvalidArgumentError(
+        "relation row: want (nspname, relname, relkind, relpersistence, root_nspname, "
+        "root_relname, viewdef)");
+  }
+  Rel rel;
+  rel.kind = (*row[2])[0];
+  rel.temporary = (*row[3])[0] == 't';
+  if (row[4] && row[5]) rel.root = Join(*row[4], *row[5]);
+  if (row.size() == 7 && row[6]) rel.viewdef = std::string(*row[6]);
+  std::string key = MapKey(*row[0], *row[1]);
+  if (!relations_.contains(key)) relation_schemas_[std::string(*row[1])].emplace_back(*row[0]);
+  relations_[key] = std::move(rel);
+  return absl::OkStatus();
+}
+
+absl::Status CatalogSnapshot::AddViewDependencyRow(Row row) {
+  if (row.size() != 6 || !row[0] || !row[1] || !row[2] || !row[3] || !row[4] || !row[5] ||
+      row[2]->size() != 1 || ((*row[2])[0] != 'r' && (*row[2])[0] != 'f')) {
+    return absl::InvalidArgumentError(
+        "view dependency row: want (view_nspname, view_relname, 'r'|'f', nspname, name, flag)");
+  }
+  view_deps_[MapKey(*row[0], *row[1])].push_back(
+      ViewDep{(*row[2])[0], std::string(*row[3]), std::string(*row[4]), std::string(*row[5])});
+  return absl::OkStatus();
+}
+
+class SnapshotOracle final : public VolatilityOracle {
+ public:
+  SnapshotOracle(const CatalogSnapshot& s, std::vector<std::string> path)
+      : s_(s), path_(std::move(path)) {
+    if (std::find(path_.begin(), path_.end(), "pg_catalog") == path_.end()) {
+      path_.insert(path_.begin(), "pg_catalog");
+    }
+  }
+
+  std::optional<Volatility> FunctionVolatility(const QualifiedName& n) const override {
+    if (!n.schema.empty()) {
+      auto it = s_.functions_.find(MapKey(n.schema, n.name));
+      if (it == s_.functions_.end()) return std::nullopt;
+      return it->second;
+    }
+    // Without argument types we cannot pick the overload PostgreSQL would:
+    // take the most volatile visible one.
+    std::optional<Volatility> worst;
+    for (const std::string& schema : path_) {
+      if (IsTempSchema(schema)) continue;  // Functions are never found in pg_temp implicitly.
+      auto it = s_.functions_.find(MapKey(schema, n.name));
+      if (it == s_.functions_.end()) continue;
+      if (!worst || static_cast<char>(it->second) > static_cast<char>(*worst)) worst = it->second;
+    }
+    return worst;
+  }
+
+  bool IsBuiltinFunction(const QualifiedName& n) const override {
+    if (!n.schema.empty()) return n.schema == "pg_catalog";
+    auto schemas = s_.function_schemas_.find(n.name);
+    if (schemas == s_.function_schemas_.end()) return false;
+    for (const std::string& schema : schemas->second) {
+      if (schema != "pg_catalog" &&
+          std::find(path_.begin(), path_.end(), schema) != path_.end()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::optional<RelationInfo> Relation(const QualifiedName& n) const override {
+    auto schemas = s_.relation_schemas_.find(n.name);
+    if (schemas == s_.relation_schemas_.end()) return std::nullopt;
+    if (n.schema.empty() || n.schema == "pg_temp") {
+      // Any session's temp relation of this name may be the one a pooled
+      // connection sees first.
+      for (const std::string& schema : schemas->second) {
+        if (IsTempSchema(schema)) return Info(schema, n.name);
+      }
+      if (n.schema == "pg_temp") return std::nullopt;
+      for (const std::string& schema : path_) {
+        if (s_.relations_.contains(MapKey(schema, n.name))) return Info(schema, n.name);
+      }
+      return std::nullopt;
+    }
+    if (!s_.relations_.contains(MapKey(n.schema, n.name))) return std::nullopt;
+    return Info(n.schema, n.name);
+  }
+
+ private:
+  std::string Invalidation(const std::string& schema, const std::string& name) const {
+    auto it = s_.relations_.find(MapKey(schema, name));
+    if (it != s_.relations_.end() && !it->second.root.empty()) return it->second.root;
+    return Join(schema, name);
+  }
+
+  // True if a view definition calls anything not immutable (or unknown), or
+  // reads a view that does, up to a nesting depth.
+  bool DefinitionNonImmutable(const std::string& viewdef, int depth) const {
+    if (depth > 16) return true;
+    absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(viewdef);
+    if (!a.ok() || !a->value_functions.empty() || a->has_time_literal) return true;
+    // Definitions are printed under search_path = pg_catalog.
+    SnapshotOracle printed(s_, {"pg_catalog"});
+    for (const QualifiedName& f : a->functions) {
+      std::optional<Volatility> v = printed.FunctionVolatility(f);
+      if (!v || *v != Volatility::kImmutable) return true;
+    }
+    for (const QualifiedName& r : a->relations_read) {
+      std::optional<RelationInfo> info = printed.Info(r, depth + 1);
+      if (!info || info->nonimmutable_functions) return true;
+    }
+    return false;
+  }
+
+  std::optional<RelationInfo> Info(const QualifiedName& n, int depth) const {
+    if (!n.schema.empty()) {
+      if (!s_.relations_.contains(MapKey(n.schema, n.name))) return std::nullopt;
+      return Info(n.schema, n.name, depth);
+    }
+    for (const std::string& schema : path_) {
+      if (s_.relations_.contains(MapKey(schema, n.name))) return Info(schema, n.name, depth);
+    }
+    return std::nullopt;
+  }
+
+  RelationInfo Info(const std::string& schema, const std::string& name, int depth = 0) const {
+    const CatalogSnapshot::Rel& rel = s_.relations_.at(MapKey(schema, name));
+    RelationInfo info;
+    info.resolved = Join(schema, name);
+    info.kind = rel.kind;
+    info.temporary = rel.temporary || IsTempSchema(schema);
+    if (rel.kind != 'v') {
+      info.base_tables.push_back(Invalidation(schema, name));
+      return info;
+    }
+    if (!rel.viewdef.empty() && DefinitionNonImmutable(rel.viewdef, depth)) {
+      info.nonimmutable_functions = true;
+    }
+    auto deps = s_.view_deps_.find(MapKey(schema, name));
+    if (deps == s_.view_deps_.end()) return info;
+    for (const CatalogSnapshot::ViewDep& d : deps->second) {
+      if (d.dep_kind == 'f') {
+        if (d.flag != "i") info.nonimmutable_functions = true;
+        continue;
+      }
+      if (d.flag.size() >= 2 && d.flag[1] == 't') info.temporary = true;
+      if (!d.flag.empty() && d.flag[0] == 'S') info.nonimmutable_functions = true;
+      AddUnique(info.base_tables, Invalidation(d.schema, d.name));
+    }
+    return info;
+  }
+
+  const CatalogSnapshot& s_;
+  std::vector<std::string> path_;
+};
+
+std::unique_ptr<VolatilityOracle> CatalogSnapshot::Oracle(std::vector<std::string> path) const {
+  return std::make_unique<SnapshotOracle>(*this, std::move(path));
+}
+
+// ---------------------------------------------------------------------------
+// Fake oracle.
+// ---------------------------------------------------------------------------
+
+FakeOracle& FakeOracle::Function(std::string name, Volatility v) {
+  functions_[std::move(name)] = v;
+  return *this;
+}
+FakeOracle& FakeOracle::Table(std::string name, bool temporary) {
+  RelationInfo info;
+  info.resolved = name.find('.') == std::string::npos ? "public." + name : name;
+  info.temporary = temporary;
+  info.base_tables.push_back(info.resolved);
+  relations_[std::move(name)] = std::move(info);
+  return *this;
+}
+FakeOracle& FakeOracle::View(std::string name, std::vector<std::string> base_tables,
+                             bool nonimmutable_functions) {
+  RelationInfo info;
+  info.resolved = name.find('.') == std::string::npos ? "public." + name : name;
+  info.kind = 'v';
+  info.base_tables = std::move(base_tables);
+  info.nonimmutable_functions = nonimmutable_functions;
+  relations_[std::move(name)] = std::move(info);
+  return *this;
+}
+FakeOracle& FakeOracle::Sequence(std::string name) {
+  RelationInfo info;
+  info.resolved = name.find('.') == std::string::npos ? "public." + name : name;
+  info.kind = 'S';
+  info.base_tables.push_back(info.resolved);
+  relations_[std::move(name)] = std::move(info);
+  return *this;
+}
+FakeOracle& FakeOracle::Builtin(std::string name, Volatility v) {
+  builtins_.insert(name);
+  functions_[std::move(name)] = v;
+  return *this;
+}
+bool FakeOracle::IsBuiltinFunction(const QualifiedName& n) const {
+  return builtins_.contains(n.ToString());
+}
+std::optional<Volatility> FakeOracle::FunctionVolatility(const QualifiedName& n) const {
+  auto it = functions_.find(n.ToString());
+  if (it == functions_.end()) return std::nullopt;
+  return it->second;
+}
+std::optional<RelationInfo> FakeOracle::Relation(const QualifiedName& n) const {
+  auto it = relations_.find(n.ToString());
+  if (it == relations_.end()) return std::nullopt;
+  return it->second;
+}
+
+// ---------------------------------------------------------------------------
+// Decision statistics.
+// ---------------------------------------------------------------------------
+
+void DecisionStats::Record(uint64_t fingerprint, Reason reason, std::string_view normalized) {
+  if (capacity_ == 0) return;
+  Key key{fingerprint, reason};
+  if (auto it = index_.find(key); it != index_.end()) {
+    ++it->second->count;
+    rows_.splice(rows_.begin(), rows_, it->second);
+    return;
+  }
+  if (rows_.size() >= capacity_) {
+    const Row& victim = rows_.back();
+    index_.erase(Key{victim.fingerprint, victim.reason});
+    rows_.pop_back();
+    ++dropped_;
+  }
+  rows_.push_front(Row{fingerprint, reason, 1,
+                       std::string(normalized.substr(0, std::min(normalized.size(), kSampleBytes)))});
+  index_.emplace(key, rows_.begin());
+}
+
+std::vector<DecisionStats::Row> DecisionStats::Top(size_t n) const {
+  std::vector<Row> out(rows_.begin(), rows_.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Row& a, const Row& b) { return a.count > b.count; });
+  if (out.size() > n) out.resize(n);
+  return out;
+}
+
+std::optional<uint64_t> DecisionStats::Count(uint64_t fingerprint, Reason reason) const {
+  auto it = index_.find(Key{fingerprint, reason});
+  if (it == index_.end()) return std::nullopt;
+  return it->second->count;
+}
+
+}  // namespace hyperpool::cache

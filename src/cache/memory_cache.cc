@@ -1,0 +1,229 @@
+#include "cache/memory_cache.h"
+
+#include <utility>
+
+namespace hyperpool::cache {
+
+MemoryCache::MemoryCache(MemoryCacheLimits limits, Clock clock)
+    : limits_(limits), clock_(std::move(clock)) {}
+
+MemoryCache::~MemoryCache() {
+  // Never leave a follower hanging: wake them (they go to the origin).
+  while (!flights_.empty()) Finish(flights_.begin()->first, nullptr);
+}
+
+size_t MemoryCache::Cost(const std::string& key, const CacheEntry& entry) {
+  size_t cost = kEntryOverhead + key.size() + entry.messages.size() + entry.database.size();
+  for (const std::string& t : entry.tables) cost += t.size() + 32;
+  return cost;
+}
+
+std::string MemoryCache::TableKey(std::string_view db, std::string_view table) {
+  std::string k;
+  k.reserve(db.size() + table.size() + 1);
+  k.append(db);
+  k.push_back('\0');
+  k.append(table);
+  return k;
+}
+
+CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
+  auto it = index_.find(std::string_view(key));
+  if (it != index_.end()) {
+    List::iterator node = it->second;
+    TimePoint now = Now();
+    const CacheEntry& e = *node->entry;
+    if (now < e.expires) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, node);
+      return CacheLookup{CacheLookupStatus::kHit, node->entry, 0};
+    }
+    if (now < e.stale_until) {
+      ++stats_.stale_hits;
+      lru_.splice(lru_.begin(), lru_, node);
+      if (flights_.contains(key)) return CacheLookup{CacheLookupStatus::kStale, node->entry, 0};
+      StartFlight(key);
+      return CacheLookup{CacheLookupStatus::kStaleRefresh, node->entry, 0};
+    }
+    ++stats_.expirations;
+    Remove(node);
+  }
+  ++stats_.misses;
+  auto f = flights_.find(key);
+  if (f == flights_.end()) {
+    StartFlight(key);
+    return CacheLookup{CacheLookupStatus::kMissLeader, nullptr, 0};
+  }
+  ++stats_.coalesced;
+  uint64_t id = next_wait_id_++;
+  f->second.waiters.emplace_back(id, std::move(on_ready));
+  return CacheLookup{CacheLookupStatus::kMissFollower, nullptr, id};
+}
+
+void MemoryCache::StartFlight(const std::string& key) {
+  Flight& f = flights_[key];
+  f.started_epoch = epoch_;
+}
+
+bool MemoryCache::InvalidatedSince(const CacheEntry& entry, uint64_t epoch) const {
+  if (auto d = database_epochs_.find(entry.database);
+      d != database_epochs_.end() && d->second > epoch) {
+    return true;
+  }
+  for (const std::string& t : entry.tables) {
+    if (auto e = table_epochs_.find(TableKey(entry.database, t));
+        e != table_epochs_.end() && e->second > epoch) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void MemoryCache::Complete(const std::string& key, CacheEntry entry) {
+  auto f = flights_.find(key);
+  uint64_t started = f == flights_.end() ? epoch_ : f->second.started_epoch;
+  auto shared = std::make_shared<const CacheEntry>(std::move(entry));
+  bool stored = !InvalidatedSince(*shared, started) && Now() < shared->stale_until &&
+                Store(key, shared);
+  if (!stored) ++stats_.rejected;
+  Finish(key, shared);
+}
+
+void MemoryCache::Abandon(const std::string& key) { Finish(key, nullptr); }
+
+void MemoryCache::Finish(const std::string& key, const std::shared_ptr<const CacheEntry>& entry) {
+  auto f = flights_.find(key);
+  if (f == flights_.end()) return;
+  std::vector<std::pair<uint64_t, CacheWaiter>> waiters = std::move(f->second.waiters);
+  flights_.erase(f);
+  if (flights_.empty()) {
+    // Nothing in flight can be affected by past invalidations any more.
+    table_epochs_.clear();
+    database_epochs_.clear();
+  }
+  for (auto& [id, waiter] : waiters) {
+    if (waiter) waiter(entry);
+  }
+}
+
+void MemoryCache::CancelWait(const std::string& key, uint64_t wait_id) {
+  auto f = flights_.find(key);
+  if (f == flights_.end()) return;
+  auto& w = f->second.waiters;
+  for (auto it = w.begin(); it != w.end(); ++it) {
+    if (it->first == wait_id) {
+      w.erase(it);
+      return;
+    }
+  }
+}
+
+std::shared_ptr<const CacheEntry> MemoryCache::Get(const std::string& key) {
+  auto it = index_.find(std::string_view(key));
+  if (it == index_.end()) return nullptr;
+  if (Now() >= it->second->entry->stale_until) {
+    ++stats_.expirations;
+    Remove(it->second);
+    return nullptr;
+  }
+  return it->second->entry;
+}
+
+void MemoryCache::Put(const std::string& key, CacheEntry entry) {
+  if (!Store(key, std::make_shared<const CacheEntry>(std::move(entry)))) ++stats_.rejected;
+}
+
+bool MemoryCache::Store(const std::string& key, std::shared_ptr<const CacheEntry> entry) {
+  size_t cost = Cost(key, *entry);
+  if (auto it = index_.find(std::string_view(key)); it != index_.end()) Remove(it->second);
+  if (cost > limits_.max_entry_bytes || cost > limits_.max_bytes || limits_.max_entries == 0) {
+    return false;
+  }
+  while (!lru_.empty() &&
+         (stats_.bytes + cost > limits_.max_bytes || stats_.entries + 1 > limits_.max_entries)) {
+    ++stats_.evictions;
+    Remove(std::prev(lru_.end()));
+  }
+  lru_.push_front(Node{key, std::move(entry), cost});
+  List::iterator node = lru_.begin();
+  std::string_view k = node->key;
+  index_.emplace(k, node);
+  const CacheEntry& e = *node->entry;
+  by_database_[e.database].insert(k);
+  for (const std::string& t : e.tables) by_table_[TableKey(e.database, t)].insert(k);
+  stats_.bytes += cost;
+  ++stats_.entries;
+  ++stats_.stores;
+  return true;
+}
+
+void MemoryCache::Remove(List::iterator node) {
+  std::string_view k = node->key;
+  const CacheEntry& e = *node->entry;
+  for (const std::string& t : e.tables) {
+    auto bt = by_table_.find(TableKey(e.database, t));
+    if (bt != by_table_.end()) {
+      bt->second.erase(k);
+      if (bt->second.empty()) by_table_.erase(bt);
+    }
+  }
+  if (auto bd = by_database_.find(e.database); bd != by_database_.end()) {
+    bd->second.erase(k);
+    if (bd->second.empty()) by_database_.erase(bd);
+  }
+  index_.erase(k);
+  stats_.bytes -= node->cost;
+  --stats_.entries;
+  lru_.erase(node);
+}
+
+void MemoryCache::Erase(const std::string& key) {
+  auto it = index_.find(std::string_view(key));
+  if (it == index_.end()) return;
+  ++stats_.invalidations;
+  Remove(it->second);
+}
+
+void MemoryCache::InvalidateTables(std::string_view database,
+                                   const std::vector<std::string>& tables) {
+  ++epoch_;
+  for (const std::string& t : tables) {
+    std::string tk = TableKey(database, t);
+    if (!flights_.empty()) table_epochs_[tk] = epoch_;
+    auto bt = by_table_.find(tk);
+    if (bt == by_table_.end()) continue;
+    // Copy: Remove() edits the set.
+    std::vector<std::string_view> keys(bt->second.begin(), bt->second.end());
+    for (std::string_view k : keys) {
+      auto it = index_.find(k);
+      if (it == index_.end()) continue;
+      ++stats_.invalidations;
+      Remove(it->second);
+    }
+  }
+}
+
+void MemoryCache::InvalidateAll(std::string_view database) {
+  ++epoch_;
+  if (!flights_.empty()) database_epochs_[std::string(database)] = epoch_;
+  auto bd = by_database_.find(std::string(database));
+  if (bd == by_database_.end()) return;
+  std::vector<std::string_view> keys(bd->second.begin(), bd->second.end());
+  for (std::string_view k : keys) {
+    auto it = index_.find(k);
+    if (it == index_.end()) continue;
+    ++stats_.invalidations;
+    Remove(it->second);
+  }
+}
+
+}  // namespace hyperpool::cache
+
+namespace hyperpool {
+
+std::unique_ptr<Cache> MakeMemoryCache(
+    MemoryCacheLimits limits, std::function<std::chrono::steady_clock::time_point()> clock) {
+  return std::make_unique<cache::MemoryCache>(limits, std::move(clock));
+}
+
+}  // namespace hyperpool

@@ -1,0 +1,103 @@
+// The in-memory cache tier: LRU by bytes, TTL + stale-while-revalidate per
+// entry, single-flight misses, invalidation by table (after workerd's
+// src/workerd/api/memory-cache.h: an explicit limits struct, LRU eviction,
+// one fetch for concurrent misses on one key).
+//
+// Threading: not thread-safe, no locks. A MemoryCache is confined to one
+// executor (one per tier); waiters run synchronously on it inside
+// Complete()/Abandon(), after the cache's own state is updated, so a waiter
+// may call back into the cache.
+#ifndef HYPERPOOL_CACHE_MEMORY_CACHE_H_
+#define HYPERPOOL_CACHE_MEMORY_CACHE_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "hyperpool/cache.h"
+
+namespace hyperpool::cache {
+
+class MemoryCache final : public Cache {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  using Clock = std::function<TimePoint()>;
+
+  // Per-entry bookkeeping charged to max_bytes on top of key and value bytes.
+  static constexpr size_t kEntryOverhead = 128;
+
+  explicit MemoryCache(MemoryCacheLimits limits, Clock clock = nullptr);
+  ~MemoryCache() override;
+  MemoryCache(const MemoryCache&) = delete;
+  MemoryCache& operator=(const MemoryCache&) = delete;
+
+  CacheLookup Lookup(const std::string& key, CacheWaiter on_ready) override;
+  void Complete(const std::string& key, CacheEntry entry) override;
+  void Abandon(const std::string& key) override;
+  void CancelWait(const std::string& key, uint64_t wait_id) override;
+  std::shared_ptr<const CacheEntry> Get(const std::string& key) override;
+  void Put(const std::string& key, CacheEntry entry) override;
+  void Erase(const std::string& key) override;
+  void InvalidateTables(std::string_view database,
+                        const std::vector<std::string>& tables) override;
+  void InvalidateAll(std::string_view database) override;
+  CacheStats Stats() const override { return stats_; }
+
+  // Bytes an entry is charged (key + messages + table names + overhead).
+  static size_t Cost(const std::string& key, const CacheEntry& entry);
+  // Number of keys with a fetch in flight (tests, metrics).
+  size_t InFlight() const { return flights_.size(); }
+  const MemoryCacheLimits& limits() const { return limits_; }
+
+ private:
+  struct Node {
+    std::string key;
+    std::shared_ptr<const CacheEntry> entry;
+    size_t cost = 0;
+  };
+  using List = std::list<Node>;
+  struct Flight {
+    uint64_t started_epoch = 0;
+    std::vector<std::pair<uint64_t, CacheWaiter>> waiters;
+  };
+
+  TimePoint Now() const { return clock_ ? clock_() : std::chrono::steady_clock::now(); }
+  // Stores unconditionally (limits permitting). False if it does not fit.
+  bool Store(const std::string& key, std::shared_ptr<const CacheEntry> entry);
+  void Remove(List::iterator it);
+  void StartFlight(const std::string& key);
+  // Takes the flight of `key` out and wakes its waiters with `entry`.
+  void Finish(const std::string& key, const std::shared_ptr<const CacheEntry>& entry);
+  bool InvalidatedSince(const CacheEntry& entry, uint64_t epoch) const;
+  static std::string TableKey(std::string_view db, std::string_view table);
+
+  MemoryCacheLimits limits_;
+  Clock clock_;
+  CacheStats stats_;
+  List lru_;  // Front: most recently used.
+  // Views point into Node::key (list nodes never move).
+  absl::flat_hash_map<std::string_view, List::iterator> index_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string_view>> by_table_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string_view>> by_database_;
+
+  absl::flat_hash_map<std::string, Flight> flights_;
+  uint64_t next_wait_id_ = 1;
+  // Invalidations seen while fetches were in flight: a fetch that started at
+  // epoch E must not store if what it read was invalidated after E.
+  uint64_t epoch_ = 0;
+  absl::flat_hash_map<std::string, uint64_t> table_epochs_;
+  absl::flat_hash_map<std::string, uint64_t> database_epochs_;
+};
+
+}  // namespace hyperpool::cache
+
+#endif  // HYPERPOOL_CACHE_MEMORY_CACHE_H_

@@ -1,0 +1,177 @@
+#include "cache/result_store.h"
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace hyperpool::cache {
+namespace {
+
+constexpr std::string_view kParseComplete("1\0\0\0\4", 5);
+constexpr std::string_view kBindComplete("2\0\0\0\4", 5);
+constexpr std::string_view kNoData("n\0\0\0\4", 5);
+constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
+
+uint32_t ReadU32(const char* p) {
+  auto b = [&](int i) { return static_cast<uint32_t>(static_cast<unsigned char>(p[i])); };
+  return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
+}
+
+// The whole frame at the start of `s` if its tag is `tag`, else empty.
+std::string_view FrameIf(std::string_view s, char tag) {
+  if (s.size() < 5 || s[0] != tag) return {};
+  uint32_t len = ReadU32(s.data() + 1);
+  if (len < 4 || len > s.size() - 1) return {};
+  return s.substr(0, len + 1);
+}
+
+// Appends a RowDescription with every format code set to 0.
+bool AppendZeroFormats(std::string_view t, std::string& out) {
+  size_t start = out.size();
+  out.append(t);
+  if (t.size() < 7) return false;
+  size_t pos = 5;
+  uint16_t n = static_cast<uint16_t>((static_cast<unsigned char>(t[pos]) << 8) |
+                                     static_cast<unsigned char>(t[pos + 1]));
+  pos += 2;
+  for (uint16_t i = 0; i < n; ++i) {
+    size_t nul = t.find('\0', pos);
+    if (nul == std::string_view::npos) return false;
+    pos = nul + 1 + 4 + 2 + 4 + 2 + 4;  // table oid, attr, type oid, size, typmod
+    if (pos + 2 > t.size()) return false;
+    out[start + pos] = 0;
+    out[start + pos + 1] = 0;
+    pos += 2;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view RejectName(ResultCapture::Reject r) {
+  using R = ResultCapture::Reject;
+  switch (r) {
+    case R::kNone: return "none";
+    case R::kError: return "error";
+    case R::kNotice: return "notice";
+    case R::kParameterStatus: return "parameterstatus";
+    case R::kOversized: return "oversizedresult";
+    case R::kSuspended: return "suspended";
+    case R::kEmptyQuery: return "emptyquery";
+    case R::kMultipleResults: return "multipleresults";
+    case R::kUnexpected: return "unexpected";
+    case R::kNotIdle: return "notidle";
+  }
+  return "unknown";
+}
+
+ResultCapture::State ResultCapture::Fail(Reject r) {
+  state_ = State::kRejected;
+  reject_ = r;
+  std::string().swap(messages_);  // Stop holding memory for a result we drop.
+  return state_;
+}
+
+ResultCapture::State ResultCapture::Feed(char tag, std::string_view raw) {
+  if (state_ != State::kCapturing) return state_;
+  bool store = false;
+  switch (tag) {
+    case '1':  // ParseComplete
+    case '2':  // BindComplete
+    case '3':  // CloseComplete
+    case 'n':  // NoData
+    case 'A':  // NotificationResponse: asynchronous, not part of the result.
+      if (have_complete_ && tag != 'A') return Fail(Reject::kUnexpected);
+      return state_;
+    case 't':
+      if (have_param_desc_ || have_row_desc_ || have_rows_ || have_complete_) {
+        return Fail(Reject::kUnexpected);
+      }
+      have_param_desc_ = true;
+      store = true;
+      break;
+    case 'T':
+      if (have_row_desc_ || have_rows_ || have_complete_) return Fail(Reject::kMultipleResults);
+      have_row_desc_ = true;
+      store = true;
+      break;
+    case 'D':
+      if (have_complete_) return Fail(Reject::kMultipleResults);
+      have_rows_ = true;
+      store = true;
+      break;
+    case 'C':
+      if (have_complete_) return Fail(Reject::kMultipleResults);
+      have_complete_ = true;
+      store = true;
+      break;
+    case 'Z':
+      if (!have_complete_) return Fail(Reject::kUnexpected);
+      if (raw.size() != 6 || raw[5] != 'I') return Fail(Reject::kNotIdle);
+      state_ = State::kComplete;
+      return state_;
+    case 'E': return Fail(Reject::kError);
+    case 'N': return Fail(Reject::kNotice);
+    case 'S': return Fail(Reject::kParameterStatus);
+    case 's': return Fail(Reject::kSuspended);
+    case 'I': return Fail(Reject::kEmptyQuery);
+    default: return Fail(Reject::kUnexpected);
+  }
+  if (store) {
+    if (messages_.size() + raw.size() > max_bytes_) return Fail(Reject::kOversized);
+    messages_.append(raw);
+  }
+  return state_;
+}
+
+absl::StatusOr<StoredResultView> SplitStored(std::string_view stored) {
+  StoredResultView v;
+  v.parameter_description = FrameIf(stored, 't');
+  stored.remove_prefix(v.parameter_description.size());
+  v.row_description = FrameIf(stored, 'T');
+  stored.remove_prefix(v.row_description.size());
+  if (stored.size() < 5 || (stored[0] != 'D' && stored[0] != 'C')) {
+    return absl::InvalidArgumentError("not a stored result");
+  }
+  v.rows_and_complete = stored;
+  return v;
+}
+
+absl::Status AppendReplay(std::string_view stored, const ReplayRequest& req, std::string& out) {
+  absl::StatusOr<StoredResultView> v = SplitStored(stored);
+  if (!v.ok()) return v.status();
+  size_t start = out.size();
+  auto fail = [&](std::string_view why) {
+    out.resize(start);
+    return absl::FailedPreconditionError(std::string(why));
+  };
+  if (req.form == ProtocolForm::kSimple) {
+    if (v->row_description.empty()) return fail("stored result has no RowDescription");
+    out.reserve(out.size() + v->row_description.size() + v->rows_and_complete.size() + 6);
+    out.append(v->row_description);
+    out.append(v->rows_and_complete);
+    out.append(kReadyIdle);
+    return absl::OkStatus();
+  }
+  if (req.parse) out.append(kParseComplete);
+  if (req.describe == ReplayRequest::Describe::kStatement) {
+    // A Parse/Describe S ... without Bind answers before BindComplete.
+    if (v->parameter_description.empty()) return fail("stored result has no ParameterDescription");
+    out.append(v->parameter_description);
+    if (v->row_description.empty()) {
+      out.append(kNoData);
+    } else if (!AppendZeroFormats(v->row_description, out)) {
+      return fail("malformed stored RowDescription");
+    }
+  }
+  if (req.bind) out.append(kBindComplete);
+  if (req.describe == ReplayRequest::Describe::kPortal) {
+    if (v->row_description.empty()) return fail("stored result has no RowDescription");
+    out.append(v->row_description);
+  }
+  if (req.execute) out.append(v->rows_and_complete);
+  if (req.sync) out.append(kReadyIdle);
+  return absl::OkStatus();
+}
+
+}  // namespace hyperpool::cache

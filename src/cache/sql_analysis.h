@@ -1,0 +1,180 @@
+// A PostgreSQL-aware SQL lexer and a conservative statement analysis for the
+// query cache (PostgreSQL docs, "SQL Syntax" > "Lexical Structure").
+//
+// Hyperdrive decides cacheability by matching text, so a comment that
+// mentions NOW() makes it refuse a query and a string containing "INSERT"
+// confuses it. Here every decision is taken on tokens: comments are dropped,
+// string bodies and quoted identifiers are opaque values, so keywords inside
+// them never count.
+//
+// The analysis is deliberately conservative: when it cannot tell whether an
+// identifier followed by '(' is a function call, it reports it as one and
+// lets the catalog lookup (cacheability.h) decide; an unknown function or
+// relation makes a query uncacheable, never the other way round.
+//
+// Pure functions, no I/O, no globals: safe to call from any thread.
+#ifndef HYPERPOOL_CACHE_SQL_ANALYSIS_H_
+#define HYPERPOOL_CACHE_SQL_ANALYSIS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace hyperpool::cache {
+
+// ---------------------------------------------------------------------------
+// Lexer.
+// ---------------------------------------------------------------------------
+
+enum class TokenKind : uint8_t {
+  kIdentifier,        // Unquoted word (keywords included); `value` is lowercased (ASCII).
+  kQuotedIdentifier,  // "..." or U&"..."; `value` has "" unescaped, case kept.
+  kString,            // '...', E'...', $tag$...$tag$, B'...', X'...', N'...', U&'...'.
+  kNumber,            // 42, 3.5, 1e10, .5, 0x1F, 1_000.
+  kParam,             // $1.
+  kOperator,          // + - * / < > = ~ ! @ # % ^ & | ` ? and runs of them.
+  kLParen,            // (
+  kRParen,            // )
+  kLBracket,          // [
+  kRBracket,          // ]
+  kComma,             // ,
+  kSemicolon,         // ;
+  kDot,               // .
+  kColon,             // :
+  kDoubleColon,       // ::
+};
+
+struct Token {
+  TokenKind kind = TokenKind::kIdentifier;
+  // The token's bytes in the source (for strings: including quotes).
+  std::string_view text;
+  // Identifiers: the normalised name. Strings: the decoded body (escapes
+  // resolved as far as the analysis needs). Others: empty.
+  std::string value;
+  size_t offset = 0;  // Byte offset of `text` in the source.
+
+  bool IsKeyword(std::string_view lower) const {
+    return kind == TokenKind::kIdentifier && value == lower;
+  }
+};
+
+struct LexOptions {
+  // With standard_conforming_strings off, backslash escapes in plain '...'
+  // strings too (pre-9.1 behaviour; still a session setting).
+  bool standard_conforming_strings = true;
+};
+
+// Splits `sql` into tokens, dropping whitespace and comments. Errors
+// (InvalidArgument): unterminated string, quoted identifier, dollar quote or
+// block comment; a zero-length quoted identifier.
+absl::StatusOr<std::vector<Token>> Lex(std::string_view sql, LexOptions options = {});
+
+// ---------------------------------------------------------------------------
+// Statement analysis.
+// ---------------------------------------------------------------------------
+
+// A possibly schema-qualified name as PostgreSQL resolves it: unquoted parts
+// are lowercased, quoted parts kept verbatim. `schema` is empty when the name
+// is unqualified (resolved through search_path). A catalog part
+// (db.schema.name) is dropped.
+struct QualifiedName {
+  std::string schema;
+  std::string name;
+
+  // "name" or "schema.name" (for logs and diagnostics; not unambiguous
+  // when parts contain dots).
+  std::string ToString() const { return schema.empty() ? name : schema + "." + name; }
+  bool operator==(const QualifiedName&) const = default;
+  auto operator<=>(const QualifiedName&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const QualifiedName& n) {
+    return H::combine(std::move(h), n.schema, n.name);
+  }
+};
+
+// The leading keyword of a statement, grouped by what the pooler and the
+// cache must do with it.
+enum class StatementKind : uint8_t {
+  kEmpty,        // Nothing but whitespace, comments and semicolons.
+  kSelect,       // SELECT, VALUES, TABLE, WITH ... SELECT (and parenthesised forms).
+  kInsert,       // INSERT (also WITH ... INSERT).
+  kUpdate,       // UPDATE.
+  kDelete,       // DELETE.
+  kMerge,        // MERGE.
+  kTruncate,     // TRUNCATE.
+  kCopyFrom,     // COPY ... FROM (writes).
+  kCopyTo,       // COPY ... TO (reads).
+  kDdl,          // CREATE ALTER DROP COMMENT GRANT REVOKE SECURITY REFRESH IMPORT REASSIGN.
+  kMaintenance,  // VACUUM ANALYZE CLUSTER REINDEX CHECKPOINT.
+  kTransaction,  // BEGIN START COMMIT END ROLLBACK ABORT SAVEPOINT RELEASE PREPARE TRANSACTION.
+  kSet,          // SET, RESET (SET CONSTRAINTS / SET TRANSACTION included).
+  kShow,         // SHOW.
+  kPrepare,      // PREPARE name AS ...
+  kExecute,      // EXECUTE.
+  kDeallocate,   // DEALLOCATE.
+  kDiscard,      // DISCARD.
+  kListen,       // LISTEN.
+  kUnlisten,     // UNLISTEN.
+  kNotify,       // NOTIFY.
+  kLock,         // LOCK.
+  kCall,         // CALL.
+  kDo,           // DO.
+  kExplain,      // EXPLAIN (EXPLAIN ANALYZE executes its statement).
+  kCursor,       // DECLARE FETCH MOVE CLOSE.
+  kOther,        // Anything else (LOAD, SECURITY LABEL is DDL, ...).
+};
+std::string_view StatementKindName(StatementKind kind);
+
+// What AnalyzeStatement learnt. Names are deduplicated, in first-seen order.
+// Every flag and list covers all statements of a multi-statement text (so
+// the Endpoint can invalidate what any of them writes); `kind` is the first
+// non-empty statement's.
+struct StatementAnalysis {
+  size_t statement_count = 0;  // Non-empty statements.
+  StatementKind kind = StatementKind::kEmpty;
+  std::vector<StatementKind> kinds;  // One per non-empty statement.
+
+  bool has_row_locks = false;          // FOR UPDATE / NO KEY UPDATE / SHARE / KEY SHARE.
+  bool has_data_modifying_cte = false;  // WITH x AS (INSERT|UPDATE|DELETE|MERGE ...).
+  bool has_select_into = false;         // SELECT ... INTO t (creates a table).
+  // A string literal whose value the date/time input routines would read as
+  // the current time ('now', 'today', 'tomorrow', 'yesterday', possibly with
+  // more text: 'today 10:00') — evaluated once at parse time, so a cached
+  // result would freeze it. Flagged for any literal containing those words
+  // unless it is cast (::) to a non-date/time type; implicit casts
+  // (ts > 'now') are caught too.
+  bool has_time_literal = false;
+  // SQL-standard value functions written without parentheses
+  // (CURRENT_TIMESTAMP, LOCALTIME, CURRENT_USER, ...), lowercased.
+  std::vector<std::string> value_functions;
+  // Identifiers (possibly qualified) directly followed by '(' that may be
+  // function calls, including table functions in FROM and TABLESAMPLE
+  // methods. TRIM is reported as btrim (its pg_proc name).
+  std::vector<QualifiedName> functions;
+  // Relations read (FROM, JOIN, USING, TABLE x, COPY x TO) and written
+  // (INSERT INTO, UPDATE, DELETE FROM, MERGE INTO, TRUNCATE, COPY x FROM).
+  // CTE names are excluded. Not collected for DDL.
+  std::vector<QualifiedName> relations_read;
+  std::vector<QualifiedName> relations_written;
+  // The text with comments dropped, literals and numbers replaced by '?',
+  // identifiers lowercased, tokens separated by single spaces: equal for
+  // queries that differ only in literals.
+  std::string normalized;
+  // 64-bit FNV-1a of `normalized` (stable across processes).
+  uint64_t fingerprint = 0;
+};
+
+// Lexes and analyses `sql` (one Query message, or one Parse's text). Errors
+// are the lexer's (the caller's reason: kParseError).
+absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOptions options = {});
+
+// 64-bit FNV-1a; used for fingerprints.
+uint64_t Fnv1a64(std::string_view data);
+
+}  // namespace hyperpool::cache
+
+#endif  // HYPERPOOL_CACHE_SQL_ANALYSIS_H_

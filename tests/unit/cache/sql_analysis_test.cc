@@ -1,0 +1,321 @@
+#include "cache/sql_analysis.h"
+
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+namespace hyperpool::cache {
+namespace {
+
+std::vector<std::string> Names(const std::vector<QualifiedName>& v) {
+  std::vector<std::string> out;
+  for (const QualifiedName& n : v) out.push_back(n.ToString());
+  return out;
+}
+
+StatementAnalysis Analyze(std::string_view sql) {
+  absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql);
+  INFO(sql);
+  REQUIRE(a.ok());
+  return *a;
+}
+
+TEST_CASE("lexer token kinds and values") {
+  struct Case {
+    std::string sql;
+    std::vector<TokenKind> kinds;
+    std::vector<std::string> values;
+  };
+  using K = TokenKind;
+  auto c = GENERATE(values<Case>({
+      {"SELECT Foo", {K::kIdentifier, K::kIdentifier}, {"select", "foo"}},
+      {"\"Foo\"\"bar\"", {K::kQuotedIdentifier}, {"Foo\"bar"}},
+      {"'it''s'", {K::kString}, {"it's"}},
+      {"E'a\\'b\\\\'", {K::kString}, {"a'b\\"}},
+      {"$$a'b$$", {K::kString}, {"a'b"}},
+      {"$fn$ $$ x $fn$", {K::kString}, {" $$ x "}},
+      {"$1 $23", {K::kParam, K::kParam}, {"", ""}},
+      {"1 3.5 .5 1e10 2.5E-3 0x1F 1_000", {K::kNumber, K::kNumber, K::kNumber, K::kNumber,
+        K::kNumber, K::kNumber, K::kNumber}, {"", "", "", "", "", "", ""}},
+      {"a::int", {K::kIdentifier, K::kDoubleColon, K::kIdentifier}, {"a", "", "int"}},
+      {"a <= b", {K::kIdentifier, K::kOperator, K::kIdentifier}, {"a", "", "b"}},
+      {"(a,b);", {K::kLParen, K::kIdentifier, K::kComma, K::kIdentifier, K::kRParen,
+        K::kSemicolon}, {"", "a", "", "b", "", ""}},
+      {"x -- now()\n y", {K::kIdentifier, K::kIdentifier}, {"x", "y"}},
+      {"x /* a /* nested */ now() */ y", {K::kIdentifier, K::kIdentifier}, {"x", "y"}},
+      {"1+-- c\n2", {K::kNumber, K::kOperator, K::kNumber}, {"", "", ""}},
+      {"B'101' X'FF' N'n' U&'d\\0061'", {K::kString, K::kString, K::kString, K::kString},
+       {"101", "FF", "n", "d\\0061"}},
+      {"a[1]", {K::kIdentifier, K::kLBracket, K::kNumber, K::kRBracket}, {"a", "", "", ""}},
+      {"caf\xc3\xa9", {K::kIdentifier}, {"caf\xc3\xa9"}},
+  }));
+  INFO(c.sql);
+  absl::StatusOr<std::vector<Token>> t = Lex(c.sql);
+  REQUIRE(t.ok());
+  REQUIRE(t->size() == c.kinds.size());
+  for (size_t i = 0; i < t->size(); ++i) {
+    CHECK((*t)[i].kind == c.kinds[i]);
+    CHECK((*t)[i].value == c.values[i]);
+  }
+}
+
+TEST_CASE("lexer errors") {
+  auto sql = GENERATE(as<std::string>{}, "'open", "\"open", "$$ open", "$a$ x $b$",
+                      "/* open", "/* /* */", "E'\\'", "\"\"", "a $ b");
+  INFO(sql);
+  CHECK_FALSE(Lex(sql).ok());
+  CHECK_FALSE(AnalyzeStatement(sql).ok());
+}
+
+TEST_CASE("standard_conforming_strings off makes backslash escape quotes") {
+  CHECK_FALSE(Lex("'a\\'b'").ok());  // 'a\' b ' (unterminated)
+  absl::StatusOr<std::vector<Token>> off = Lex("'a\\'b'", LexOptions{false});
+  REQUIRE(off.ok());
+  REQUIRE(off->size() == 1);
+  CHECK((*off)[0].value == "a'b");
+}
+
+TEST_CASE("statement kind and count") {
+  struct Case {
+    std::string sql;
+    StatementKind kind;
+    size_t count;
+  };
+  using S = StatementKind;
+  auto c = GENERATE(values<Case>({
+      {"SELECT 1", S::kSelect, 1},
+      {"select 1;", S::kSelect, 1},
+      {";;select 1;;", S::kSelect, 1},
+      {"", S::kEmpty, 0},
+      {" ; -- x\n ;", S::kEmpty, 0},
+      {"VALUES (1)", S::kSelect, 1},
+      {"TABLE t", S::kSelect, 1},
+      {"(SELECT 1) UNION (SELECT 2)", S::kSelect, 1},
+      {"WITH x AS (SELECT 1) SELECT * FROM x", S::kSelect, 1},
+      {"WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM x) SELECT * FROM x",
+       S::kSelect, 1},
+      {"WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", S::kInsert, 1},
+      {"WITH x AS (SELECT 1), y AS NOT MATERIALIZED (SELECT 2) DELETE FROM t", S::kDelete, 1},
+      {"INSERT INTO t VALUES (1)", S::kInsert, 1},
+      {"UPDATE t SET a = 1", S::kUpdate, 1},
+      {"DELETE FROM t", S::kDelete, 1},
+      {"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE", S::kMerge, 1},
+      {"TRUNCATE t", S::kTruncate, 1},
+      {"COPY t FROM STDIN", S::kCopyFrom, 1},
+      {"COPY t (a, b) TO STDOUT", S::kCopyTo, 1},
+      {"COPY (SELECT 1 FROM t) TO STDOUT", S::kCopyTo, 1},
+      {"CREATE TABLE t (a int)", S::kDdl, 1},
+      {"ALTER TABLE t ADD b int", S::kDdl, 1},
+      {"DROP TABLE t", S::kDdl, 1},
+      {"COMMENT ON TABLE t IS 'x'", S::kDdl, 1},
+      {"GRANT SELECT ON t TO bob", S::kDdl, 1},
+      {"REVOKE ALL ON t FROM bob", S::kDdl, 1},
+      {"REFRESH MATERIALIZED VIEW m", S::kDdl, 1},
+      {"VACUUM t", S::kMaintenance, 1},
+      {"BEGIN", S::kTransaction, 1},
+      {"START TRANSACTION", S::kTransaction, 1},
+      {"COMMIT", S::kTransaction, 1},
+      {"END", S::kTransaction, 1},
+      {"ROLLBACK", S::kTransaction, 1},
+      {"ABORT", S::kTransaction, 1},
+      {"SAVEPOINT a", S::kTransaction, 1},
+      {"RELEASE SAVEPOINT a", S::kTransaction, 1},
+      {"PREPARE TRANSACTION 'x'", S::kTransaction, 1},
+      {"PREPARE p AS SELECT 1", S::kPrepare, 1},
+      {"EXECUTE p", S::kExecute, 1},
+      {"DEALLOCATE p", S::kDeallocate, 1},
+      {"SET search_path = x", S::kSet, 1},
+      {"RESET ALL", S::kSet, 1},
+      {"SHOW TimeZone", S::kShow, 1},
+      {"DISCARD ALL", S::kDiscard, 1},
+      {"LISTEN c", S::kListen, 1},
+      {"UNLISTEN *", S::kUnlisten, 1},
+      {"NOTIFY c, 'x'", S::kNotify, 1},
+      {"LOCK TABLE t", S::kLock, 1},
+      {"CALL p()", S::kCall, 1},
+      {"DO $$BEGIN END$$", S::kDo, 1},
+      {"EXPLAIN SELECT 1", S::kExplain, 1},
+      {"DECLARE c CURSOR FOR SELECT 1", S::kCursor, 1},
+      {"LOAD 'x'", S::kOther, 1},
+      {"SELECT 1; SELECT 2", S::kSelect, 2},
+      {"INSERT INTO t VALUES (1); SELECT 1", S::kInsert, 2},
+      {"SELECT ';' -- ;\n", S::kSelect, 1},
+      {"SELECT $$;$$, \";\"", S::kSelect, 1},
+  }));
+  StatementAnalysis a = Analyze(c.sql);
+  CHECK(a.kind == c.kind);
+  CHECK(a.statement_count == c.count);
+}
+
+TEST_CASE("flags: row locks, data-modifying CTE, SELECT INTO, time literals") {
+  struct Case {
+    std::string sql;
+    bool locks, dml_cte, into, time;
+  };
+  auto c = GENERATE(values<Case>({
+      {"SELECT * FROM t FOR UPDATE", true, false, false, false},
+      {"SELECT * FROM t FOR NO KEY UPDATE OF t SKIP LOCKED", true, false, false, false},
+      {"SELECT * FROM t FOR SHARE", true, false, false, false},
+      {"SELECT * FROM t FOR KEY SHARE NOWAIT", true, false, false, false},
+      {"SELECT * FROM t -- FOR UPDATE", false, false, false, false},
+      {"SELECT 'FOR UPDATE' FROM t", false, false, false, false},
+      {"SELECT substring(a FROM 1 FOR 2) FROM t", false, false, false, false},
+      {"WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", false, true, false, false},
+      {"WITH d AS (INSERT INTO t VALUES (1) RETURNING *) SELECT * FROM d", false, true, false,
+       false},
+      {"WITH d AS MATERIALIZED (UPDATE t SET a = 1 RETURNING *) SELECT * FROM d", false, true,
+       false, false},
+      {"WITH d AS (MERGE INTO t USING s ON true WHEN MATCHED THEN DELETE) SELECT 1", false, true,
+       false, false},
+      {"WITH d AS (SELECT 'DELETE FROM t') SELECT * FROM d", false, false, false, false},
+      {"SELECT * INTO newt FROM t", false, false, true, false},
+      {"SELECT a INTO TEMP newt FROM t", false, false, true, false},
+      {"INSERT INTO t SELECT 1", false, false, false, false},
+      {"SELECT 'now'::timestamptz", false, false, false, true},
+      {"SELECT timestamp 'now'", false, false, false, true},
+      {"SELECT 'today'::date", false, false, false, true},
+      {"SELECT CAST('tomorrow' AS date)", false, false, false, true},
+      {"SELECT * FROM t WHERE ts > 'yesterday'", false, false, false, true},
+      {"SELECT * FROM t WHERE ts > 'NOW'", false, false, false, true},
+      {"SELECT 'now'::text::timestamptz", false, false, false, true},
+      {"SELECT 'now'::text", false, false, false, false},
+      {"SELECT * FROM t WHERE title ILIKE '%now%'", false, false, false, false},
+      {"SELECT '2024-01-01'::date", false, false, false, false},
+      {"SELECT 1 -- 'now'::timestamptz\n", false, false, false, false},
+  }));
+  StatementAnalysis a = Analyze(c.sql);
+  INFO(c.sql);
+  CHECK(a.has_row_locks == c.locks);
+  CHECK(a.has_data_modifying_cte == c.dml_cte);
+  CHECK(a.has_select_into == c.into);
+  CHECK(a.has_time_literal == c.time);
+}
+
+TEST_CASE("function calls") {
+  struct Case {
+    std::string sql;
+    std::vector<std::string> functions;
+    std::vector<std::string> value_functions;
+  };
+  auto c = GENERATE(values<Case>({
+      {"SELECT now()", {"now"}, {}},
+      {"SELECT NOW ()", {"now"}, {}},
+      {"SELECT 1 -- now()\n", {}, {}},
+      {"SELECT 1 /* NOW() */", {}, {}},
+      {"SELECT 'now()'", {}, {}},
+      {"SELECT \"now()\" FROM t", {}, {}},
+      {"SELECT lower(name), pg_catalog.upper(x) FROM t", {"lower", "pg_catalog.upper"}, {}},
+      {"SELECT \"MyFunc\"(1)", {"MyFunc"}, {}},
+      {"SELECT s.\"F\"(1)", {"s.F"}, {}},
+      {"SELECT * FROM t WHERE a IN (1, 2) AND EXISTS (SELECT 1) AND b = ANY (ARRAY[1])",
+       {}, {}},
+      {"SELECT CAST(a AS numeric(10, 2)), b::varchar(20), c::character varying(3) FROM t",
+       {}, {}},
+      {"SELECT ROW(1, 2), coalesce(a, 1), nullif(a, 0), greatest(1, 2), least(1, 2) FROM t",
+       {}, {}},
+      {"SELECT count(*) FILTER (WHERE a > 0) OVER (PARTITION BY b) FROM t", {"count"}, {}},
+      {"SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY a) FROM t", {"percentile_cont"}, {}},
+      {"SELECT * FROM generate_series(1, 3) g(i)", {"generate_series"}, {}},
+      {"SELECT * FROM generate_series(1, 3) AS g(i)", {"generate_series"}, {}},
+      {"SELECT * FROM t x(a, b)", {}, {}},
+      {"SELECT * FROM (SELECT 1) s(a) JOIN u USING (a)", {}, {}},
+      {"WITH x(a) AS (SELECT 1) SELECT * FROM x", {}, {}},
+      {"SELECT nextval('s'), currval('s'), setval('s', 1), lastval()",
+       {"nextval", "currval", "setval", "lastval"}, {}},
+      {"SELECT current_date, CURRENT_TIMESTAMP(3), localtime, user, session_user",
+       {}, {"current_date", "current_timestamp", "localtime", "user", "session_user"}},
+      {"SELECT current_schema()", {}, {"current_schema"}},
+      {"SELECT trim(both 'x' FROM a) FROM t", {"btrim"}, {}},
+      {"SELECT extract(epoch FROM now())", {"extract", "now"}, {}},
+      {"SELECT f(g(h(1)))", {"f", "g", "h"}, {}},
+      {"SELECT * FROM t TABLESAMPLE SYSTEM (10)", {"system"}, {}},
+      {"SELECT a FROM t GROUP BY ROLLUP (a)", {}, {}},
+      {"INSERT INTO t (a, b) VALUES (1, random())", {"random"}, {}},
+      {"SELECT left(a, 2) FROM t LEFT JOIN u ON true", {"left"}, {}},
+      {"SELECT t.a FROM t", {}, {}},
+  }));
+  StatementAnalysis a = Analyze(c.sql);
+  INFO(c.sql);
+  CHECK(Names(a.functions) == c.functions);
+  CHECK(a.value_functions == c.value_functions);
+}
+
+TEST_CASE("relations read and written") {
+  struct Case {
+    std::string sql;
+    std::vector<std::string> read;
+    std::vector<std::string> written;
+  };
+  auto c = GENERATE(values<Case>({
+      {"SELECT * FROM t", {"t"}, {}},
+      {"SELECT * FROM public.t", {"public.t"}, {}},
+      {"SELECT * FROM db.public.t", {"public.t"}, {}},
+      {"SELECT * FROM \"My Table\"", {"My Table"}, {}},
+      {"SELECT * FROM a, b AS x, c y", {"a", "b", "c"}, {}},
+      {"SELECT * FROM a JOIN b ON a.id = b.id LEFT JOIN c USING (id), d", {"a", "b", "c", "d"},
+       {}},
+      {"SELECT * FROM ONLY a", {"a"}, {}},
+      {"SELECT * FROM a WHERE id IN (SELECT id FROM b)", {"a", "b"}, {}},
+      {"SELECT (SELECT max(x) FROM b) FROM a", {"b", "a"}, {}},
+      {"SELECT * FROM (SELECT * FROM a, b) s, c", {"a", "b", "c"}, {}},
+      {"SELECT * FROM a, LATERAL (SELECT * FROM b WHERE b.x = a.x) l", {"a", "b"}, {}},
+      {"WITH x AS (SELECT * FROM a) SELECT * FROM x, b", {"a", "b"}, {}},
+      {"TABLE a", {"a"}, {}},
+      {"SELECT 1 UNION ALL TABLE a", {"a"}, {}},
+      {"SELECT extract(year FROM ts) FROM a", {"a"}, {}},
+      {"SELECT * FROM a WHERE x IS DISTINCT FROM y", {"a"}, {}},
+      {"SELECT substring(x FROM 2) FROM a", {"a"}, {}},
+      {"SELECT 'FROM b' FROM a", {"a"}, {}},
+      {"SELECT * FROM a -- , b\n", {"a"}, {}},
+      {"SELECT * FROM a ORDER BY x, y", {"a"}, {}},
+      {"SELECT * FROM a GROUP BY x, y", {"a"}, {}},
+      {"SELECT * FROM a WINDOW w AS (ORDER BY x), w2 AS (w)", {"a"}, {}},
+      {"INSERT INTO t (a, b) SELECT a, b FROM s", {"s"}, {"t"}},
+      {"INSERT INTO t AS x (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET a = 2, b = 3", {}, {"t"}},
+      {"UPDATE t SET a = 1, b = 2 FROM s, u WHERE t.id = s.id", {"s", "u"}, {"t"}},
+      {"UPDATE ONLY t AS x SET a = 1", {}, {"t"}},
+      {"DELETE FROM t USING s, u WHERE t.id = s.id", {"s", "u"}, {"t"}},
+      {"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET a = 1, b = 2 "
+       "WHEN NOT MATCHED THEN INSERT (a) VALUES (1)", {"s"}, {"t"}},
+      {"MERGE INTO t x USING (SELECT * FROM s) y ON true WHEN MATCHED THEN DELETE", {"s"},
+       {"t"}},
+      {"TRUNCATE a, ONLY b", {}, {"a", "b"}},
+      {"TRUNCATE TABLE a RESTART IDENTITY", {}, {"a"}},
+      {"COPY a FROM STDIN", {}, {"a"}},
+      {"COPY a (x) TO STDOUT", {"a"}, {}},
+      {"COPY (SELECT * FROM a) TO STDOUT", {"a"}, {}},
+      {"WITH d AS (DELETE FROM a RETURNING *) INSERT INTO b SELECT * FROM d", {}, {"a", "b"}},
+      {"SELECT * FROM t FOR UPDATE OF t", {"t"}, {}},
+      {"CREATE TABLE t AS SELECT * FROM a", {}, {}},
+      {"EXPLAIN ANALYZE UPDATE t SET a = 1", {}, {"t"}},
+      {"INSERT INTO t VALUES (1); UPDATE u SET a = 1", {}, {"t", "u"}},
+      {"SELECT * FROM ROWS FROM (f(), g()) AS x(a, b)", {}, {}},
+  }));
+  StatementAnalysis a = Analyze(c.sql);
+  INFO(c.sql);
+  CHECK(Names(a.relations_read) == c.read);
+  CHECK(Names(a.relations_written) == c.written);
+}
+
+TEST_CASE("normalised text and fingerprint ignore literals, case and comments") {
+  auto [x, y, same] = GENERATE(table<std::string, std::string, bool>({
+      {"SELECT * FROM t WHERE a = 1", "select *  from T where A = 42", true},
+      {"SELECT * FROM t WHERE a = 'x'", "SELECT * FROM t /* c */ WHERE a = 'yy' -- z", true},
+      {"SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE b = 1", false},
+      {"SELECT * FROM \"T\"", "SELECT * FROM t", false},
+  }));
+  StatementAnalysis a = Analyze(x);
+  StatementAnalysis b = Analyze(y);
+  CHECK((a.fingerprint == b.fingerprint) == same);
+  CHECK((a.normalized == b.normalized) == same);
+}
+
+TEST_CASE("normalised form replaces literals") {
+  CHECK(Analyze("SELECT a, 'x', 1.5 FROM t WHERE b = $1").normalized ==
+        "select a , ? , ? from t where b = $1");
+}
+
+}  // namespace
+}  // namespace hyperpool::cache
