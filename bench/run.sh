@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# bench/run.sh — the side-by-side benchmark suite: direct PostgreSQL vs
+# PgBouncer (transaction mode) vs hyperpool serve, same pool size, same
+# machine, interleaved repetitions. See docs/performance.md.
+#
+#   bash bench/run.sh                 # full suite, ~11-13 min on 2 cores (108 runs of 5 s + setup)
+#   BENCH_QUICK=1 bash bench/run.sh   # ~2-3 min smoke version
+#
+# Environment:
+#   BENCH_DURATION   seconds per pgbench run            (default 5; quick 3)
+#   BENCH_REPS       interleaved repetitions, median     (default 3; quick 1)
+#   BENCH_SCALE      pgbench -i scale factor             (default 10; quick 1)
+#   BENCH_POOL_SIZE  origin connections per pooler       (default 8)
+#   BENCH_TARGETS    subset of "direct pgbouncer hyperpool"
+#   BENCH_WORKLOADS  subset of the workloads (bench/workloads.py list)
+#   BENCH_IDLE_CLIENTS  connections for the memory-per-idle-client test (default 1000; quick 200; 0 = skip)
+#   BENCH_MICRO      1 = run the bench_* microbenchmarks (default 1)
+#   BENCH_OUT        results root (default bench/results)
+#   HYPERPOOL_BINARY hyperpool binary (default build/hyperpool); its directory's
+#                    bench/ (or $BENCH_BUILD_DIR/bench) holds the microbenchmarks.
+# Writes bench/results/<timestamp>/ (runs.csv, summary.csv, idle.csv,
+# micro.json, report.md, *.png, logs/) and copies it to bench/results/latest/.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BENCH=$ROOT/bench
+PY=/usr/bin/python3   # Debian's python: asyncpg, matplotlib (not a pyenv shim)
+
+QUICK=${BENCH_QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+  DURATION=${BENCH_DURATION:-3}; REPS=${BENCH_REPS:-1}; SCALE=${BENCH_SCALE:-1}
+  IDLE_N=${BENCH_IDLE_CLIENTS:-200}
+else
+  DURATION=${BENCH_DURATION:-5}; REPS=${BENCH_REPS:-3}; SCALE=${BENCH_SCALE:-10}
+  IDLE_N=${BENCH_IDLE_CLIENTS:-1000}
+fi
+POOL_SIZE=${BENCH_POOL_SIZE:-8}
+read -r -a TARGETS <<< "${BENCH_TARGETS:-direct pgbouncer hyperpool}"
+MICRO=${BENCH_MICRO:-1}
+HYPERPOOL_BINARY=${HYPERPOOL_BINARY:-$ROOT/build/hyperpool}
+OUT_ROOT=${BENCH_OUT:-$BENCH/results}
+
+log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+has_target() { local t; for t in "${TARGETS[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
+
+for t in "${TARGETS[@]}"; do
+  case $t in direct|pgbouncer|hyperpool) ;; *) die "unknown target '$t' in BENCH_TARGETS" ;; esac
+done
+command -v pgbench >/dev/null || die "pgbench not found (postgresql-client-15)"
+if has_target pgbouncer; then command -v pgbouncer >/dev/null || die "pgbouncer not found"; fi
+$PY -c 'import asyncpg' 2>/dev/null || die "python3-asyncpg missing (apt-get install python3-asyncpg)"
+if ! $PY -c 'import matplotlib' 2>/dev/null; then
+  log "installing python3-matplotlib for the plots"
+  if ! apt-get install -y --no-install-recommends python3-matplotlib >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    apt-get install -y --no-install-recommends python3-matplotlib >/dev/null 2>&1 \
+      || log "warning: python3-matplotlib unavailable: the report will have no plots"
+  fi
+fi
+
+if [ -n "${BENCH_WORKLOADS:-}" ]; then
+  read -r -a WORKLOADS <<< "$BENCH_WORKLOADS"
+else
+  mapfile -t WORKLOADS < <($PY "$BENCH/workloads.py" list)
+fi
+
+STAMP=$(date +%Y%m%d-%H%M%S)
+OUT=$OUT_ROOT/$STAMP
+mkdir -p "$OUT/logs" "$OUT/latency"
+# Short path: pgcluster.sh needs a Unix socket path below 107 bytes.
+WORK=$(mktemp -d /tmp/hpb.XXXXXX)
+chmod 755 "$WORK"
+PGDIR=$WORK/pg
+HP_PID=""
+PGB_PID=""
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$HP_PID" ] && kill -0 "$HP_PID" 2>/dev/null; then
+    kill -TERM "$HP_PID"; for _ in $(seq 50); do kill -0 "$HP_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$HP_PID" 2>/dev/null
+  fi
+  if [ -n "$PGB_PID" ] && kill -0 "$PGB_PID" 2>/dev/null; then
+    kill -INT "$PGB_PID"; for _ in $(seq 50); do kill -0 "$PGB_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$PGB_PID" 2>/dev/null
+  fi
+  [ -f "$WORK/hyperpool.err" ] && cp "$WORK/hyperpool.err" "$OUT/logs/hyperpool.stderr.log" 2>/dev/null
+  [ -f "$WORK/pgb/pgbouncer.log" ] && cp "$WORK/pgb/pgbouncer.log" "$OUT/logs/pgbouncer.log" 2>/dev/null
+  bash "$ROOT/tests/support/pgcluster.sh" stop "$PGDIR" >/dev/null 2>&1
+  rm -rf "$WORK"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Poolers and the idle-client test need more than 1024 descriptors.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 2>/dev/null || true
+
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+SUITE_T0=$SECONDS
+{
+  echo "started: $(date -Is)"
+  echo "host: $(uname -srm), $(nproc) cores"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "settings: duration=${DURATION}s reps=$REPS scale=$SCALE pool_size=$POOL_SIZE quick=$QUICK idle_clients=$IDLE_N"
+  echo "targets: ${TARGETS[*]}"
+  echo "workloads: ${WORKLOADS[*]}"
+  echo "pgbench: $(pgbench --version)"
+  echo "pgbouncer: $(pgbouncer --version 2>/dev/null | head -1)"
+  echo "hyperpool: $HYPERPOOL_BINARY ($("$HYPERPOOL_BINARY" --version 2>/dev/null | head -1 || echo 'not runnable'))"
+  echo "hyperpool git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' + uncommitted changes')"
+} > "$OUT/env.txt"
+runs=$(( ${#WORKLOADS[@]} * ${#TARGETS[@]} * REPS ))
+log "$runs pgbench runs of ${DURATION}s (~$(( runs * (DURATION + 1) / 60 + 1 )) min) + setup; results in $OUT"
+
+# --- PostgreSQL ---------------------------------------------------------------
+log "starting PostgreSQL 15"
+bash "$ROOT/tests/support/pgcluster.sh" start "$PGDIR" >"$WORK/pgcluster.log" 2>&1 \
+  || { cat "$WORK/pgcluster.log" >&2; die "pgcluster.sh start failed"; }
+set -a
+# shellcheck disable=SC1091
+. "$PGDIR/env"
+set +a
+DB=$PGDATABASE
+BUSER=$SCRAM_USER
+BPASS=$SCRAM_PASSWORD
+log "pgbench -i -s $SCALE (as $BUSER)"
+PGPASSWORD=$BPASS PGSSLMODE=disable pgbench -i -q -s "$SCALE" -h "$PGHOST" -p "$PGPORT" -U "$BUSER" "$DB" \
+  >"$OUT/logs/pgbench-init.log" 2>&1 || { cat "$OUT/logs/pgbench-init.log" >&2; die "pgbench -i failed"; }
+
+# --- PgBouncer ----------------------------------------------------------------
+PGB_PORT=""
+start_pgbouncer() {
+  local d=$WORK/pgb secret
+  mkdir -p "$d"
+  PGB_PORT=$(free_port)
+  secret=$(PGPASSWORD=$ADMIN_PASSWORD psql -X -At -h "$PGHOST" -p "$PGPORT" -U "$ADMIN_USER" -d "$DB" \
+    -c "SELECT rolpassword FROM pg_authid WHERE rolname = '$BUSER'")
+  printf '"%s" "%s"\n' "$BUSER" "$secret" > "$d/userlist.txt"
+  cat > "$d/pgbouncer.ini" <<EOF
+[databases]
+$DB = host=$PGHOST port=$PGPORT dbname=$DB user=$BUSER password=$BPASS
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGB_PORT
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $d/userlist.txt
+pool_mode = transaction
+default_pool_size = $POOL_SIZE
+min_pool_size = 0
+reserve_pool_size = 0
+max_client_conn = $(( IDLE_N + 500 ))
+max_db_connections = $POOL_SIZE
+server_tls_sslmode = disable
+client_tls_sslmode = disable
+logfile = $d/pgbouncer.log
+pidfile = $d/pgbouncer.pid
+log_connections = 0
+log_disconnections = 0
+ignore_startup_parameters = extra_float_digits
+EOF
+  chown -R postgres "$d"
+  chmod 600 "$d/userlist.txt"
+  runuser -u postgres -- pgbouncer -d "$d/pgbouncer.ini" >"$d/start.log" 2>&1 \
+    || { cat "$d/start.log" "$d/pgbouncer.log" >&2 2>/dev/null; die "pgbouncer did not start"; }
+  for _ in $(seq 50); do [ -s "$d/pgbouncer.pid" ] && break; sleep 0.1; done
+  PGB_PID=$(cat "$d/pgbouncer.pid")
+  for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p "$PGB_PORT" -t 1 && break; sleep 0.1; done
+  log "pgbouncer $PGB_PID on 127.0.0.1:$PGB_PORT (transaction mode, pool $POOL_SIZE)"
+}
+
+# --- hyperpool ----------------------------------------------------------------
+HP_PORT=""
+HP_START_ERROR=""
+HP_STARTS=0
+start_hyperpool() {
+  HP_PID=""; HP_PORT=""
+  # After 5 failed or crashed starts, stop trying: every later run records the last error.
+  if [ "$HP_STARTS" -ge 5 ]; then
+    HP_START_ERROR=${HP_START_ERROR:-"hyperpool exited 5 times; not restarted again (see crashes.txt)"}
+    return 1
+  fi
+  HP_STARTS=$(( HP_STARTS + 1 ))
+  HP_START_ERROR=""
+  if [ ! -x "$HYPERPOOL_BINARY" ]; then
+    HP_START_ERROR="no hyperpool binary at $HYPERPOOL_BINARY"; return 1
+  fi
+  HP_PORT=$(free_port)
+  : > "$WORK/hyperpool.out"
+  "$HYPERPOOL_BINARY" serve \
+    --origin "postgresql://$BUSER:$BPASS@$PGHOST:$PGPORT/$DB?sslmode=disable" \
+    --listen "127.0.0.1:$HP_PORT" --pool-size "$POOL_SIZE" \
+    --user "$BUSER" --password "$BPASS" --database "$DB" \
+    >"$WORK/hyperpool.out" 2>>"$WORK/hyperpool.err" &
+  HP_PID=$!
+  for _ in $(seq 150); do
+    [ -s "$WORK/hyperpool.out" ] && break
+    kill -0 "$HP_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! [ -s "$WORK/hyperpool.out" ] || ! kill -0 "$HP_PID" 2>/dev/null; then
+    HP_START_ERROR="hyperpool serve did not start: $(tail -n 3 "$WORK/hyperpool.err" | tr '\n' ' ' | cut -c1-400)"
+    kill -KILL "$HP_PID" 2>/dev/null || true
+    HP_PID=""
+    return 1
+  fi
+  log "hyperpool $HP_PID: $(head -n1 "$WORK/hyperpool.out" | sed -E 's/:[^:@/]*@/:***@/')"
+}
+
+declare -A T_PORT T_PID
+T_PORT[direct]=$PGPORT; T_PID[direct]=0
+if has_target pgbouncer; then start_pgbouncer; T_PORT[pgbouncer]=$PGB_PORT; T_PID[pgbouncer]=$PGB_PID; fi
+if has_target hyperpool; then
+  if start_hyperpool; then T_PORT[hyperpool]=$HP_PORT; T_PID[hyperpool]=$HP_PID
+  else log "warning: $HP_START_ERROR"; fi
+fi
+
+# A crashed hyperpool is data: record it and start a fresh one for the next run.
+ensure_hyperpool() {
+  if [ -n "$HP_PID" ] && kill -0 "$HP_PID" 2>/dev/null; then return 0; fi
+  if [ -n "$HP_PID" ]; then
+    log "hyperpool $HP_PID exited: $(tail -n 2 "$WORK/hyperpool.err" | tr '\n' ' ' | cut -c1-300); restarting"
+    echo "hyperpool $HP_PID exited before rep $1 $2: $(tail -n 5 "$WORK/hyperpool.err" | tr '\n' ' ')" >> "$OUT/crashes.txt"
+  fi
+  start_hyperpool && { T_PORT[hyperpool]=$HP_PORT; T_PID[hyperpool]=$HP_PID; }
+}
+
+record_failure() {  # rep workload target error
+  $PY - "$OUT/runs.csv" "$@" <<'EOF'
+import csv, os, sys
+sys.path.insert(0, os.environ["BENCH"])
+from pgbench_run import FIELDS, append
+path, rep, workload, target, error = sys.argv[1:6]
+row = {k: "" for k in FIELDS}
+row.update(rep=rep, workload=workload, target=target, status="FAILED", error=error,
+           load1=f"{os.getloadavg()[0]:.2f}")
+append(path, row)
+print(f"  r{rep} {workload:<20} {target:<10} FAILED [{error[:160]}]", flush=True)
+EOF
+}
+export BENCH
+
+# --- the interleaved pgbench runs --------------------------------------------
+log "running: ${#WORKLOADS[@]} workloads x ${#TARGETS[@]} targets x $REPS reps"
+for (( rep = 1; rep <= REPS; rep++ )); do
+  log "repetition $rep/$REPS"
+  for (( wi = 0; wi < ${#WORKLOADS[@]}; wi++ )); do
+    w=${WORKLOADS[$wi]}
+    n=${#TARGETS[@]}
+    for (( k = 0; k < n; k++ )); do
+      # Rotate the target order per repetition and workload: no target always
+      # runs first (cold) or right after the same neighbour.
+      t=${TARGETS[$(( (k + rep - 1 + wi) % n ))]}
+      if [ "$t" = hyperpool ]; then
+        ensure_hyperpool "$rep" "$w" || { record_failure "$rep" "$w" "$t" "$HP_START_ERROR"; continue; }
+      fi
+      $PY "$BENCH/pgbench_run.py" --rep "$rep" --workload "$w" --target "$t" \
+        --host 127.0.0.1 --port "${T_PORT[$t]}" --user "$BUSER" --password "$BPASS" --database "$DB" \
+        --pid "${T_PID[$t]}" --duration "$DURATION" --out "$OUT/runs.csv" \
+        --latdir "$OUT/latency" --logdir "$OUT/logs" --tmpdir "$WORK" --hot-sql "$BENCH/hot.sql" \
+        || log "warning: runner failed for $w/$t"
+    done
+  done
+done
+
+# --- memory per idle client ---------------------------------------------------
+if [ "$IDLE_N" -gt 0 ]; then
+  log "memory per idle client ($IDLE_N connections each)"
+  for t in "${TARGETS[@]}"; do
+    n=$IDLE_N
+    if [ "$t" = direct ]; then n=$(( IDLE_N < 100 ? IDLE_N : 100 )); fi  # max_connections = 200
+    if [ "$t" = hyperpool ]; then ensure_hyperpool idle idle || { echo "{\"target\": \"hyperpool\", \"error\": \"$HP_START_ERROR\"}" >> "$OUT/idle.jsonl"; continue; }; fi
+    res=$(timeout 300 $PY "$BENCH/idle_clients.py" --host 127.0.0.1 --port "${T_PORT[$t]}" --user "$BUSER" \
+      --password "$BPASS" --database "$DB" -n "$n" --pid "${T_PID[$t]}" 2>"$OUT/logs/idle-$t.err") \
+      || res="{\"error\": \"idle_clients.py failed: $(tail -n 1 "$OUT/logs/idle-$t.err" | tr '"' "'" | cut -c1-300)\"}"
+    echo "$res" | $PY -c 'import json,sys; d=json.loads(sys.stdin.read()); d["target"]=sys.argv[1]; print(json.dumps(d))' "$t" >> "$OUT/idle.jsonl"
+    log "  $t: $(tail -n 1 "$OUT/idle.jsonl")"
+  done
+fi
+
+# Peak RSS of the poolers over the whole suite.
+for t in pgbouncer hyperpool; do
+  pid=${T_PID[$t]:-0}
+  if [ "$pid" != 0 ] && [ -r "/proc/$pid/status" ]; then
+    echo "$t $(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >> "$OUT/peak_rss.txt"
+  fi
+done
+
+# --- microbenchmarks ----------------------------------------------------------
+if [ "$MICRO" = 1 ]; then
+  MICRO_DIR=${BENCH_BUILD_DIR:-$(dirname "$HYPERPOOL_BINARY")}/bench
+  found=0
+  for b in "$MICRO_DIR"/bench_*; do
+    [ -x "$b" ] || continue
+    found=1
+    log "microbenchmark $(basename "$b")"
+    "$b" --benchmark_min_time=0.2 --benchmark_format=json --benchmark_out="$OUT/micro-$(basename "$b").json" \
+      --benchmark_out_format=json >/dev/null 2>"$OUT/logs/micro-$(basename "$b").err" \
+      || log "warning: $(basename "$b") failed (see logs)"
+  done
+  [ $found = 1 ] || log "no microbenchmarks in $MICRO_DIR (build them: cmake --build <dir> --target bench_codec)"
+fi
+
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
+echo "suite wall time: $(( SECONDS - SUITE_T0 )) s" >> "$OUT/env.txt"
+
+# --- report -------------------------------------------------------------------
+log "report"
+$PY "$BENCH/report.py" "$OUT" || log "warning: report.py failed"
+rm -rf "$OUT_ROOT/latest"
+cp -r "$OUT" "$OUT_ROOT/latest"
+log "done in $(( SECONDS - SUITE_T0 )) s: $OUT/report.md (copied to $OUT_ROOT/latest/)"
