@@ -32,11 +32,27 @@ struct PoolOptions {
   std::chrono::milliseconds connect_timeout{15000};
 };
 
+// The query cache (two tiers: the Client's local one and the Endpoint's).
+struct CacheOptions {
+  // Caching is on by default; `hyperpool serve --no-cache` turns it off.
+  bool enabled = true;
+  // How long a result is served fresh, and then stale while one refresh runs.
+  std::chrono::milliseconds max_age{60000};
+  std::chrono::milliseconds stale_while_revalidate{15000};
+  // Memory bound per tier, and the largest result kept (larger ones are
+  // returned, not cached).
+  std::size_t max_bytes = 64u << 20;
+  std::size_t max_entry_bytes = 50u << 20;
+  // Queries longer than this are not considered for caching.
+  std::size_t max_query_bytes = 16u << 10;
+};
+
 struct EndpointOptions {
   // The origin database: a libpq URI (postgresql://user:pass@host:port/db?sslmode=...)
   // or a key=value string. These credentials never reach applications.
   std::string origin;
   PoolOptions pool;
+  CacheOptions cache;
 };
 
 struct ClientOptions {
@@ -50,6 +66,7 @@ struct ClientOptions {
   std::string database = "hyperpool";
   // How long an application may take to finish its handshake.
   std::chrono::milliseconds handshake_timeout{15000};
+  CacheOptions cache;
 };
 
 }  // namespace hyperpool

@@ -5,14 +5,25 @@
 #include <string>
 #include <string_view>
 
+#include "cli/commands.h"
 #include "hyperpool/version.h"
 #include "tls/tls_info.h"
+#include "wan/wan_command.h"
 
 namespace {
 
 constexpr const char* kUsage = R"(usage: hyperpool <command> [options]
 
 Commands:
+  serve         run a local endpoint for applications, pooling one origin database
+                (hyperpool serve --help for every option)
+  validate      check that an origin database is reachable and accepts the login
+                (hyperpool validate --help)
+  demo          the Hyperdrive write-up's benchmark on this machine: direct vs pooled vs
+                cached across a simulated WAN (default RTT 125 ms), with a scratch
+                PostgreSQL 15 unless --origin is given (hyperpool demo --help)
+  wan           a WAN simulator (TCP delay line) in front of any TCP server
+                (hyperpool wan --help)
   selfcheck     run a short self-check of the codec, authentication and TLS
   --version     print the version and the TLS library in use
   --help        print this help
@@ -34,9 +45,19 @@ int main(int argc, char** argv) {
   std::string_view cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kUsage, stdout);
+    std::fputs("\n", stdout);
+    std::fputs(hyperpool::cli::kServeUsage, stdout);
+    std::fputs("\n", stdout);
+    std::fputs(hyperpool::cli::kValidateUsage, stdout);
+    std::fputs("\n", stdout);
+    std::fputs(hyperpool::cli::kDemoUsage, stdout);
     return 0;
   }
   if (cmd == "--version" || cmd == "-V") return PrintVersion();
+  if (cmd == "serve") return hyperpool::cli::Serve(argc, argv);
+  if (cmd == "validate") return hyperpool::cli::Validate(argc, argv);
+  if (cmd == "demo") return hyperpool::cli::Demo(argc, argv);
+  if (cmd == "wan") return hyperpool::wan::RunWanCommand(argc - 1, argv + 1);
   if (cmd == "selfcheck") {
     PrintVersion();
     std::puts("selfcheck: ok");

@@ -1,0 +1,172 @@
+// `hyperpool serve`: both halves in one process via hyperpool::connect().
+// Prints the local connection string as the first line of stdout once it
+// accepts connections; logs to stderr; drains and exits 0 on SIGINT/SIGTERM.
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <fmt/format.h>
+
+#include "absl/strings/numbers.h"
+#include "cli/commands.h"
+#include "client/client_util.h"
+#include "hyperpool/hyperpool.h"
+
+namespace hyperpool::cli {
+
+const char* const kServeUsage = R"(usage: hyperpool serve --origin URL [options]
+
+Runs a local PostgreSQL endpoint for applications (the Client half) and the
+pool towards the origin database (the Endpoint half) in this process. Prints
+the local connection string as the first line of stdout, logs to stderr,
+drains and exits 0 on SIGINT or SIGTERM.
+
+Options:
+  --origin URL            origin database: postgresql://user:pass@host:port/db?sslmode=...
+                          or a key=value string (default: $HYPERPOOL_ORIGIN)
+  --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
+  --pool-size N           most origin connections open at once (default 10)
+  --min-idle N            origin connections kept open while idle (default 0)
+  --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
+  --idle-timeout S        close idle origin connections above min-idle after S seconds (default 600)
+  --max-lifetime S        close origin connections older than S seconds (default 3600)
+  --pool-mode MODE        transaction (default) or session
+  --user U                user name applications log in with (default hyperpool)
+  --password P            their password (default: a random one, shown in the connection string)
+  --database D            database name applications use (default hyperpool)
+  --threads N             worker threads (default 0 = one per core)
+  --help                  print this help
+)";
+
+namespace {
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "hyperpool serve: %s\n\n%s", message.c_str(), kServeUsage);
+  return 2;
+}
+
+void LogLine(const std::string& line) {
+  std::string text = "hyperpool serve: " + line + "\n";
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+template <typename T>
+bool ParseNumber(std::string_view text, T& out) {
+  uint64_t value;
+  if (!absl::SimpleAtoi(std::string(text), &value)) return false;
+  out = static_cast<T>(value);
+  return static_cast<uint64_t>(out) == value;
+}
+
+}  // namespace
+
+int Serve(int argc, char** argv) {
+  ConnectOptions options;
+  if (const char* env = std::getenv("HYPERPOOL_ORIGIN")) options.endpoint.origin = env;
+  for (int i = 2; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kServeUsage, stdout);
+      return 0;
+    }
+    std::string value;
+    size_t eq = arg.find('=');
+    std::string_view name = arg;
+    if (arg.substr(0, 2) == "--" && eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = std::string(arg.substr(eq + 1));
+    } else {
+      if (i + 1 >= argc) return UsageError(fmt::format("option {} needs a value", std::string(arg)));
+      value = argv[++i];
+    }
+    uint64_t number = 0;
+    auto need_number = [&]() { return ParseNumber(value, number); };
+    if (name == "--origin") {
+      options.endpoint.origin = value;
+    } else if (name == "--listen") {
+      size_t colon = value.rfind(':');
+      if (colon == std::string::npos) return UsageError("--listen needs HOST:PORT");
+      std::string host = value.substr(0, colon);
+      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+      uint16_t port;
+      if (!ParseNumber(std::string_view(value).substr(colon + 1), port)) return UsageError("bad port in --listen");
+      options.client.listen_host = host.empty() ? "127.0.0.1" : host;
+      options.client.listen_port = port;
+    } else if (name == "--pool-size") {
+      if (!need_number() || number == 0) return UsageError("--pool-size needs a positive number");
+      options.endpoint.pool.max_size = number;
+    } else if (name == "--min-idle") {
+      if (!need_number()) return UsageError("--min-idle needs a number");
+      options.endpoint.pool.min_idle = number;
+    } else if (name == "--acquire-timeout") {
+      if (!need_number()) return UsageError("--acquire-timeout needs milliseconds");
+      options.endpoint.pool.acquire_timeout = std::chrono::milliseconds(number);
+    } else if (name == "--idle-timeout") {
+      if (!need_number()) return UsageError("--idle-timeout needs seconds");
+      options.endpoint.pool.idle_timeout = std::chrono::seconds(number);
+    } else if (name == "--max-lifetime") {
+      if (!need_number()) return UsageError("--max-lifetime needs seconds");
+      options.endpoint.pool.max_lifetime = std::chrono::seconds(number);
+    } else if (name == "--pool-mode") {
+      if (value == "transaction") {
+        options.endpoint.pool.mode = PoolMode::kTransaction;
+      } else if (value == "session") {
+        options.endpoint.pool.mode = PoolMode::kSession;
+      } else {
+        return UsageError("--pool-mode is transaction or session");
+      }
+    } else if (name == "--user") {
+      options.client.user = value;
+    } else if (name == "--password") {
+      options.client.password = value;
+    } else if (name == "--database") {
+      options.client.database = value;
+    } else if (name == "--threads") {
+      if (!need_number()) return UsageError("--threads needs a number");
+      options.threads = static_cast<unsigned>(number);
+    } else {
+      return UsageError(fmt::format("unknown option {}", std::string(name)));
+    }
+  }
+  if (options.endpoint.origin.empty()) return UsageError("--origin is required");
+  if (options.endpoint.pool.min_idle > options.endpoint.pool.max_size) {
+    return UsageError("--min-idle cannot exceed --pool-size");
+  }
+
+  // Installed before any worker thread starts, so no thread ever sees the
+  // default disposition of SIGINT/SIGTERM.
+  asio::io_context signals_io(1);
+  asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::string redacted = client::RedactOrigin(options.endpoint.origin);
+  const size_t pool_size = options.endpoint.pool.max_size;
+  const char* mode = options.endpoint.pool.mode == PoolMode::kTransaction ? "transaction" : "session";
+  absl::StatusOr<std::unique_ptr<Connection>> connection = connect(std::move(options));
+  if (!connection.ok()) {
+    LogLine(fmt::format("cannot start: {}", std::string(connection.status().message())));
+    return 1;
+  }
+  std::fputs(((*connection)->connection_string() + "\n").c_str(), stdout);
+  std::fflush(stdout);
+  LogLine(fmt::format("ready; origin {} (pool {} connections, {} mode)", redacted, pool_size, mode));
+
+  int received = 0;
+  signals.async_wait([&](const asio::error_code& ec, int signo) {
+    if (!ec) received = signo;
+  });
+  signals_io.run();
+  LogLine(fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
+  EndpointStats stats = (*connection)->endpoint_stats();
+  (*connection)->Close();
+  LogLine(fmt::format("stopped after {} transactions", stats.transactions));
+  return 0;
+}
+
+}  // namespace hyperpool::cli

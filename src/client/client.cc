@@ -1,0 +1,1075 @@
+// The Client half: a local PostgreSQL "server" for the app's driver. It
+// answers the whole handshake itself (SCRAM-SHA-256 against a verifier
+// computed once at Create, then the origin's cached ParameterStatus values),
+// and only when the app sends its first real message does it open a Link to
+// the Endpoint, carrying the hello and those first messages in one Send
+// (docs/architecture.md, "The link protocol").
+//
+// One coroutine per app connection, on a strand of one worker's executor.
+// After the handshake two legs run concurrently on that strand:
+//   AppToLink: reads whole frontend frames from the socket, sends them on the
+//              link (one Send per read, many frames per Send);
+//   LinkToApp: the only writer to the socket: one write per received chunk,
+//              tracking ReadyForQuery for the transaction status.
+// Each leg, when it ends, closes what the other is waiting on, so the session
+// unwinds without joins; the Session object lives as long as either leg.
+
+#include "hyperpool/client.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <fmt/format.h>
+
+#include "client/client_util.h"
+#include "protocol/auth/auth_util.h"
+#include "protocol/auth/scram.h"
+#include "protocol/codec.h"
+
+namespace hyperpool {
+namespace {
+
+namespace pr = protocol;
+using asio::ip::tcp;
+constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+// Largest tagged message accepted while authenticating (SCRAM payloads are
+// bounded at 4 KiB by ScramLimits); afterwards PostgreSQL's 1 GiB limit.
+constexpr uint32_t kAuthMaxMessageLength = 16 * 1024;
+// Bytes requested per socket read.
+constexpr size_t kReadSize = 16 * 1024;
+
+constexpr std::string_view kSqlStateProtocolViolation = "08P01";
+constexpr std::string_view kSqlStateConnectionFailure = "08006";
+constexpr std::string_view kSqlStateInvalidAuthorization = "28000";
+constexpr std::string_view kSqlStateInvalidPassword = "28P01";
+constexpr std::string_view kSqlStateInvalidCatalog = "3D000";
+constexpr std::string_view kSqlStateAdminShutdown = "57P01";
+
+void Log(std::string_view line) {
+  std::string text = fmt::format("hyperpool client: {}\n", line);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+std::string ErrorFrame(std::string_view sqlstate, std::string_view message) {
+  std::string out;
+  pr::EncodeErrorResponse(out, "FATAL", sqlstate, message);
+  return out;
+}
+
+// Asio does not open sockets close-on-exec: without this a child process the
+// host forks (psql, a driver's helper) would inherit the listener and keep the
+// port open after Stop().
+void SetCloseOnExec(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
+// Received-but-unconsumed app bytes. Frames returned by FrameReader are views
+// into it and stay valid until the next Prepare().
+class InBuffer {
+ public:
+  std::string_view view() const { return {data_.data() + begin_, end_ - begin_}; }
+  size_t size() const { return end_ - begin_; }
+  void Consume(size_t n) {
+    begin_ += n;
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
+  // Free space of at least `n` bytes after the data (moving it to the front
+  // or growing when needed).
+  asio::mutable_buffer Prepare(size_t n) {
+    if (data_.size() - end_ < n && begin_ > 0) {
+      std::memmove(data_.data(), data_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (data_.size() - end_ < n) data_.resize(end_ + n);
+    return asio::buffer(data_.data() + end_, data_.size() - end_);
+  }
+  void Commit(size_t n) { end_ += n; }
+
+ private:
+  std::vector<char> data_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
+}  // namespace
+
+class ClientSession;
+
+struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
+  Impl(std::vector<asio::any_io_executor> executors_in, Transport& transport_in, ClientOptions options_in)
+      : executors(std::move(executors_in)),
+        transport(transport_in),
+        options(std::move(options_in)),
+        accept_strand(asio::make_strand(executors[0])),
+        acceptor(accept_strand) {}
+
+  // Coroutines take `self` so that the Impl outlives them.
+  asio::awaitable<void> AcceptLoop(std::shared_ptr<Impl> self);
+  asio::awaitable<void> Probe(std::shared_ptr<Impl> self);
+  void Stop();
+
+  // Requires `mu`: opens a probe link unless one is in flight.
+  void StartProbeLocked();
+  // Stores fresh origin parameters and wakes the sessions waiting for them.
+  void PublishParams(client::ParamList params);
+  // Wakes the waiting sessions with `error_frame` (an ErrorResponse).
+  void FailParams(std::string error_frame);
+
+  const std::vector<asio::any_io_executor> executors;
+  Transport& transport;
+  const ClientOptions options;
+  auth::ScramVerifier verifier;  // of options.password, computed once
+  std::string connection_string;
+  asio::strand<asio::any_io_executor> accept_strand;
+  tcp::acceptor acceptor;                // used on accept_strand only
+  std::unique_ptr<Link> probe_link;      // used on accept_strand only
+  std::atomic<size_t> next_executor{0};
+  std::atomic<bool> stopping{false};
+
+  std::mutex mu;
+  // The origin's reported parameters from the latest link-ready answer.
+  std::optional<client::ParamList> params;
+  bool probe_in_flight = false;
+  std::vector<std::weak_ptr<ClientSession>> params_waiters;
+  std::unordered_map<const ClientSession*, std::weak_ptr<ClientSession>> sessions;
+  struct CancelTarget {
+    std::string secret;
+    const ClientSession* session = nullptr;
+    std::string session_id;  // empty until the session's link is open
+  };
+  std::unordered_map<int32_t, CancelTarget> cancel_keys;
+};
+
+class ClientSession : public std::enable_shared_from_this<ClientSession> {
+ public:
+  // The session's life. Change it only through SetState().
+  enum class State {
+    kStartup,         // waiting for StartupMessage (SSLRequest/GSSENCRequest refused with 'N')
+    kAuthenticating,  // SCRAM-SHA-256 exchange in progress
+    kAwaitingParams,  // authenticated; waiting for the origin's parameters (first app of a Client)
+    kIdle,            // ReadyForQuery sent and nothing outstanding (the link may not exist yet)
+    kBusy,            // requests (Query, Sync, FunctionCall) forwarded without their ReadyForQuery
+    kClosed,          // socket and link closed; the legs are unwinding
+  };
+
+  // Why forwarding ended; decides what the app is told.
+  enum class EndReason {
+    kNone,              // still running
+    kTerminate,         // app sent Terminate: forwarded, then both closed
+    kAppGone,           // app socket closed or failed: link closed (a vanished client)
+    kAppProtocolError,  // app sent a malformed frame: pending_error_ goes to the app
+    kLinkFailed,        // the link broke: 08006 to the app
+    kStopped,           // Client::Stop()
+  };
+
+  ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket)
+      : impl_(std::move(impl)),
+        socket_(std::move(socket)),
+        watchdog_(socket_.get_executor()),
+        params_timer_(socket_.get_executor()) {}
+
+  ~ClientSession() {
+    std::lock_guard lock(impl_->mu);
+    impl_->sessions.erase(this);
+    if (cancel_pid_ != 0) {
+      auto it = impl_->cancel_keys.find(cancel_pid_);
+      if (it != impl_->cancel_keys.end() && it->second.session == this) impl_->cancel_keys.erase(it);
+    }
+  }
+
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+
+  // `self` keeps the session alive for the coroutine's whole life (the
+  // body starts only after co_spawn returns).
+  asio::awaitable<void> Run(std::shared_ptr<ClientSession> self) {
+    StartWatchdog();
+    bool ready = co_await Handshake();
+    watchdog_.cancel();
+    if (!ready) {
+      CloseSocket();
+      if (state_ != State::kClosed) SetState(State::kClosed);
+      co_return;
+    }
+    co_await AppToLink();
+  }
+
+  // Client::Stop(): runs on the session's strand.
+  void Shutdown() {
+    if (reason_ == EndReason::kNone) reason_ = EndReason::kStopped;
+    timed_out_ = true;
+    params_timer_.cancel();
+    watchdog_.cancel();
+    CloseLink();
+    CloseSocket();
+  }
+
+  // The probe finished: runs on the session's strand.
+  void OnParams(std::string error_frame) {
+    params_error_ = std::move(error_frame);
+    params_notified_ = true;
+    params_timer_.cancel();
+  }
+
+ private:
+  // The one transition function.
+  void SetState(State next) {
+    // Allowed: forward along the handshake, kIdle <-> kBusy, anything -> kClosed.
+    bool ok = next == State::kClosed || static_cast<int>(next) > static_cast<int>(state_) ||
+              (state_ == State::kBusy && next == State::kIdle);
+    if (!ok) Log(fmt::format("internal: session state {} -> {} refused", int(state_), int(next)));
+    if (ok) state_ = next;
+  }
+
+  void StartWatchdog() {
+    watchdog_.expires_after(impl_->options.handshake_timeout);
+    watchdog_.async_wait([weak = weak_from_this()](asio::error_code ec) {
+      if (ec) return;
+      auto self = weak.lock();
+      if (!self) return;
+      if (self->state_ == State::kIdle || self->state_ == State::kBusy || self->state_ == State::kClosed) return;
+      self->timed_out_ = true;
+      if (self->state_ == State::kAwaitingParams) {
+        self->params_timer_.cancel();  // Handshake() reports the timeout itself
+      } else {
+        self->CloseSocket();
+      }
+    });
+  }
+
+  void CloseSocket() {
+    asio::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
+
+  void CloseLink() {
+    if (link_) link_->Close();
+  }
+
+  // Reads until a whole frame is buffered. The frame's views stay valid until
+  // the next read. InvalidArgument: protocol error; Unavailable: closed.
+  asio::awaitable<absl::StatusOr<pr::Frame>> ReadFrame(const pr::FrameReader& reader) {
+    for (;;) {
+      pr::FrameReader::Result r = reader.Read(in_.view());
+      if (r.is_frame()) co_return r.frame();
+      if (r.is_error()) co_return r.status();
+      if (!co_await Fill(r.bytes_needed())) co_return absl::UnavailableError("app closed the connection");
+    }
+  }
+
+  // Reads once, so that (when possible) `needed` bytes in total are buffered.
+  asio::awaitable<bool> Fill(size_t needed) {
+    size_t want = needed > in_.size() ? needed - in_.size() : 1;
+    auto buffer = in_.Prepare(std::max(want, kReadSize));
+    auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
+    if (ec || n == 0) co_return false;
+    in_.Commit(n);
+    co_return true;
+  }
+
+  asio::awaitable<void> Write(std::string_view bytes) {
+    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes.data(), bytes.size()), kAsTuple);
+    (void)ec;
+    (void)n;
+  }
+
+  // Sends a FATAL ErrorResponse and closes the socket.
+  asio::awaitable<void> Fatal(std::string_view sqlstate, std::string message) {
+    out_.clear();
+    pr::EncodeErrorResponse(out_, "FATAL", sqlstate, message);
+    co_await Write(out_);
+    CloseSocket();
+    SetState(State::kClosed);
+  }
+
+  // ---- Handshake (PostgreSQL docs, "Message Flow" > "Start-up") ----
+
+  asio::awaitable<bool> Handshake() {
+    pr::FrameReader startup_reader(pr::FrameReader::Mode::kStartup);
+    bool ssl_refused = false;
+    bool gss_refused = false;
+    int32_t version = 0;
+    for (;;) {
+      absl::StatusOr<pr::Frame> frame = co_await ReadFrame(startup_reader);
+      if (!frame.ok()) {
+        if (pr::IsProtocolError(frame.status()) && !timed_out_) {
+          co_await Fatal(kSqlStateProtocolViolation, std::string(frame.status().message()));
+        }
+        co_return false;
+      }
+      const size_t frame_size = frame->size();
+      std::string_view payload = frame->payload;
+      const auto* u = reinterpret_cast<const unsigned char*>(payload.data());
+      const int32_t code = static_cast<int32_t>((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) |
+                                                (uint32_t{u[2]} << 8) | u[3]);
+      if (code != pr::kSslRequestCode && code != pr::kGssEncRequestCode && code != pr::kCancelRequestCode &&
+          pr::ProtocolMajor(code) != 3) {
+        co_await Fatal(kSqlStateProtocolViolation,
+                       fmt::format("unsupported frontend protocol {}.{}: server supports 3.0 to 3.0",
+                                   pr::ProtocolMajor(code), pr::ProtocolMinor(code)));
+        co_return false;
+      }
+      absl::StatusOr<pr::StartupPacket> packet = pr::DecodeStartupPacket(payload);
+      if (!packet.ok()) {
+        co_await Fatal(kSqlStateProtocolViolation, std::string(packet.status().message()));
+        co_return false;
+      }
+      if (std::holds_alternative<pr::SslRequest>(*packet) || std::holds_alternative<pr::GssEncRequest>(*packet)) {
+        bool ssl = std::holds_alternative<pr::SslRequest>(*packet);
+        bool& refused = ssl ? ssl_refused : gss_refused;
+        if (refused) {
+          std::string message = ssl ? "duplicate SSLRequest" : "duplicate GSSENCRequest";
+          co_await Fatal(kSqlStateProtocolViolation, std::move(message));
+          co_return false;
+        }
+        refused = true;
+        in_.Consume(frame_size);
+        // Bytes sent before our answer cannot be meant for the (refused)
+        // encrypted channel: a client that pipelines them is attempting the
+        // CVE-2021-23222 class of injection. Close without answering.
+        asio::error_code ec;
+        if (in_.size() > 0 || socket_.available(ec) > 0) {
+          Log(fmt::format("closing an app connection: data received after {} before the answer",
+                          ssl ? "SSLRequest" : "GSSENCRequest"));
+          co_return false;
+        }
+        co_await Write("N");
+        continue;
+      }
+      if (const auto* cancel = std::get_if<pr::CancelRequest>(&*packet)) {
+        int32_t pid = cancel->process_id;
+        std::string secret(cancel->secret_key);
+        in_.Consume(frame_size);
+        co_await ForwardCancel(pid, secret);
+        co_return false;
+      }
+      const auto& startup = std::get<pr::StartupMessage>(*packet);
+      version = startup.protocol_version;
+      for (const auto& [name, value] : startup.parameters) {
+        if (name == "user") {
+          user_ = std::string(value);
+        } else if (name == "database") {
+          database_ = std::string(value);
+          has_database_ = true;
+        } else if (name == "replication") {
+          replication_ = std::string(value);
+        } else if (name.substr(0, 5) == "_pq_.") {
+          unrecognized_options_.emplace_back(name);
+        } else {
+          app_params_.emplace_back(std::string(name), std::string(value));
+        }
+      }
+      in_.Consume(frame_size);
+      break;
+    }
+
+    out_.clear();
+    if (pr::ProtocolMinor(version) > 0 || !unrecognized_options_.empty()) {
+      // We speak 3.0 and no protocol extensions (PostgreSQL docs,
+      // "Protocol versions"; NegotiateProtocolVersion).
+      pr::NegotiateProtocolVersion npv;
+      npv.newest_minor_version = 0;
+      for (const auto& name : unrecognized_options_) npv.unrecognized_options.emplace_back(name);
+      pr::Encode(npv, out_);
+    }
+    if (user_.empty()) {
+      co_await FatalAfter(kSqlStateInvalidAuthorization, "no PostgreSQL user name specified in startup packet");
+      co_return false;
+    }
+    if (!has_database_ || database_.empty()) database_ = user_;
+    if (!replication_.empty() && replication_ != "false" && replication_ != "off" && replication_ != "no" &&
+        replication_ != "0") {
+      co_await FatalAfter(kSqlStateProtocolViolation, "replication connections are not supported by hyperpool");
+      co_return false;
+    }
+    if (user_ != impl_->options.user) {
+      co_await FatalAfter(kSqlStateInvalidAuthorization, fmt::format("role \"{}\" is not permitted", user_));
+      co_return false;
+    }
+    if (database_ != impl_->options.database) {
+      co_await FatalAfter(kSqlStateInvalidCatalog, fmt::format("database \"{}\" does not exist", database_));
+      co_return false;
+    }
+    SetState(State::kAuthenticating);
+    if (!co_await Authenticate()) co_return false;
+
+    // Authenticated: out_ holds SASLFinal + AuthenticationOk.
+    client::ParamList origin_params;
+    bool have_params = false;
+    {
+      std::lock_guard lock(impl_->mu);
+      if (impl_->params) {
+        origin_params = *impl_->params;
+        have_params = true;
+      }
+    }
+    if (!have_params) {
+      co_await Write(out_);
+      out_.clear();
+      SetState(State::kAwaitingParams);
+      auto params = co_await AwaitParams();
+      if (!params) co_return false;
+      origin_params = std::move(*params);
+    }
+    for (const auto& [name, value] : client::OverlayParams(origin_params, app_params_)) {
+      pr::Encode(pr::ParameterStatus{name, value}, out_);
+    }
+    if (!RegisterCancelKey()) {
+      co_await Fatal(kSqlStateConnectionFailure, "could not generate a cancellation key");
+      co_return false;
+    }
+    pr::Encode(pr::BackendKeyData{cancel_pid_, cancel_secret_}, out_);
+    pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out_);
+    SetState(State::kIdle);
+    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_), kAsTuple);
+    if (ec) co_return false;
+    out_.clear();
+    out_.shrink_to_fit();
+    co_return true;
+  }
+
+  // Fatal() after whatever out_ already holds (e.g. NegotiateProtocolVersion).
+  asio::awaitable<void> FatalAfter(std::string_view sqlstate, std::string message) {
+    pr::EncodeErrorResponse(out_, "FATAL", sqlstate, message);
+    co_await Write(out_);
+    CloseSocket();
+    SetState(State::kClosed);
+  }
+
+  // SCRAM-SHA-256 (PostgreSQL docs, "SASL Authentication"). out_ may already
+  // hold NegotiateProtocolVersion. On success out_ holds SASLFinal + AuthenticationOk.
+  asio::awaitable<bool> Authenticate() {
+    auth::ScramServer::Options scram_options;
+    scram_options.verifier = impl_->verifier;
+    absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(std::move(scram_options));
+    if (!scram.ok()) {
+      co_await FatalAfter(kSqlStateConnectionFailure, "could not start SCRAM authentication");
+      co_return false;
+    }
+    pr::AuthenticationSasl sasl;
+    sasl.mechanisms = {auth::kScramSha256};
+    pr::Encode(pr::Authentication{sasl}, out_);
+    co_await Write(out_);
+    out_.clear();
+
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+    reader.set_max_message_length(kAuthMaxMessageLength);
+    auto expect_password_frame = [&](absl::StatusOr<pr::Frame>& frame) -> absl::Status {
+      if (!frame.ok()) return frame.status();
+      if (frame->tag != 'p') {
+        return pr::ProtocolError(fmt::format("expected SASL response, got message type {}", int(frame->tag)));
+      }
+      return absl::OkStatus();
+    };
+    auto fail = [&](const absl::Status& status) -> asio::awaitable<void> {
+      if (absl::IsUnavailable(status) || timed_out_) co_return;  // closed: nobody to tell
+      if (absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status)) {
+        Log(fmt::format("password authentication failed for user \"{}\"", user_));
+        co_await Fatal(kSqlStateInvalidPassword, fmt::format("password authentication failed for user \"{}\"", user_));
+      } else {
+        co_await Fatal(kSqlStateProtocolViolation, std::string(status.message()));
+      }
+    };
+
+    absl::StatusOr<pr::Frame> frame = co_await ReadFrame(reader);
+    if (absl::Status s = expect_password_frame(frame); !s.ok()) {
+      co_await fail(s);
+      co_return false;
+    }
+    absl::StatusOr<pr::SaslInitialResponse> initial = pr::DecodeSaslInitialResponse(frame->payload);
+    if (!initial.ok()) {
+      co_await fail(initial.status());
+      co_return false;
+    }
+    if (initial->mechanism != auth::kScramSha256) {
+      co_await fail(pr::ProtocolError("client selected an invalid SASL authentication mechanism"));
+      co_return false;
+    }
+    if (!initial->data) {
+      co_await fail(pr::ProtocolError("SASLInitialResponse carries no client-first message"));
+      co_return false;
+    }
+    absl::StatusOr<std::string> server_first = scram->HandleClientFirst(initial->mechanism, *initial->data);
+    in_.Consume(frame->size());
+    if (!server_first.ok()) {
+      co_await fail(server_first.status());
+      co_return false;
+    }
+    pr::Encode(pr::Authentication{pr::AuthenticationSaslContinue{*server_first}}, out_);
+    co_await Write(out_);
+    out_.clear();
+
+    frame = co_await ReadFrame(reader);
+    if (absl::Status s = expect_password_frame(frame); !s.ok()) {
+      co_await fail(s);
+      co_return false;
+    }
+    absl::StatusOr<pr::SaslResponse> response = pr::DecodeSaslResponse(frame->payload);
+    if (!response.ok()) {
+      co_await fail(response.status());
+      co_return false;
+    }
+    absl::StatusOr<std::string> server_final = scram->HandleClientFinal(response->data);
+    in_.Consume(frame->size());
+    if (!server_final.ok()) {
+      co_await fail(server_final.status());
+      co_return false;
+    }
+    pr::Encode(pr::Authentication{pr::AuthenticationSaslFinal{*server_final}}, out_);
+    pr::Encode(pr::Authentication{pr::AuthenticationOk{}}, out_);
+    co_return true;
+  }
+
+  // Waits until the Client knows the origin's parameters (only the first app
+  // connections of a Client ever wait). Reports failures to the app itself.
+  asio::awaitable<std::optional<client::ParamList>> AwaitParams() {
+    for (;;) {
+      {
+        std::lock_guard lock(impl_->mu);
+        if (impl_->params) co_return *impl_->params;
+        if (!params_notified_) {
+          impl_->params_waiters.push_back(weak_from_this());
+          impl_->StartProbeLocked();
+        }
+      }
+      if (!params_notified_) {
+        params_timer_.expires_at(asio::steady_timer::time_point::max());
+        co_await params_timer_.async_wait(kAsTuple);
+      }
+      if (timed_out_) {
+        if (reason_ == EndReason::kNone) {
+          co_await Fatal(kSqlStateConnectionFailure, "timed out waiting for the origin database");
+        }
+        co_return std::nullopt;
+      }
+      if (params_notified_ && !params_error_.empty()) {
+        co_await Write(params_error_);
+        CloseSocket();
+        SetState(State::kClosed);
+        co_return std::nullopt;
+      }
+      params_notified_ = false;
+    }
+  }
+
+  bool RegisterCancelKey() {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      absl::StatusOr<std::string> bytes = auth::RandomBytes(8);
+      if (!bytes.ok()) return false;
+      const auto* u = reinterpret_cast<const unsigned char*>(bytes->data());
+      int32_t pid = static_cast<int32_t>(((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) |
+                                          (uint32_t{u[2]} << 8) | u[3]) & 0x7fffffffu);
+      std::lock_guard lock(impl_->mu);
+      if (pid == 0 || impl_->cancel_keys.count(pid) != 0) continue;
+      cancel_pid_ = pid;
+      cancel_secret_ = bytes->substr(4, 4);
+      impl_->cancel_keys[pid] = Client::Impl::CancelTarget{cancel_secret_, this, ""};
+      return true;
+    }
+    return false;
+  }
+
+  // CancelRequest ("Canceling Requests in Progress"): find the session by its
+  // key and open a cancel link for it. The app gets no answer either way.
+  asio::awaitable<void> ForwardCancel(int32_t pid, const std::string& secret) {
+    std::string session_id;
+    {
+      std::lock_guard lock(impl_->mu);
+      auto it = impl_->cancel_keys.find(pid);
+      if (it != impl_->cancel_keys.end() && auth::ConstantTimeEquals(it->second.secret, secret)) {
+        session_id = it->second.session_id;
+      }
+    }
+    if (session_id.empty() || impl_->stopping) co_return;  // unknown key, or nothing running yet
+    auto link = co_await impl_->transport.Open(executor(), client::BuildCancelHello(session_id));
+    if (link.ok()) (*link)->Close();
+  }
+
+  // ---- Forwarding ----
+
+  // Opens the session's link with the hello and the first frames; starts LinkToApp.
+  asio::awaitable<bool> OpenLink(std::string first_frames) {
+    if (impl_->stopping) co_return false;
+    absl::StatusOr<std::string> id = client::NewSessionId();
+    if (!id.ok()) {
+      co_await Fatal(kSqlStateConnectionFailure, "could not generate a session id");
+      co_return false;
+    }
+    session_id_ = *id;
+    std::string initial = client::BuildLinkHello(app_params_, session_id_);
+    initial.append(first_frames);
+    auto link = co_await impl_->transport.Open(executor(), std::move(initial));
+    if (!link.ok()) {
+      Log(fmt::format("could not open a link to the endpoint: {}", std::string(link.status().message())));
+      co_await Fatal(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
+      co_return false;
+    }
+    if (reason_ != EndReason::kNone) {  // stopped while opening
+      (*link)->Close();
+      co_return false;
+    }
+    link_ = std::move(*link);
+    {
+      std::lock_guard lock(impl_->mu);
+      auto it = impl_->cancel_keys.find(cancel_pid_);
+      if (it != impl_->cancel_keys.end() && it->second.session == this) it->second.session_id = session_id_;
+    }
+    asio::co_spawn(executor(), LinkToApp(shared_from_this()), asio::detached);
+    co_return true;
+  }
+
+  asio::awaitable<void> AppToLink() {
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+    for (;;) {
+      std::string_view view = in_.view();
+      size_t batch = 0;
+      size_t needed = 0;
+      bool terminate = false;
+      absl::Status bad;
+      for (;;) {
+        pr::FrameReader::Result r = reader.Read(view.substr(batch));
+        if (r.is_need_more()) {
+          needed = batch + r.bytes_needed();
+          break;
+        }
+        if (r.is_error()) {
+          bad = r.status();
+          break;
+        }
+        const char tag = r.frame().tag;
+        if (!pr::IsFrontendTag(tag) || tag == 'p') {
+          bad = pr::ProtocolError(fmt::format("invalid frontend message type {}", int(static_cast<unsigned char>(tag))));
+          break;
+        }
+        batch += r.frame().size();
+        if (tag == 'Q' || tag == 'S' || tag == 'F') ++outstanding_;
+        if (tag == 'X') {
+          terminate = true;
+          break;
+        }
+      }
+      if (batch > 0 && !(terminate && !link_ && batch == 5)) {
+        std::string bytes(view.substr(0, batch));
+        in_.Consume(batch);
+        if (!link_) {
+          if (!co_await OpenLink(std::move(bytes))) {
+            CloseSocket();
+            co_return;
+          }
+        } else {
+          absl::Status sent = co_await link_->Send(std::move(bytes));
+          if (!sent.ok()) co_return;  // LinkToApp reports the broken link
+        }
+        if (outstanding_ > 0 && state_ == State::kIdle) SetState(State::kBusy);
+      }
+      if (terminate) {
+        if (reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
+        CloseLink();
+        CloseSocket();
+        SetState(State::kClosed);
+        co_return;
+      }
+      if (!bad.ok()) {
+        std::string error = ErrorFrame(kSqlStateProtocolViolation, std::string(bad.message()));
+        Log(fmt::format("closing an app connection: {}", std::string(bad.message())));
+        if (link_ && reason_ == EndReason::kNone) {
+          // LinkToApp is the socket's writer: let it deliver the error.
+          pending_error_ = std::move(error);
+          reason_ = EndReason::kAppProtocolError;
+          CloseLink();
+        } else if (!link_) {
+          co_await Write(error);
+          CloseSocket();
+          SetState(State::kClosed);
+        }
+        co_return;
+      }
+      if (reason_ != EndReason::kNone || !co_await Fill(needed)) {
+        if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+        CloseLink();
+        if (!link_) {
+          CloseSocket();
+          SetState(State::kClosed);
+        }
+        co_return;
+      }
+    }
+  }
+
+  asio::awaitable<void> LinkToApp(std::shared_ptr<ClientSession> self) {
+    std::string buf;
+    // Link-ready: ParameterStatus... ReadyForQuery('I'). Not for the app
+    // (it had its own from our handshake); refreshes the cached parameters.
+    {
+      pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+      client::ParamList fresh;
+      size_t pos = 0;
+      bool ready = false;
+      while (!ready) {
+        pr::FrameReader::Result r = reader.Read(std::string_view(buf).substr(pos));
+        if (r.is_frame()) {
+          const pr::Frame& f = r.frame();
+          if (f.tag == 'S') {
+            if (auto ps = pr::DecodeParameterStatus(f.payload); ps.ok()) {
+              fresh.emplace_back(std::string(ps->name), std::string(ps->value));
+            }
+          } else if (f.tag == 'Z') {
+            ready = true;
+          } else if (f.tag == 'E') {
+            // The Endpoint cannot serve: its error is the app's answer.
+            co_await Write(f.raw);
+            farewell_sent_ = true;
+            co_await LinkEnded();
+            co_return;
+          }
+          pos += f.size();
+          continue;
+        }
+        if (r.is_error()) {
+          Log(fmt::format("malformed link-ready from the endpoint: {}", std::string(r.status().message())));
+          co_await LinkEnded();
+          co_return;
+        }
+        absl::StatusOr<size_t> n = co_await link_->Receive(buf);
+        if (!n.ok()) {
+          co_await LinkEnded();
+          co_return;
+        }
+      }
+      if (!fresh.empty()) {
+        std::lock_guard lock(impl_->mu);
+        impl_->params = std::move(fresh);
+      }
+      buf.erase(0, pos);
+    }
+    for (;;) {
+      if (!buf.empty()) {
+        bool ok = scanner_.Scan(buf, [this](char status) { OnReadyForQuery(status); });
+        auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(buf), kAsTuple);
+        if (ec) {
+          if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+          CloseLink();
+          CloseSocket();
+          SetState(State::kClosed);
+          co_return;
+        }
+        if (!ok) {
+          Log("malformed backend stream from the endpoint");
+          co_await LinkEnded();
+          co_return;
+        }
+        buf.clear();
+      }
+      absl::StatusOr<size_t> n = co_await link_->Receive(buf);
+      if (!n.ok()) {
+        co_await LinkEnded();
+        co_return;
+      }
+    }
+  }
+
+  void OnReadyForQuery(char status) {
+    txn_status_ = status;
+    if (outstanding_ > 0) --outstanding_;
+    if (outstanding_ == 0 && state_ == State::kBusy) SetState(State::kIdle);
+  }
+
+  // The link stopped delivering: tell the app why (unless it left or we stopped).
+  asio::awaitable<void> LinkEnded() {
+    switch (reason_) {
+      case EndReason::kNone: {
+        reason_ = EndReason::kLinkFailed;
+        bool endpoint_said_why = farewell_sent_ || (scanner_.at_boundary() && scanner_.last_tag() == 'E');
+        if (!endpoint_said_why) {
+          Log("the link to the endpoint failed");
+          co_await Write(ErrorFrame(kSqlStateConnectionFailure, "lost the connection to the hyperpool endpoint"));
+        }
+        break;
+      }
+      case EndReason::kAppProtocolError:
+        co_await Write(pending_error_);
+        break;
+      case EndReason::kStopped:
+        break;
+      default:
+        break;
+    }
+    CloseLink();
+    CloseSocket();
+    SetState(State::kClosed);
+  }
+
+  std::shared_ptr<Client::Impl> impl_;
+  tcp::socket socket_;
+  asio::steady_timer watchdog_;
+  asio::steady_timer params_timer_;
+  State state_ = State::kStartup;
+  EndReason reason_ = EndReason::kNone;
+  InBuffer in_;
+  std::string out_;
+  bool timed_out_ = false;
+  bool params_notified_ = false;
+  std::string params_error_;
+
+  std::string user_;
+  std::string database_;
+  bool has_database_ = false;
+  std::string replication_;
+  client::ParamList app_params_;
+  std::vector<std::string> unrecognized_options_;
+  int32_t cancel_pid_ = 0;
+  std::string cancel_secret_;
+
+  std::string session_id_;
+  std::unique_ptr<Link> link_;
+  client::BackendStreamScanner scanner_;
+  size_t outstanding_ = 0;
+  char txn_status_ = 'I';  // from the latest ReadyForQuery (for the cache's later use)
+  bool farewell_sent_ = false;
+  std::string pending_error_;
+};
+
+// ---- Client::Impl ----
+
+asio::awaitable<void> Client::Impl::AcceptLoop(std::shared_ptr<Impl> self) {
+  for (;;) {
+    size_t index = next_executor.fetch_add(1, std::memory_order_relaxed) % executors.size();
+    asio::any_io_executor session_executor = asio::make_strand(executors[index]);
+    // No structured binding here: g++ 12 mishandles the lifetime of a
+    // non-trivial object bound from a co_await result.
+    std::tuple<asio::error_code, tcp::socket> accepted =
+        co_await acceptor.async_accept(session_executor, kAsTuple);
+    asio::error_code ec = std::get<0>(accepted);
+    tcp::socket socket = std::move(std::get<1>(accepted));
+    if (stopping) co_return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) co_return;
+      // Out of descriptors or similar: back off briefly instead of spinning.
+      Log(fmt::format("accept failed: {}", ec.message()));
+      asio::steady_timer pause(accept_strand, std::chrono::milliseconds(50));
+      co_await pause.async_wait(kAsTuple);
+      continue;
+    }
+    asio::error_code ignored;
+    SetCloseOnExec(socket.native_handle());
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto session = std::make_shared<ClientSession>(self, std::move(socket));
+    {
+      std::lock_guard lock(mu);
+      sessions[session.get()] = session;
+    }
+    asio::any_io_executor ex = session->executor();
+    asio::co_spawn(ex, session->Run(session), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        Log(fmt::format("session ended by exception: {}", ex.what()));
+      }
+    });
+  }
+}
+
+void Client::Impl::StartProbeLocked() {
+  if (probe_in_flight || stopping) return;
+  probe_in_flight = true;
+  asio::co_spawn(accept_strand, Probe(shared_from_this()), asio::detached);
+}
+
+// Opens a link only to learn the origin's parameters from its link-ready answer.
+asio::awaitable<void> Client::Impl::Probe(std::shared_ptr<Impl> self) {
+  client::ParamList fresh;
+  std::string error;
+  absl::StatusOr<std::string> id = client::NewSessionId();
+  // (Built outside the co_await: g++ 12 double-destroys temporaries of a
+  // conditional expression inside a co_await full-expression.)
+  std::string hello = client::BuildLinkHello({}, id.ok() ? *id : std::string("0"));
+  auto link = co_await transport.Open(accept_strand, std::move(hello));
+  if (!link.ok()) {
+    error = ErrorFrame(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
+  } else if (stopping) {
+    (*link)->Close();
+    error = ErrorFrame(kSqlStateAdminShutdown, "terminating connection due to administrator command");
+  } else {
+    probe_link = std::move(*link);
+    std::string buf;
+    size_t pos = 0;
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+    bool done = false;
+    while (!done) {
+      pr::FrameReader::Result r = reader.Read(std::string_view(buf).substr(pos));
+      if (r.is_frame()) {
+        const pr::Frame& f = r.frame();
+        if (f.tag == 'S') {
+          if (auto ps = pr::DecodeParameterStatus(f.payload); ps.ok()) {
+            fresh.emplace_back(std::string(ps->name), std::string(ps->value));
+          }
+        } else if (f.tag == 'E') {
+          error = std::string(f.raw);
+          done = true;
+        } else if (f.tag == 'Z') {
+          done = true;
+        }
+        pos += f.size();
+        continue;
+      }
+      if (r.is_error()) {
+        error = ErrorFrame(kSqlStateConnectionFailure, "malformed answer from the hyperpool endpoint");
+        break;
+      }
+      if (!probe_link) break;
+      absl::StatusOr<size_t> n = co_await probe_link->Receive(buf);
+      if (!n.ok()) {
+        error = ErrorFrame(kSqlStateConnectionFailure, "the hyperpool endpoint closed the link before it was ready");
+        break;
+      }
+    }
+    if (probe_link) {
+      if (error.empty()) {
+        std::string terminate;
+        pr::Encode(pr::Terminate{}, terminate);
+        (void)co_await probe_link->Send(std::move(terminate));
+      }
+      if (probe_link) probe_link->Close();
+      probe_link.reset();
+    }
+  }
+  if (error.empty()) {
+    PublishParams(std::move(fresh));
+  } else {
+    Log("could not learn the origin's parameters from the endpoint");
+    FailParams(std::move(error));
+  }
+}
+
+void Client::Impl::PublishParams(client::ParamList fresh) {
+  std::vector<std::weak_ptr<ClientSession>> waiters;
+  {
+    std::lock_guard lock(mu);
+    params = std::move(fresh);
+    probe_in_flight = false;
+    waiters.swap(params_waiters);
+  }
+  for (auto& weak : waiters) {
+    if (auto s = weak.lock()) asio::post(s->executor(), [s] { s->OnParams(""); });
+  }
+}
+
+void Client::Impl::FailParams(std::string error_frame) {
+  std::vector<std::weak_ptr<ClientSession>> waiters;
+  {
+    std::lock_guard lock(mu);
+    probe_in_flight = false;
+    waiters.swap(params_waiters);
+  }
+  for (auto& weak : waiters) {
+    if (auto s = weak.lock()) asio::post(s->executor(), [s, error_frame] { s->OnParams(error_frame); });
+  }
+}
+
+void Client::Impl::Stop() {
+  if (stopping.exchange(true)) return;
+  auto self = shared_from_this();
+  asio::post(accept_strand, [self] {
+    asio::error_code ec;
+    self->acceptor.close(ec);
+    if (self->probe_link) self->probe_link->Close();
+  });
+  std::vector<std::shared_ptr<ClientSession>> live;
+  {
+    std::lock_guard lock(mu);
+    for (auto& [ptr, weak] : sessions) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (auto& s : live) {
+    asio::any_io_executor ex = s->executor();
+    asio::post(ex, [s = std::move(s)] { s->Shutdown(); });
+  }
+}
+
+// ---- Client ----
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_executor> executors,
+                                                       Transport& transport, ClientOptions options) {
+  if (executors.empty()) return absl::InvalidArgumentError("Client::Create: no executors");
+  if (options.user.empty()) return absl::InvalidArgumentError("Client::Create: empty user name");
+  if (options.database.empty()) return absl::InvalidArgumentError("Client::Create: empty database name");
+  if (options.password.empty()) {
+    absl::StatusOr<std::string> generated = client::GeneratePassword();
+    if (!generated.ok()) return generated.status();
+    options.password = *std::move(generated);
+  }
+  auto impl = std::make_shared<Impl>(std::move(executors), transport, std::move(options));
+  absl::StatusOr<auth::ScramVerifier> verifier = auth::MakeScramVerifier(impl->options.password);
+  if (!verifier.ok()) return verifier.status();
+  impl->verifier = *std::move(verifier);
+
+  asio::error_code ec;
+  asio::ip::address address = asio::ip::make_address(impl->options.listen_host, ec);
+  if (ec) {
+    if (impl->options.listen_host == "localhost") {
+      address = asio::ip::make_address("127.0.0.1");
+    } else {
+      return absl::InvalidArgumentError(
+          fmt::format("Client: listen host '{}' is not an IP address", impl->options.listen_host));
+    }
+  }
+  tcp::endpoint local(address, impl->options.listen_port);
+  auto fail = [&](std::string_view what) {
+    return absl::UnavailableError(
+        fmt::format("Client: cannot {} {}:{}: {}", what, address.to_string(), impl->options.listen_port, ec.message()));
+  };
+  impl->acceptor.open(local.protocol(), ec);
+  if (ec) return fail("open a socket for");
+  SetCloseOnExec(impl->acceptor.native_handle());
+  impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  impl->acceptor.bind(local, ec);
+  if (ec) return fail("bind");
+  impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return fail("listen on");
+  uint16_t port = impl->acceptor.local_endpoint(ec).port();
+  impl->connection_string = client::BuildConnectionString(impl->options.user, impl->options.password,
+                                                          impl->options.listen_host, port, impl->options.database);
+  asio::co_spawn(impl->accept_strand, impl->AcceptLoop(impl), asio::detached);
+  {
+    // Learn the origin's parameters early so the first app need not wait long.
+    std::lock_guard lock(impl->mu);
+    impl->StartProbeLocked();
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() { Stop(); }
+
+const std::string& Client::connection_string() const { return impl_->connection_string; }
+
+void Client::Stop() { impl_->Stop(); }
+
+}  // namespace hyperpool

@@ -1,0 +1,128 @@
+// hyperpool::connect(): one Client and one in-process Endpoint, on worker
+// threads hyperpool owns (one io_context each) or on the host's io_context.
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+
+#include "hyperpool/hyperpool.h"
+
+namespace hyperpool {
+namespace {
+
+// How long Close() lets sessions unwind on their own before it stops the
+// io_contexts outright.
+constexpr std::chrono::seconds kDrainLimit{5};
+
+class ConnectionImpl final : public Connection {
+ public:
+  ~ConnectionImpl() override { Close(); }
+
+  const std::string& connection_string() const override { return url_; }
+
+  EndpointStats endpoint_stats() const override {
+    std::lock_guard lock(mu_);
+    return endpoint_ ? endpoint_->Stats() : EndpointStats{};
+  }
+
+  void Close() override {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    if (client_) client_->Stop();
+    if (endpoint_) endpoint_->Stop();
+    guards_.clear();  // worker threads return once their work has unwound
+    if (!threads_.empty()) {
+      std::unique_lock running_lock(running_mu_);
+      bool drained = running_cv_.wait_for(running_lock, kDrainLimit, [&] { return running_ == 0; });
+      running_lock.unlock();
+      if (!drained) {
+        for (auto& io : ios_) io->stop();
+      }
+      for (auto& t : threads_) {
+        if (t.get_id() == std::this_thread::get_id()) {
+          t.detach();  // Close() from a handler of our own worker: cannot join itself
+        } else if (t.joinable()) {
+          t.join();
+        }
+      }
+      threads_.clear();
+    }
+    client_.reset();
+    transport_.reset();
+    endpoint_.reset();
+  }
+
+  absl::Status Start(ConnectOptions options) {
+    std::vector<asio::any_io_executor> executors;
+    if (options.io_context != nullptr) {
+      executors.push_back(options.io_context->get_executor());
+    } else {
+      unsigned n = options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+      for (unsigned i = 0; i < n; ++i) {
+        ios_.push_back(std::make_unique<asio::io_context>(1));
+        guards_.emplace_back(ios_.back()->get_executor());
+        executors.push_back(ios_.back()->get_executor());
+      }
+    }
+    // Workers run from the start, so that a failing Create below can still
+    // be unwound by Close() (Stop() of a half may need its executor).
+    running_ = ios_.size();
+    for (auto& io : ios_) {
+      threads_.emplace_back([this, ctx = io.get()] {
+        ctx->run();
+        std::lock_guard lock(running_mu_);
+        --running_;
+        running_cv_.notify_all();
+      });
+    }
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(executors[0], std::move(options.endpoint));
+    if (!endpoint.ok()) return endpoint.status();
+    endpoint_ = *std::move(endpoint);
+    transport_ = MakeInProcessTransport(*endpoint_);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(executors, *transport_, std::move(options.client));
+    if (!client.ok()) return client.status();
+    client_ = *std::move(client);
+    url_ = client_->connection_string();
+    return absl::OkStatus();
+  }
+
+ private:
+  // Destroyed last: everything below may hold handles into these.
+  std::vector<std::unique_ptr<asio::io_context>> ios_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
+  std::vector<std::thread> threads_;
+  std::mutex running_mu_;
+  std::condition_variable running_cv_;
+  size_t running_ = 0;
+
+  std::unique_ptr<Endpoint> endpoint_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Client> client_;
+  std::string url_;
+  mutable std::mutex mu_;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Connection>> connect(ConnectOptions options) {
+  auto connection = std::make_unique<ConnectionImpl>();
+  absl::Status started = connection->Start(std::move(options));
+  if (!started.ok()) {
+    connection->Close();
+    return started;
+  }
+  return std::unique_ptr<Connection>(std::move(connection));
+}
+
+}  // namespace hyperpool

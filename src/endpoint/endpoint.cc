@@ -1,0 +1,920 @@
+// The Endpoint half: per-link sessions that lend pooled origin connections
+// per unit of work (docs/architecture.md, "The link protocol" and "Failure
+// handling"). The Asio-heavy translation unit of the Endpoint's data path.
+//
+// A session runs two coroutines on the Endpoint's executor:
+//  - Run() reads the link: the hello, then frontend frames, which it
+//    forwards raw to the lent origin connection (acquiring one when a unit
+//    of work starts) or answers locally (pool exhausted, failed transaction).
+//  - Pump() is the only writer of the link: it forwards origin frames raw,
+//    batched into one Send per burst, and the locally made answers, in order.
+// The session counts outstanding requests (each Query, Sync and
+// FunctionCall sent adds one; each ReadyForQuery removes one) and gives the
+// connection back only through DecideRelease (src/pool/release_policy.h).
+//
+// Lifetime rule that keeps a connection from being destroyed under a
+// pending operation: the lease is released only when neither coroutine is
+// inside an operation on the connection (`writing_`, `pump_reading_`).
+// Whoever finishes last releases it; the other only closes the socket
+// (CloseNow), which makes the pending operation fail promptly.
+
+#include "hyperpool/endpoint.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "absl/strings/cord.h"
+#include "endpoint/origin_config.h"
+#include "endpoint/origin_connection.h"
+#include "endpoint/session.h"
+#include "pool/pool.h"
+#include "pool/release_policy.h"
+#include "protocol/codec.h"
+
+namespace hyperpool {
+namespace {
+
+using endpoint::OriginConnection;
+constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+// The payload key under which a connect failure's SQLSTATE travels through
+// the pool's absl::Status.
+constexpr char kSqlStatePayload[] = "type.hyperpool/sqlstate";
+
+// One Send to the link carries at most about this much (a burst of small
+// frames becomes one Send; a large result becomes several).
+constexpr std::size_t kMaxLinkBatch = 256 * 1024;
+// Frontend bytes written to the origin in one go.
+constexpr std::size_t kMaxOriginBatch = 256 * 1024;
+// Locally made answers waiting for the link before Run() stops reading.
+constexpr std::size_t kMaxLocalBacklog = 1024 * 1024;
+
+constexpr std::string_view kSqlStateTooManyConnections = "53300";
+constexpr std::string_view kSqlStateInFailedTransaction = "25P02";
+constexpr std::string_view kSqlStateProtocolViolation = "08P01";
+constexpr std::string_view kSqlStateAdminShutdown = "57P01";
+
+absl::Status FailureToStatus(const endpoint::OriginFailure& failure) {
+  absl::Status status;
+  switch (failure.failure) {
+    case ValidationFailure::kBadCredentials:
+      status = absl::PermissionDeniedError(failure.message);
+      break;
+    case ValidationFailure::kNoSuchDatabase:
+      status = absl::NotFoundError(failure.message);
+      break;
+    case ValidationFailure::kTimeout:
+      status = absl::DeadlineExceededError(failure.message);
+      break;
+    default:
+      status = absl::UnavailableError(failure.message);
+      break;
+  }
+  status.SetPayload(kSqlStatePayload, absl::Cord(failure.sqlstate));
+  return status;
+}
+
+// The SQLSTATE to report to the app for a failed Acquire().
+std::string SqlStateOf(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) return std::string(kSqlStateTooManyConnections);
+  if (status.code() == absl::StatusCode::kCancelled) return std::string(kSqlStateAdminShutdown);
+  if (auto payload = status.GetPayload(kSqlStatePayload); payload && !payload->empty()) {
+    return std::string(*payload);
+  }
+  return std::string(endpoint::kSqlStateCannotConnect);
+}
+
+std::string AcquireErrorMessage(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    return "Failed to acquire a connection from the pool";
+  }
+  if (status.code() == absl::StatusCode::kCancelled) return "hyperpool endpoint is shutting down";
+  return fmt::format("hyperpool could not connect to the origin database: {}", std::string(status.message()));
+}
+
+void AppendReadyForQuery(std::string& out, char status) {
+  protocol::AppendFrame(out, 'Z', std::string_view(&status, 1));
+}
+
+TransactionStatus ToPoolStatus(char status) {
+  switch (status) {
+    case 'I': return TransactionStatus::kIdle;
+    case 'T': return TransactionStatus::kInTransaction;
+    case 'E': return TransactionStatus::kFailed;
+    default: return TransactionStatus::kNone;
+  }
+}
+
+// A condition variable for one executor: Wait() suspends until Notify().
+// Callers re-check their condition in a loop (no lost wake-ups on a single
+// executor, since nothing runs between the check and the wait).
+class Signal {
+ public:
+  explicit Signal(asio::any_io_executor ex) : timer_(std::move(ex)) {
+    timer_.expires_at(asio::steady_timer::time_point::max());
+  }
+  asio::awaitable<void> Wait() {
+    timer_.expires_at(asio::steady_timer::time_point::max());
+    (void)co_await timer_.async_wait(kAsTuple);
+  }
+  void Notify() { timer_.cancel(); }
+
+ private:
+  asio::steady_timer timer_;
+};
+
+}  // namespace
+
+class Session;
+
+struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
+  asio::any_io_executor executor;
+  EndpointOptions options;
+  std::shared_ptr<const OriginConfig> config;
+  std::unique_ptr<Pool> pool;
+
+  // Executor-only state.
+  // The origin's ParameterStatus set as of the most recent login (link-ready).
+  std::vector<std::pair<std::string, std::string>> origin_parameters;
+  std::unordered_set<Session*> sessions;
+
+  // Thread-safe.
+  std::atomic<bool> stopped{false};
+  std::atomic<std::thread::id> executor_thread{};
+  std::atomic<std::size_t> session_count{0};
+  std::atomic<std::size_t> transactions{0};
+  std::atomic<std::size_t> acquire_timeouts{0};
+  std::atomic<std::size_t> discarded{0};
+  std::atomic<std::size_t> pending_cancels{0};
+  std::mutex mutex;
+  std::condition_variable sessions_done;
+
+  void NoteThread() { executor_thread.store(std::this_thread::get_id(), std::memory_order_relaxed); }
+};
+
+// ---------------------------------------------------------------------------
+// Session
+// ---------------------------------------------------------------------------
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link> link)
+      : endpoint_(std::move(endpoint)),
+        link_(std::move(link)),
+        pump_wake_(endpoint_->executor),
+        changed_(endpoint_->executor),
+        reader_(protocol::FrameReader::Mode::kStartup) {}
+
+  ~Session() {
+    // A lease still held here closes its connection (Lease's destructor).
+    std::lock_guard<std::mutex> lock(endpoint_->mutex);
+    endpoint_->sessions.erase(this);
+    endpoint_->session_count.fetch_sub(1);
+    endpoint_->sessions_done.notify_all();
+  }
+
+  // Starts Run(); Run() starts Pump() once link-ready is sent.
+  void Start() {
+    asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Run(); }, asio::detached);
+  }
+
+  // Endpoint::Stop(): ends the session as if the client vanished.
+  void Shutdown() {
+    stopping_ = true;
+    link_->Close();
+    if (conn_ != nullptr) conn_->CloseNow();
+    pump_wake_.Notify();
+    changed_.Notify();
+  }
+
+ private:
+  // ----- Run: the link reader -----------------------------------------------
+
+  asio::awaitable<void> Run() {
+    endpoint_->NoteThread();
+    if (co_await ReadHello() && co_await SendLinkReady()) {
+      asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Pump(); }, asio::detached);
+      pump_started_ = true;
+      co_await WorkLoop();
+    }
+    co_await EndSession();
+  }
+
+  // Reads the hello (a StartupMessage); keeps its parameters. Frames after it
+  // stay in `in_`.
+  asio::awaitable<bool> ReadHello() {
+    for (;;) {
+      auto r = reader_.Read(in_);
+      if (r.is_frame()) {
+        auto packet = protocol::DecodeStartupPacket(r.frame().payload);
+        if (!packet.ok() || !std::holds_alternative<protocol::StartupMessage>(*packet)) {
+          co_await SendFatal(kSqlStateProtocolViolation, "hyperpool: the link did not start with a StartupMessage");
+          co_return false;
+        }
+        for (const auto& [name, value] : std::get<protocol::StartupMessage>(*packet).parameters) {
+          hello_parameters_.emplace_back(std::string(name), std::string(value));
+        }
+        in_.erase(0, r.frame().size());
+        reader_.set_mode(protocol::FrameReader::Mode::kTagged);
+        co_return true;
+      }
+      if (r.is_error()) {
+        co_await SendFatal(kSqlStateProtocolViolation,
+                           fmt::format("hyperpool: invalid hello on the link: {}", std::string(r.status().message())));
+        co_return false;
+      }
+      auto n = co_await link_->Receive(in_);
+      if (!n.ok()) co_return false;
+    }
+  }
+
+  // Link-ready: the origin's ParameterStatus set and ReadyForQuery 'I'. If
+  // no origin login has happened yet, one is made first (and returned).
+  asio::awaitable<bool> SendLinkReady() {
+    if (endpoint_->origin_parameters.empty()) {
+      auto lease = co_await endpoint_->pool->Acquire();
+      if (!lease.ok()) {
+        if (lease.status().code() == absl::StatusCode::kResourceExhausted) endpoint_->acquire_timeouts++;
+        co_await SendFatal(SqlStateOf(lease.status()), AcquireErrorMessage(lease.status()));
+        co_return false;
+      }
+      auto& conn = lease->As<OriginConnection>();
+      if (endpoint_->origin_parameters.empty()) endpoint_->origin_parameters = conn.parameters();
+      lease->Release(DecideRelease({.mode = endpoint_->options.pool.mode,
+                                    .status = ToPoolStatus(conn.transaction_status()),
+                                    .client_gone = true,
+                                    .broken = conn.broken(),
+                                    .lifetime_exceeded = lease->lifetime_exceeded()}));
+    }
+    std::string out;
+    for (const auto& [name, value] : endpoint_->origin_parameters) {
+      protocol::Encode(protocol::ParameterStatus{name, value}, out);
+    }
+    AppendReadyForQuery(out, 'I');
+    absl::Status sent = co_await link_->Send(std::move(out));
+    co_return sent.ok() && !stopping_;
+  }
+
+  // Sends an ErrorResponse with severity FATAL before the pump runs (or after
+  // it stopped): the session ends right after.
+  asio::awaitable<void> SendFatal(std::string_view sqlstate, std::string_view message) {
+    std::string out;
+    protocol::EncodeErrorResponse(out, "FATAL", sqlstate, message);
+    (void)co_await link_->Send(std::move(out));
+  }
+
+  asio::awaitable<void> WorkLoop() {
+    for (;;) {
+      std::size_t offset = 0;
+      bool end = false;
+      while (!end && !stopping_) {
+        auto r = reader_.Read(std::string_view(in_).substr(offset));
+        if (r.is_need_more()) break;
+        if (r.is_error()) {
+          QueueError("FATAL", kSqlStateProtocolViolation,
+                     fmt::format("hyperpool: invalid message on the link: {}", std::string(r.status().message())));
+          end = true;
+          break;
+        }
+        const protocol::Frame frame = r.frame();
+        offset += frame.size();
+        switch (co_await HandleFrame(frame, offset)) {
+          case Next::kContinue:
+            break;
+          case Next::kRestOfInputConsumed:
+            offset = in_.size();
+            break;
+          case Next::kEnd:
+            end = true;
+            break;
+        }
+        if (terminated_) end = true;
+        if (!to_origin_.empty() && (to_origin_.size() >= kMaxOriginBatch)) {
+          if (!co_await FlushToOrigin()) end = end || stopping_;
+        }
+      }
+      if (!to_origin_.empty()) co_await FlushToOrigin();
+      in_.erase(0, offset);
+      if (end || stopping_) co_return;
+      // Backpressure for locally made answers: let the pump catch up.
+      while (local_out_.size() > kMaxLocalBacklog && !stopping_) co_await changed_.Wait();
+      auto n = co_await link_->Receive(in_);
+      if (!n.ok()) co_return;  // the client vanished (or closed without Terminate)
+    }
+  }
+
+  enum class Next { kContinue, kRestOfInputConsumed, kEnd };
+
+  // Handles one frontend frame. `offset` is where the frames after it start
+  // in `in_` (for answering the rest of the pending input locally).
+  asio::awaitable<Next> HandleFrame(const protocol::Frame& frame, std::size_t offset) {
+    const char tag = frame.tag;
+    if (tag == 'X') {
+      terminated_ = true;
+      co_return Next::kEnd;
+    }
+    if (skip_until_sync_) {
+      // After an error in extended-query mode PostgreSQL discards messages
+      // until Sync, which it answers with ReadyForQuery.
+      if (tag == 'S') {
+        skip_until_sync_ = false;
+        QueueReadyForQuery(skip_status_);
+      }
+      co_return Next::kContinue;
+    }
+    if (failed_txn_) {
+      HandleInFailedTransaction(frame);
+      co_return Next::kContinue;
+    }
+    if (lease_ && conn_->broken()) {
+      // The origin connection died; wait until it has been accounted for
+      // (errors queued, lease dropped) before starting new work. Nothing
+      // is pending for it here: Run() flushes before every suspension.
+      to_origin_.clear();
+      while (lease_ && !stopping_) {
+        pump_wake_.Notify();
+        co_await changed_.Wait();
+      }
+      if (stopping_) co_return Next::kEnd;
+      co_return co_await HandleFrame(frame, offset);
+    }
+    if (!lease_) {
+      // COPY data outside COPY: PostgreSQL ignores it, and it starts no work.
+      if (tag == 'd' || tag == 'c' || tag == 'f') co_return Next::kContinue;
+      auto lease = co_await endpoint_->pool->Acquire();
+      if (stopping_) co_return Next::kEnd;
+      if (!lease.ok()) {
+        AnswerAcquireFailure(lease.status(), frame, offset);
+        co_return Next::kRestOfInputConsumed;
+      }
+      lease_ = std::move(*lease);
+      conn_ = &lease_.As<OriginConnection>();
+      absl::Status prepared = PrepareConnection();
+      if (!prepared.ok()) {
+        ReleaseLease(ReleaseDecision::kClose);
+        AnswerAcquireFailure(prepared, frame, offset);
+        co_return Next::kRestOfInputConsumed;
+      }
+    }
+    switch (tag) {
+      case 'Q':
+      case 'S':
+      case 'F':
+        ++outstanding_;
+        in_unit_ = false;
+        break;
+      case 'P':
+      case 'B':
+      case 'D':
+      case 'E':
+      case 'C':
+      case 'H':
+        in_unit_ = true;
+        break;
+      default:
+        break;  // CopyData/CopyDone/CopyFail ride along with their COPY
+    }
+    protocol::AppendRawFrame(to_origin_, frame.raw);
+    pump_wake_.Notify();
+    co_return Next::kContinue;
+  }
+
+  // Hook for applying the session's settings (from the hello and from SETs
+  // seen earlier) to a freshly lent connection before its work is forwarded.
+  // Settings replay comes in a later issue; today every pooled connection
+  // already carries the origin string's settings, so there is nothing to do.
+  absl::Status PrepareConnection() { return absl::OkStatus(); }
+
+  // Writes `to_origin_` to the lent connection. False if the write failed
+  // (the connection is then treated as lost).
+  asio::awaitable<bool> FlushToOrigin() {
+    if (to_origin_.empty()) co_return true;
+    if (!lease_) {
+      to_origin_.clear();
+      co_return false;
+    }
+    OriginConnection* c = conn_;
+    writing_ = true;
+    absl::Status st = co_await c->Write(to_origin_);
+    writing_ = false;
+    to_origin_.clear();
+    if (discard_pending_) {
+      if (!pump_reading_) ReleaseLease(ReleaseDecision::kClose);
+    } else if (!st.ok() && conn_ == c) {
+      c->CloseNow();
+      if (!pump_reading_) OnOriginLost(c, st);
+      // else: the pump's read fails now and it handles the loss.
+    } else {
+      MaybeRelease();
+    }
+    pump_wake_.Notify();
+    co_return st.ok();
+  }
+
+  // The pool (or the origin) could not give us a connection: one
+  // ErrorResponse, then a ReadyForQuery for each Query/Sync of the pending
+  // input, so the session stays usable.
+  void AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first, std::size_t offset) {
+    if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_->acquire_timeouts++;
+    QueueError("ERROR", SqlStateOf(status), AcquireErrorMessage(status));
+    bool in_unit = false;
+    auto answer = [&](char tag) {
+      if (tag == 'Q' || tag == 'S' || tag == 'F') {
+        QueueReadyForQuery('I');
+        in_unit = false;
+      } else if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'X') {
+        in_unit = true;
+      }
+    };
+    answer(first.tag);
+    std::string_view rest = std::string_view(in_).substr(offset);
+    for (;;) {
+      auto r = reader_.Read(rest);
+      if (!r.is_frame()) break;
+      if (r.frame().tag == 'X') {
+        terminated_ = true;  // Terminate is still honoured
+        break;
+      }
+      answer(r.frame().tag);
+      rest.remove_prefix(r.frame().size());
+    }
+    if (in_unit) {
+      skip_until_sync_ = true;
+      skip_status_ = 'I';
+    }
+  }
+
+  // Failed-transaction emulation (docs/architecture.md, "Failure handling"):
+  // the origin connection died inside a transaction block. Like PostgreSQL
+  // in a failed transaction, everything but ROLLBACK/COMMIT/ABORT/END fails
+  // with 25P02; those end it and are answered "ROLLBACK".
+  void HandleInFailedTransaction(const protocol::Frame& frame) {
+    auto fail = [&] {
+      if (!pending_error_.empty()) {
+        local_out_ += pending_error_;
+        pending_error_.clear();
+      } else {
+        QueueError("ERROR", kSqlStateInFailedTransaction,
+                   "current transaction is aborted, commands ignored until end of transaction block");
+      }
+    };
+    switch (frame.tag) {
+      case 'Q': {
+        auto q = protocol::DecodeQuery(frame.payload);
+        if (q.ok() && endpoint::IsTransactionEnd(q->query)) {
+          EndFailedTransaction();
+          QueueReadyForQuery('I');
+        } else {
+          fail();
+          QueueReadyForQuery('E');
+        }
+        break;
+      }
+      case 'F':
+        fail();
+        QueueReadyForQuery('E');
+        break;
+      case 'P': {
+        if (unit_error_) break;
+        auto p = protocol::DecodeParse(frame.payload);
+        if (p.ok() && endpoint::IsTransactionEnd(p->query)) {
+          unit_ends_txn_ = true;
+          protocol::AppendFrame(local_out_, '1', {});  // ParseComplete
+        } else {
+          fail();
+          unit_error_ = true;
+        }
+        break;
+      }
+      case 'B':
+        if (unit_error_) break;
+        if (unit_ends_txn_) {
+          protocol::AppendFrame(local_out_, '2', {});  // BindComplete
+        } else {
+          fail();
+          unit_error_ = true;
+        }
+        break;
+      case 'D':
+        if (unit_error_) break;
+        if (unit_ends_txn_) {
+          if (!frame.payload.empty() && frame.payload[0] == 'S') {
+            protocol::Encode(protocol::ParameterDescription{}, local_out_);
+          }
+          protocol::AppendFrame(local_out_, 'n', {});  // NoData
+        } else {
+          fail();
+          unit_error_ = true;
+        }
+        break;
+      case 'E':
+        if (unit_error_) break;
+        if (unit_ends_txn_) {
+          protocol::Encode(protocol::CommandComplete{"ROLLBACK"}, local_out_);
+          unit_executed_end_ = true;
+        } else {
+          fail();
+          unit_error_ = true;
+        }
+        break;
+      case 'C':
+        if (!unit_error_) protocol::AppendFrame(local_out_, '3', {});  // CloseComplete
+        break;
+      case 'S': {
+        const bool ended = unit_executed_end_ && !unit_error_;
+        unit_error_ = unit_ends_txn_ = unit_executed_end_ = false;
+        if (ended) {
+          failed_txn_ = false;
+          pending_error_.clear();
+        }
+        QueueReadyForQuery(ended ? 'I' : 'E');
+        break;
+      }
+      default:
+        break;  // Flush, CopyData/CopyDone/CopyFail: nothing to answer
+    }
+    pump_wake_.Notify();
+  }
+
+  void EndFailedTransaction() {
+    protocol::Encode(protocol::CommandComplete{"ROLLBACK"}, local_out_);
+    failed_txn_ = false;
+    pending_error_.clear();
+    unit_error_ = unit_ends_txn_ = unit_executed_end_ = false;
+  }
+
+  asio::awaitable<void> EndSession() {
+    // A graceful Terminate after pipelined work: let that work finish (its
+    // results are forwarded) before deciding about the connection.
+    if (terminated_ && !stopping_) {
+      if (!to_origin_.empty()) co_await FlushToOrigin();
+      while (lease_ && (outstanding_ > 0) && !conn_->broken() && !stopping_) {
+        pump_wake_.Notify();
+        co_await changed_.Wait();
+      }
+    }
+    session_done_ = true;
+    if (lease_) {
+      CancelIfBusy();
+      if (pump_reading_) {
+        // Mid-result or mid-transaction: the pump's read fails and it
+        // releases (closes) the connection.
+        conn_->CloseNow();
+      } else {
+        ReleaseAtEnd();
+      }
+    }
+    if (pump_started_) {
+      pump_wake_.Notify();
+    } else {
+      link_->Close();
+    }
+  }
+
+  // ----- Pump: the link writer ---------------------------------------------
+
+  asio::awaitable<void> Pump() {
+    for (;;) {
+      if (lease_ && (outstanding_ > 0 || in_unit_) && !session_done_) {
+        co_await PumpOrigin();
+        continue;
+      }
+      if (!local_out_.empty()) {
+        std::string out = std::move(local_out_);
+        local_out_.clear();
+        absl::Status sent = co_await link_->Send(std::move(out));
+        changed_.Notify();
+        if (!sent.ok()) {
+          link_->Close();
+          if (!session_done_) stopping_ = true;
+          changed_.Notify();
+        }
+        continue;
+      }
+      if (session_done_) break;
+      co_await pump_wake_.Wait();
+    }
+    link_->Close();
+  }
+
+  // Forwards frames from the lent connection until nothing is expected from
+  // it any more (released, or idle in a transaction), or it fails.
+  asio::awaitable<void> PumpOrigin() {
+    OriginConnection* c = conn_;
+    std::string batch;
+    for (;;) {
+      pump_reading_ = true;
+      auto frame = co_await c->ReadFrame();
+      pump_reading_ = false;
+      if (!frame.ok()) {
+        if (conn_ != c) co_return;  // released meanwhile (cannot happen while reading, but be safe)
+        if (discard_pending_ || session_done_ || stopping_) {
+          // Already accounted for, or nobody to tell: just discard it.
+          if (writing_) {
+            discard_pending_ = true;
+          } else {
+            ReleaseLease(ReleaseDecision::kClose);
+          }
+          co_return;
+        }
+        local_out_ += batch;
+        OnOriginLost(c, frame.status());
+        co_return;
+      }
+      const char tag = frame->tag;
+      if (tag == 'E' && fatal_error_.empty() && endpoint::AppendFatalAsError(frame->payload, fatal_error_)) {
+        // The origin is about to close this connection (e.g.
+        // pg_terminate_backend). Its FATAL would make the driver think its
+        // own connection died; it is reported as an ERROR when the loss is.
+        continue;
+      }
+      protocol::AppendRawFrame(batch, frame->raw);
+      if (tag == 'Z' && !frame->payload.empty()) {
+        if (outstanding_ > 0) --outstanding_;
+        if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') endpoint_->transactions++;
+        changed_.Notify();
+        MaybeRelease();
+      }
+      const bool done_here = conn_ != c || (outstanding_ == 0 && !in_unit_);
+      if (done_here || batch.size() >= kMaxLinkBatch || !c->HasBufferedFrame()) {
+        absl::Status sent = co_await link_->Send(std::move(batch));
+        batch = std::string();
+        if (!sent.ok()) {
+          // The client vanished mid-result: Run() notices too; never hand
+          // this connection on.
+          stopping_ = true;
+          link_->Close();
+          if (conn_ == c) {
+            CancelIfBusy();
+            if (!writing_) {
+              ReleaseLease(ReleaseDecision::kClose);
+            } else {
+              c->CloseNow();
+              discard_pending_ = true;
+            }
+          }
+          changed_.Notify();
+          co_return;
+        }
+        if (done_here || conn_ != c || session_done_) co_return;
+      }
+    }
+  }
+
+  // The origin connection `c` failed (EOF, socket error, protocol error).
+  // Queues the error for the client and the ReadyForQuery each outstanding
+  // request waits for, enters the failed-transaction emulation if it was in
+  // a transaction block, and discards the connection.
+  void OnOriginLost(OriginConnection* c, const absl::Status& reason) {
+    if (conn_ != c || discard_pending_) return;
+    const char status = c->transaction_status();
+    const bool in_txn = status == 'T' || status == 'E';
+    std::string error = std::move(fatal_error_);
+    fatal_error_.clear();
+    if (error.empty()) {
+      protocol::EncodeErrorResponse(
+          error, "ERROR", endpoint::kSqlStateConnectionFailure,
+          fmt::format("hyperpool: the connection to the origin database was lost: {}", std::string(reason.message())));
+    }
+    const bool waiting = outstanding_ > 0 || in_unit_;
+    if (waiting) {
+      local_out_ += error;
+      const char z = in_txn ? 'E' : 'I';
+      for (std::size_t i = 0; i < outstanding_; ++i) QueueReadyForQuery(z);
+      if (in_unit_) {
+        // Its Sync is still to come: answer it then.
+        skip_until_sync_ = true;
+        skip_status_ = z;
+      }
+      if (in_txn) failed_txn_ = true;
+    } else if (in_txn) {
+      // Nobody is waiting: the client learns with its next statement.
+      failed_txn_ = true;
+      pending_error_ = std::move(error);
+    }
+    outstanding_ = 0;
+    in_unit_ = false;
+    if (writing_ || pump_reading_) {
+      c->CloseNow();
+      discard_pending_ = true;
+    } else {
+      ReleaseLease(ReleaseDecision::kClose);
+    }
+    pump_wake_.Notify();
+    changed_.Notify();
+  }
+
+  // Releases the connection if the policy says so and nobody is using it.
+  void MaybeRelease() {
+    if (!lease_ || writing_ || pump_reading_) return;
+    if (outstanding_ > 0 || in_unit_) return;
+    ReleaseDecision d = DecideRelease({.mode = endpoint_->options.pool.mode,
+                                       .status = ToPoolStatus(conn_->transaction_status()),
+                                       .outstanding = outstanding_,
+                                       .client_gone = false,
+                                       .broken = conn_->broken(),
+                                       .lifetime_exceeded = lease_.lifetime_exceeded()});
+    ReleaseLease(d);
+  }
+
+  void ReleaseAtEnd() {
+    ReleaseDecision d = DecideRelease({.mode = endpoint_->options.pool.mode,
+                                       .status = ToPoolStatus(conn_->transaction_status()),
+                                       .outstanding = outstanding_ + (in_unit_ ? 1 : 0),
+                                       .client_gone = true,
+                                       .broken = conn_->broken() || discard_pending_,
+                                       .lifetime_exceeded = lease_.lifetime_exceeded()});
+    ReleaseLease(d);
+  }
+
+  void ReleaseLease(ReleaseDecision decision) {
+    if (!lease_ || decision == ReleaseDecision::kKeep) return;
+    if (decision == ReleaseDecision::kClose) {
+      conn_->CloseNow();  // no Terminate: its state is unknown; the origin rolls back
+      endpoint_->discarded++;
+    }
+    lease_.Release(decision);
+    conn_ = nullptr;
+    discard_pending_ = false;
+    fatal_error_.clear();
+    changed_.Notify();
+  }
+
+  // The client is gone while the origin may still be executing its work:
+  // closing the socket does not stop a query that is not writing, so ask
+  // the origin to cancel it (its locks go with it).
+  void CancelIfBusy() {
+    if (conn_ == nullptr || cancel_sent_ || (outstanding_ == 0 && !in_unit_)) return;
+    cancel_sent_ = true;
+    std::shared_ptr<Endpoint::Impl> ep = endpoint_;
+    ep->pending_cancels++;
+    asio::co_spawn(
+        ep->executor,
+        [ep, key = conn_->backend_key()]() -> asio::awaitable<void> {
+          co_await endpoint::CancelOriginQuery(ep->executor, *ep->config, key);
+          std::lock_guard<std::mutex> lock(ep->mutex);
+          ep->pending_cancels--;
+          ep->sessions_done.notify_all();
+        },
+        asio::detached);
+  }
+
+  void QueueError(std::string_view severity, std::string_view sqlstate, std::string_view message) {
+    protocol::EncodeErrorResponse(local_out_, severity, sqlstate, message);
+    pump_wake_.Notify();
+  }
+  void QueueReadyForQuery(char status) {
+    AppendReadyForQuery(local_out_, status);
+    pump_wake_.Notify();
+  }
+
+  std::shared_ptr<Endpoint::Impl> endpoint_;
+  std::unique_ptr<Link> link_;
+  Signal pump_wake_;  // Run -> Pump: work or answers to forward
+  Signal changed_;    // Pump -> Run: a ReadyForQuery, a release, a send
+  protocol::FrameReader reader_;
+  std::vector<std::pair<std::string, std::string>> hello_parameters_;
+
+  std::string in_;          // bytes from the link not yet handled
+  std::string to_origin_;   // frames for the lent connection, written in one go
+  std::string local_out_;   // answers made here, for the pump to send
+
+  Lease lease_;
+  OriginConnection* conn_ = nullptr;  // lease_'s connection, or null
+  std::size_t outstanding_ = 0;       // Query/Sync/FunctionCall sent, ReadyForQuery not yet seen
+  bool in_unit_ = false;              // extended-query messages sent since the last Sync
+  bool writing_ = false;              // Run is inside conn_->Write
+  bool pump_reading_ = false;         // Pump is inside conn_->ReadFrame
+  bool discard_pending_ = false;      // close the lease once nobody is inside it
+  std::string fatal_error_;           // the origin's FATAL, rewritten as ERROR
+
+  bool failed_txn_ = false;           // failed-transaction emulation
+  std::string pending_error_;         // error owed to the next statement
+  bool unit_error_ = false;           // emulation: error sent in this extended unit
+  bool unit_ends_txn_ = false;        // emulation: this unit parsed ROLLBACK/COMMIT
+  bool unit_executed_end_ = false;    // emulation: ...and executed it
+  bool skip_until_sync_ = false;      // discard until Sync, answer it with skip_status_
+  char skip_status_ = 'I';
+
+  bool pump_started_ = false;
+  bool cancel_sent_ = false;          // a CancelRequest went out for this session's connection
+  bool terminated_ = false;           // Terminate received
+  bool session_done_ = false;         // Run has finished
+  bool stopping_ = false;             // Endpoint::Stop or the link failed
+};
+
+// ---------------------------------------------------------------------------
+// Endpoint
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor executor,
+                                                           EndpointOptions options) {
+  auto config = ParseOriginConfig(options.origin);
+  if (!config.ok()) return config.status();
+  auto impl = std::make_shared<Impl>();
+  impl->executor = executor;
+  impl->config = std::make_shared<const OriginConfig>(std::move(*config));
+  impl->options = std::move(options);
+
+  endpoint::ConnectOptions connect;
+  connect.timeout = impl->config->connect_timeout.count() > 0
+                        ? std::chrono::duration_cast<std::chrono::milliseconds>(impl->config->connect_timeout)
+                        : impl->options.pool.connect_timeout;
+
+  PoolCallbacks callbacks;
+  std::weak_ptr<Impl> weak = impl;
+  std::shared_ptr<const OriginConfig> cfg = impl->config;
+  callbacks.open = [weak, cfg, connect, executor]()
+      -> asio::awaitable<absl::StatusOr<std::unique_ptr<PooledConnection>>> {
+    endpoint::ConnectResult r = co_await endpoint::ConnectOrigin(executor, *cfg, connect);
+    if (!r.ok()) co_return FailureToStatus(r.failure);
+    if (auto self = weak.lock()) self->origin_parameters = r.connection->parameters();
+    co_return std::unique_ptr<PooledConnection>(std::move(r.connection));
+  };
+  callbacks.health_check = [](PooledConnection& c) { return static_cast<OriginConnection&>(c).Ping(); };
+  auto pool = Pool::Create(executor, impl->options.pool, std::move(callbacks));
+  if (!pool.ok()) return pool.status();
+  impl->pool = std::move(*pool);
+  return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
+}
+
+Endpoint::Endpoint(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Endpoint::~Endpoint() { Stop(); }
+
+void Endpoint::Accept(std::unique_ptr<Link> link) {
+  std::shared_ptr<Impl> impl = impl_;
+  asio::post(impl->executor, [impl, link = std::move(link)]() mutable {
+    impl->NoteThread();
+    if (impl->stopped.load()) {
+      link->Close();
+      return;
+    }
+    auto session = std::make_shared<Session>(impl, std::move(link));
+    {
+      std::lock_guard<std::mutex> lock(impl->mutex);
+      impl->sessions.insert(session.get());
+      impl->session_count.fetch_add(1);
+    }
+    session->Start();
+  });
+}
+
+void Endpoint::Stop() {
+  std::shared_ptr<Impl> impl = impl_;
+  if (!impl->stopped.exchange(true)) {
+    asio::post(impl->executor, [impl] {
+      impl->pool->Stop();
+      std::vector<Session*> sessions;
+      {
+        std::lock_guard<std::mutex> lock(impl->mutex);
+        sessions.assign(impl->sessions.begin(), impl->sessions.end());
+      }
+      for (Session* s : sessions) s->Shutdown();
+    });
+  }
+  // On the executor's own thread nothing can finish while we block: the
+  // work above completes once control returns to the executor.
+  if (impl->executor_thread.load() == std::this_thread::get_id()) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::unique_lock<std::mutex> lock(impl->mutex);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const PoolStats stats = impl->pool->Stats();
+    if (impl->sessions.empty() && stats.open == 0 && stats.closing == 0 && impl->pending_cancels.load() == 0) return;
+    impl->sessions_done.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
+
+EndpointStats Endpoint::Stats() const {
+  EndpointStats s;
+  const PoolStats pool = impl_->pool->Stats();
+  s.sessions = impl_->session_count.load();
+  s.origin_open = pool.open;
+  s.origin_idle = pool.idle;
+  s.waiting = pool.waiting;
+  s.transactions = impl_->transactions.load();
+  s.acquire_timeouts = impl_->acquire_timeouts.load();
+  s.discarded = impl_->discarded.load();
+  return s;
+}
+
+}  // namespace hyperpool

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# run.sh DRIVER URL — runs one driver program of this directory against URL
+# (postgresql://USER:PASS@HOST:PORT/DB?sslmode=disable). DRIVER is one of:
+#   asyncpg psycopg pg postgresjs jdbc pgbench
+# Exit status is the driver program's (0 = every check held, no errors).
+# Overrides: DRV_PYTHON (a python3 that has Debian's python3-asyncpg and
+# python3-psycopg; default /usr/bin/python3, so that a pyenv shim earlier in PATH
+# does not hide them), PGJDBC_JAR (default /usr/share/java/postgresql.jar),
+# DRV_ITERATIONS (iterations per worker, default 60).
+set -euo pipefail
+[ $# = 2 ] || { echo "usage: run.sh DRIVER URL" >&2; exit 2; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+PYTHON=${DRV_PYTHON:-/usr/bin/python3}
+JAR=${PGJDBC_JAR:-/usr/share/java/postgresql.jar}
+need() { command -v "$1" >/dev/null || { echo "run.sh: $1 not found (scripts/setup.sh installs it)" >&2; exit 3; }; }
+node_deps() {
+  need node
+  [ -d "$HERE/node_modules/$1" ] || {
+    echo "run.sh: $HERE/node_modules/$1 missing: run 'npm ci' in tests/drivers (scripts/setup.sh does)" >&2; exit 3; }
+}
+cd "$HERE"
+case $1 in
+  asyncpg) need "$PYTHON"; exec "$PYTHON" asyncpg_test.py "$2" ;;
+  psycopg) need "$PYTHON"; exec "$PYTHON" psycopg_test.py "$2" ;;
+  pg) node_deps pg; exec node pg_test.mjs "$2" ;;
+  postgresjs) node_deps postgres; exec node postgresjs_test.mjs "$2" ;;
+  # Single-file source launch: javac-compiles JdbcTest.java in memory, no build dir.
+  jdbc) need java; [ -f "$JAR" ] || { echo "run.sh: $JAR missing (libpostgresql-jdbc-java)" >&2; exit 3; }
+        exec java -Xshare:auto -XX:TieredStopAtLevel=1 -cp "$JAR" JdbcTest.java "$2" ;;
+  pgbench) need pgbench; need psql; exec ./pgbench_test.sh "$2" ;;
+  *) echo "run.sh: unknown driver '$1'" >&2; exit 2 ;;
+esac
