@@ -24,8 +24,9 @@ for opt in --origin --listen --pool-size --min-idle --acquire-timeout --idle-tim
            --pool-mode --user --password --database --threads; do
   grep -q -- "$opt" <<<"$help" || fail "serve --help lacks $opt"
 done
-"$HYPERPOOL_BINARY" --help | grep -q "serve" || fail "hyperpool --help lacks serve"
-"$HYPERPOOL_BINARY" --help | grep -q "validate" || fail "hyperpool --help lacks validate"
+top_help=$("$HYPERPOOL_BINARY" --help)  # captured first: grep -q closing a pipe early would SIGPIPE the binary under pipefail
+grep -q "serve" <<<"$top_help" || fail "hyperpool --help lacks serve"
+grep -q "validate" <<<"$top_help" || fail "hyperpool --help lacks validate"
 
 # validate: 0 on a good origin, non-zero on a refused one.
 "$HYPERPOOL_BINARY" validate "$ORIGIN" --timeout 10000 >"$tmp/validate" || fail "validate failed: $(cat "$tmp/validate")"
