@@ -31,6 +31,9 @@ class Client {
   // Stops accepting and closes every session. Safe to call from any thread.
   void Stop();
 
+  // The Client cache tier's counters as a text line (thread-safe).
+  std::string CacheReport() const;
+
   struct Impl;
 
  private:

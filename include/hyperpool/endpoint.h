@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include <asio/any_io_executor.hpp>
 
@@ -22,6 +23,35 @@ struct EndpointStats {
   std::size_t transactions = 0;      // units of work completed
   std::size_t acquire_timeouts = 0;  // waits that ended in 53300
   std::size_t discarded = 0;         // connections closed instead of returned
+  // Sessions pinned to their origin connection by state that cannot be
+  // replayed (gauge), and pins by reason since start (a session pinned for
+  // two reasons counts in both).
+  std::size_t pinned_sessions = 0;
+  std::size_t pins_total = 0;
+  std::size_t pins_prepared_sql = 0;      // SQL-level PREPARE
+  std::size_t pins_temp_table = 0;        // CREATE TEMP TABLE / SELECT INTO TEMP
+  std::size_t pins_advisory_lock = 0;     // pg_advisory_lock*, pg_try_advisory_lock*
+  std::size_t pins_listen = 0;            // LISTEN
+  std::size_t pins_with_hold_cursor = 0;  // DECLARE ... WITH HOLD
+  std::size_t pins_set_role = 0;          // SET ROLE / SET SESSION AUTHORIZATION
+  // Cancel links: forwarded to the origin (or ending a unit not yet started),
+  // and ignored (the session was idle, or unknown).
+  std::size_t cancels_forwarded = 0;
+  std::size_t cancels_ignored = 0;
+  // The Endpoint's query-cache tier (docs/architecture.md, "Query cache").
+  std::size_t cache_hits = 0;          // fresh entries served
+  std::size_t cache_stale_hits = 0;    // stale entries served while one refresh ran
+  std::size_t cache_misses = 0;        // cacheable units that found no entry
+  std::size_t cache_coalesced = 0;     // misses that waited for an identical one in flight
+  std::size_t cache_served = 0;        // units answered without the origin
+  std::size_t cache_uncacheable = 0;   // candidate units decided uncacheable
+  std::size_t cache_bypassed = 0;      // units not considered (off, session state, hint)
+  std::size_t cache_stores = 0;
+  std::size_t cache_evictions = 0;
+  std::size_t cache_invalidations = 0;  // entries removed by writes
+  std::size_t cache_write_invalidations = 0;  // writes seen
+  std::size_t cache_bytes = 0;
+  std::size_t cache_entries = 0;
 };
 
 class Endpoint : public LinkAcceptor {
@@ -42,6 +72,10 @@ class Endpoint : public LinkAcceptor {
 
   // A snapshot of the counters (thread-safe).
   EndpointStats Stats() const;
+
+  // The cache tier's counters and the `top` query fingerprints by decision
+  // count (reason per fingerprint), as text lines (thread-safe).
+  std::string CacheReport(std::size_t top = 10) const;
 
   struct Impl;
 

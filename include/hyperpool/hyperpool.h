@@ -39,6 +39,9 @@ class Connection {
   // worker threads hyperpool started. Idempotent; the destructor calls it.
   virtual void Close() = 0;
   virtual EndpointStats endpoint_stats() const = 0;
+  // Both cache tiers' counters and the top query fingerprints with their
+  // cache decision (text lines; docs/architecture.md, "Query cache").
+  virtual std::string cache_report() const { return {}; }
 };
 
 // Starts a Client and an in-process Endpoint for `options.endpoint.origin`.

@@ -40,6 +40,9 @@ Options:
   --password P            their password (default: a random one, shown in the connection string)
   --database D            database name applications use (default hyperpool)
   --threads N             worker threads (default 0 = one per core)
+  --no-cache              turn the query cache off (both tiers; it is on by default)
+  --cache-max-age S       seconds a cached result is served fresh (default 60, at most 3600)
+  --cache-swr S           seconds a stale result is served while one refresh runs (default 15)
   --help                  print this help
 )";
 
@@ -74,6 +77,11 @@ int Serve(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(kServeUsage, stdout);
       return 0;
+    }
+    if (arg == "--no-cache") {
+      options.endpoint.cache.enabled = false;
+      options.client.cache.enabled = false;
+      continue;
     }
     std::string value;
     size_t eq = arg.find('=');
@@ -127,6 +135,13 @@ int Serve(int argc, char** argv) {
       options.client.password = value;
     } else if (name == "--database") {
       options.client.database = value;
+    } else if (name == "--cache-max-age") {
+      if (!need_number() || number > 3600) return UsageError("--cache-max-age needs seconds (at most 3600)");
+      options.endpoint.cache.max_age = options.client.cache.max_age = std::chrono::seconds(number);
+    } else if (name == "--cache-swr") {
+      if (!need_number() || number > 3600) return UsageError("--cache-swr needs seconds (at most 3600)");
+      options.endpoint.cache.stale_while_revalidate = options.client.cache.stale_while_revalidate =
+          std::chrono::seconds(number);
     } else if (name == "--threads") {
       if (!need_number()) return UsageError("--threads needs a number");
       options.threads = static_cast<unsigned>(number);
@@ -164,8 +179,10 @@ int Serve(int argc, char** argv) {
   signals_io.run();
   LogLine(fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
   EndpointStats stats = (*connection)->endpoint_stats();
+  std::string cache_report = (*connection)->cache_report();
   (*connection)->Close();
   LogLine(fmt::format("stopped after {} transactions", stats.transactions));
+  if (!cache_report.empty()) LogLine(fmt::format("query cache:\n{}", cache_report));
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,8 @@
 #include <asio/write.hpp>
 #include <fmt/format.h>
 
+#include "cache/tier.h"
+#include "client/client_cache.h"
 #include "client/client_util.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
@@ -162,6 +165,12 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     std::string session_id;  // empty until the session's link is open
   };
   std::unordered_map<int32_t, CancelTarget> cancel_keys;
+
+  // The Client cache tier (client_cache.h); null when caching is off.
+  std::shared_ptr<client::ClientTier> cache;
+  // Sent in every link hello (hyperpool.client_id): the Endpoint sends
+  // invalidations to one link of each Client.
+  std::string client_id;
 };
 
 class ClientSession : public std::enable_shared_from_this<ClientSession> {
@@ -190,7 +199,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       : impl_(std::move(impl)),
         socket_(std::move(socket)),
         watchdog_(socket_.get_executor()),
-        params_timer_(socket_.get_executor()) {}
+        params_timer_(socket_.get_executor()),
+        write_done_(socket_.get_executor()) {}
 
   ~ClientSession() {
     std::lock_guard lock(impl_->mu);
@@ -214,6 +224,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       if (state_ != State::kClosed) SetState(State::kClosed);
       co_return;
     }
+    hello_fp_ = cache::HelloFingerprint(app_params_, &hello_unsupported_);
+    cache::ApplyStartupParameters(app_params_, cache_settings_);
     co_await AppToLink();
   }
 
@@ -620,7 +632,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       co_return false;
     }
     session_id_ = *id;
-    std::string initial = client::BuildLinkHello(app_params_, session_id_);
+    client::ParamList hello_params = app_params_;
+    if (!impl_->client_id.empty()) hello_params.emplace_back("hyperpool.client_id", impl_->client_id);
+    std::string initial = client::BuildLinkHello(hello_params, session_id_);
     initial.append(first_frames);
     auto link = co_await impl_->transport.Open(executor(), std::move(initial));
     if (!link.ok()) {
@@ -642,10 +656,153 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     co_return true;
   }
 
+  // ---- The Client cache tier (client_cache.h, docs/architecture.md "Query cache") ----
+
+  // Whether a unit starting now may be answered locally / become a candidate.
+  bool CacheUsable() const {
+    return impl_->cache && cache_settings_.enabled && !state_changed_ && !hello_unsupported_ &&
+           outstanding_ == 0 && txn_status_ == 'I' && state_ == State::kIdle &&
+           !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
+  }
+
+  // The unit at the start of `bytes` if it may be cached (shape and text).
+  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit) const {
+    if (cache::ParseCandidateUnit(bytes, unit) != cache::UnitShape::kCandidate) return false;
+    cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
+    return !fx.nocache_hint && !fx.changes_session_state && !fx.only_cache_settings;
+  }
+
+  // Applies what a forwarded Query / Parse text does to the session's cache
+  // state (hyperpool.* settings, settings that a key cannot describe).
+  void NoteForwardedFrame(const pr::Frame& f) {
+    if (!impl_->cache) return;
+    std::string_view sql;
+    if (f.tag == 'Q') {
+      auto q = pr::DecodeQuery(f.payload);
+      if (!q.ok()) return;
+      sql = q->query;
+    } else if (f.tag == 'P') {
+      auto p = pr::DecodeParse(f.payload);
+      if (!p.ok()) return;
+      sql = p->query;
+    } else if (f.tag == 'F') {
+      state_changed_ = true;
+      return;
+    } else {
+      return;
+    }
+    if (cache::ClassifyStatements(sql, &cache_settings_).changes_session_state) state_changed_ = true;
+  }
+
+  asio::awaitable<void> WaitWriteDone() {
+    write_done_.expires_at(asio::steady_timer::time_point::max());
+    (void)co_await write_done_.async_wait(kAsTuple);
+  }
+
+  // Answers units at the front of in_ from the local tier, as long as they
+  // hit. False if the app connection failed.
+  asio::awaitable<bool> ServeLocalHits() {
+    while (CacheUsable()) {
+      cache::CandidateUnit unit;
+      if (!LocalCandidate(in_.view(), unit)) co_return true;
+      std::string key = cache::ClientLocalKey(hello_fp_, cache_settings_, unit.frames);
+      std::shared_ptr<const CacheEntry> entry = impl_->cache->GetFresh(key);
+      if (!entry) co_return true;
+      std::string out;
+      if (!cache::AppendReplay(entry->messages, unit.replay, out).ok()) co_return true;
+      const size_t n = unit.frames.size();
+      while (link_writing_) co_await WaitWriteDone();
+      hit_writing_ = true;
+      auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+      hit_writing_ = false;
+      write_done_.cancel();
+      (void)written;
+      in_.Consume(n);
+      if (ec) co_return false;
+    }
+    co_return true;
+  }
+
+  // A control message from the Endpoint (never forwarded to the app).
+  void OnControl(std::string_view payload) {
+    std::optional<cache::Control> c = cache::DecodeControl(payload);
+    if (!c || !impl_->cache) return;
+    if (const auto* b = std::get_if<cache::BeginControl>(&*c)) {
+      capture_.reset();
+      capture_store_.reset();
+      if (!units_.empty() && units_.front().candidate && units_.front().digest == b->digest) {
+        capture_ = std::make_unique<cache::ResultCapture>(impl_->cache->options().max_entry_bytes);
+        capture_key_ = units_.front().key;
+      }
+    } else if (const auto* s = std::get_if<cache::StoreControl>(&*c)) {
+      if (capture_ && !units_.empty() && units_.front().digest == s->digest) capture_store_ = *s;
+    } else if (const auto* i = std::get_if<cache::InvalidateControl>(&*c)) {
+      impl_->cache->Invalidate(*i);
+    }
+  }
+
+  // Splits received link bytes into whole frames: control messages are
+  // consumed, the rest is appended to `out` for the app (large DataRows
+  // stream through unbuffered). `consumed`: bytes of `buf` handled (a partial
+  // frame stays). False on a malformed header.
+  bool ProcessLinkBytes(const std::string& buf, std::string& out, size_t& consumed) {
+    size_t pos = 0;
+    if (passthrough_ > 0) {
+      size_t take = std::min(passthrough_, buf.size());
+      out.append(buf, 0, take);
+      passthrough_ -= take;
+      pos = take;
+    }
+    while (buf.size() - pos >= 5) {
+      const char* p = buf.data() + pos;
+      const char tag = p[0];
+      const auto* u = reinterpret_cast<const unsigned char*>(p + 1);
+      uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+      if (len < 4 || len >= 0x80000000u) {
+        consumed = buf.size();
+        return false;
+      }
+      const size_t total = size_t{len} + 1;
+      const size_t have = buf.size() - pos;
+      if (have < total) {
+        if ((tag == 'D' || tag == 'd') && !capture_) {
+          out.append(p, have);
+          passthrough_ = total - have;
+          last_tag_ = tag;
+          pos = buf.size();
+        }
+        break;
+      }
+      std::string_view frame(p, total);
+      if (tag == cache::kControlTag) {
+        OnControl(frame.substr(5));
+      } else {
+        if (capture_) capture_->Feed(tag, frame);
+        out.append(frame);
+        last_tag_ = tag;
+        if (tag == 'Z' && total >= 6) OnReadyForQuery(p[5]);
+      }
+      pos += total;
+    }
+    consumed = pos;
+    return true;
+  }
+
   asio::awaitable<void> AppToLink() {
     pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
     for (;;) {
+      if (!co_await ServeLocalHits()) {
+        if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+        CloseLink();
+        CloseSocket();
+        SetState(State::kClosed);
+        co_return;
+      }
       std::string_view view = in_.view();
+      // The first unit of this batch may become a local-tier entry.
+      cache::CandidateUnit first;
+      const bool first_candidate = CacheUsable() && LocalCandidate(view, first);
+      size_t units_in_batch = 0;
       size_t batch = 0;
       size_t needed = 0;
       bool terminate = false;
@@ -666,7 +823,18 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           break;
         }
         batch += r.frame().size();
-        if (tag == 'Q' || tag == 'S' || tag == 'F') ++outstanding_;
+        NoteForwardedFrame(r.frame());
+        if (tag == 'Q' || tag == 'S' || tag == 'F') {
+          ++outstanding_;
+          PendingUnit unit;
+          if (first_candidate && units_in_batch == 0 && batch == first.frames.size()) {
+            unit.candidate = true;
+            unit.digest = cache::Fnv1a64(first.frames);
+            unit.key = cache::ClientLocalKey(hello_fp_, cache_settings_, first.frames);
+          }
+          ++units_in_batch;
+          units_.push_back(std::move(unit));
+        }
         if (tag == 'X') {
           terminate = true;
           break;
@@ -768,21 +936,29 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     }
     for (;;) {
       if (!buf.empty()) {
-        bool ok = scanner_.Scan(buf, [this](char status) { OnReadyForQuery(status); });
-        auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(buf), kAsTuple);
-        if (ec) {
-          if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
-          CloseLink();
-          CloseSocket();
-          SetState(State::kClosed);
-          co_return;
+        std::string out;
+        size_t consumed = 0;
+        bool ok = ProcessLinkBytes(buf, out, consumed);
+        if (!out.empty()) {
+          while (hit_writing_) co_await WaitWriteDone();
+          link_writing_ = true;
+          auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+          link_writing_ = false;
+          write_done_.cancel();
+          if (ec) {
+            if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+            CloseLink();
+            CloseSocket();
+            SetState(State::kClosed);
+            co_return;
+          }
         }
         if (!ok) {
           Log("malformed backend stream from the endpoint");
           co_await LinkEnded();
           co_return;
         }
-        buf.clear();
+        buf.erase(0, consumed);
       }
       absl::StatusOr<size_t> n = co_await link_->Receive(buf);
       if (!n.ok()) {
@@ -794,6 +970,12 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   void OnReadyForQuery(char status) {
     txn_status_ = status;
+    if (capture_ && capture_store_ && capture_->state() == cache::ResultCapture::State::kComplete && impl_->cache) {
+      impl_->cache->Store(capture_key_, capture_->TakeMessages(), *capture_store_);
+    }
+    capture_.reset();
+    capture_store_.reset();
+    if (!units_.empty()) units_.pop_front();
     if (outstanding_ > 0) --outstanding_;
     if (outstanding_ == 0 && state_ == State::kBusy) SetState(State::kIdle);
   }
@@ -803,7 +985,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     switch (reason_) {
       case EndReason::kNone: {
         reason_ = EndReason::kLinkFailed;
-        bool endpoint_said_why = farewell_sent_ || (scanner_.at_boundary() && scanner_.last_tag() == 'E');
+        bool endpoint_said_why = farewell_sent_ || (passthrough_ == 0 && last_tag_ == 'E');
         if (!endpoint_said_why) {
           Log("the link to the endpoint failed");
           co_await Write(ErrorFrame(kSqlStateConnectionFailure, "lost the connection to the hyperpool endpoint"));
@@ -846,7 +1028,26 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   std::string session_id_;
   std::unique_ptr<Link> link_;
-  client::BackendStreamScanner scanner_;
+  size_t passthrough_ = 0;  // bytes of a partly received DataRow still to forward as they come
+  char last_tag_ = '\0';    // tag of the last frame forwarded to the app
+
+  // The query cache (client_cache.h).
+  std::string hello_fp_;
+  bool hello_unsupported_ = false;
+  cache::SessionCacheSettings cache_settings_;
+  bool state_changed_ = false;  // a SET/RESET/DISCARD/... was sent: no cache for this session
+  struct PendingUnit {
+    bool candidate = false;
+    uint64_t digest = 0;
+    std::string key;
+  };
+  std::deque<PendingUnit> units_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery
+  std::unique_ptr<cache::ResultCapture> capture_;
+  std::string capture_key_;
+  std::optional<cache::StoreControl> capture_store_;
+  bool link_writing_ = false;  // LinkToApp is writing to the app
+  bool hit_writing_ = false;   // AppToLink is writing a local hit
+  asio::steady_timer write_done_;
   size_t outstanding_ = 0;
   char txn_status_ = 'I';  // from the latest ReadyForQuery (for the cache's later use)
   bool farewell_sent_ = false;
@@ -1028,6 +1229,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   absl::StatusOr<auth::ScramVerifier> verifier = auth::MakeScramVerifier(impl->options.password);
   if (!verifier.ok()) return verifier.status();
   impl->verifier = *std::move(verifier);
+  if (impl->options.cache.enabled) {
+    impl->cache = std::make_shared<client::ClientTier>(impl->options.cache);
+    absl::StatusOr<std::string> client_id = client::NewSessionId();
+    if (!client_id.ok()) return client_id.status();
+    impl->client_id = *client_id;
+  }
 
   asio::error_code ec;
   asio::ip::address address = asio::ip::make_address(impl->options.listen_host, ec);
@@ -1071,5 +1278,13 @@ Client::~Client() { Stop(); }
 const std::string& Client::connection_string() const { return impl_->connection_string; }
 
 void Client::Stop() { impl_->Stop(); }
+
+std::string Client::CacheReport() const {
+  if (!impl_->cache) return "client tier: off\n";
+  client::ClientTierStats s = impl_->cache->Stats();
+  return fmt::format(
+      "client tier: local hits {} stores {} refused-stale {} invalidations {} evictions {} entries {} bytes {}\n",
+      s.local_hits, s.tier.stores, s.refused_stale, s.invalidations, s.tier.evictions, s.tier.entries, s.tier.bytes);
+}
 
 }  // namespace hyperpool

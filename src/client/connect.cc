@@ -34,6 +34,14 @@ class ConnectionImpl final : public Connection {
     return endpoint_ ? endpoint_->Stats() : EndpointStats{};
   }
 
+  std::string cache_report() const override {
+    std::lock_guard lock(mu_);
+    std::string out;
+    if (client_) out += client_->CacheReport();
+    if (endpoint_) out += endpoint_->CacheReport(10);
+    return out;
+  }
+
   void Close() override {
     std::lock_guard lock(mu_);
     if (closed_) return;

@@ -21,6 +21,7 @@
 #include "hyperpool/endpoint.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -29,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <variant>
@@ -43,9 +45,13 @@
 #include <fmt/format.h>
 
 #include "absl/strings/cord.h"
+#include "endpoint/endpoint_cache.h"
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/session.h"
+#include "endpoint/session_settings.h"
+#include "endpoint/settings_replay.h"
+#include "endpoint/statement_session.h"
 #include "pool/pool.h"
 #include "pool/release_policy.h"
 #include "protocol/codec.h"
@@ -108,6 +114,8 @@ std::string AcquireErrorMessage(const absl::Status& status) {
     return "Failed to acquire a connection from the pool";
   }
   if (status.code() == absl::StatusCode::kCancelled) return "hyperpool endpoint is shutting down";
+  // The origin's own error (settings replay) or a cancel before the work started.
+  if (status.code() == absl::StatusCode::kAborted) return std::string(status.message());
   return fmt::format("hyperpool could not connect to the origin database: {}", std::string(status.message()));
 }
 
@@ -151,11 +159,17 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   EndpointOptions options;
   std::shared_ptr<const OriginConfig> config;
   std::unique_ptr<Pool> pool;
+  // The Endpoint cache tier (endpoint_cache.h); created with the pool.
+  std::shared_ptr<endpoint::EndpointCache> cache;
 
   // Executor-only state.
   // The origin's ParameterStatus set as of the most recent login (link-ready).
   std::vector<std::pair<std::string, std::string>> origin_parameters;
   std::unordered_set<Session*> sessions;
+  // Sessions by their hello's hyperpool.session_id: where cancel links go.
+  std::unordered_map<std::string, Session*> sessions_by_id;
+  // One server-side name per distinct prepared statement (statement_registry.h).
+  endpoint::StatementCatalog statements;
 
   // Thread-safe.
   std::atomic<bool> stopped{false};
@@ -165,6 +179,10 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<std::size_t> acquire_timeouts{0};
   std::atomic<std::size_t> discarded{0};
   std::atomic<std::size_t> pending_cancels{0};
+  std::atomic<std::size_t> pinned_sessions{0};
+  std::array<std::atomic<std::size_t>, static_cast<std::size_t>(kLastPinReason) + 1> pins{};
+  std::atomic<std::size_t> cancels_forwarded{0};
+  std::atomic<std::size_t> cancels_ignored{0};
   std::mutex mutex;
   std::condition_variable sessions_done;
 
@@ -182,7 +200,11 @@ class Session : public std::enable_shared_from_this<Session> {
         link_(std::move(link)),
         pump_wake_(endpoint_->executor),
         changed_(endpoint_->executor),
-        reader_(protocol::FrameReader::Mode::kStartup) {}
+        reader_(protocol::FrameReader::Mode::kStartup),
+        cache_(endpoint_->cache, endpoint_->executor, [this](std::string control) {
+          local_out_ += control;  // a broadcast invalidation for this session's Client
+          pump_wake_.Notify();
+        }) {}
 
   ~Session() {
     // A lease still held here closes its connection (Lease's destructor).
@@ -235,6 +257,7 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         in_.erase(0, r.frame().size());
         reader_.set_mode(protocol::FrameReader::Mode::kTagged);
+        if (!OnHello()) co_return false;  // a cancel link: routed, nothing more
         co_return true;
       }
       if (r.is_error()) {
@@ -345,6 +368,13 @@ class Session : public std::enable_shared_from_this<Session> {
       HandleInFailedTransaction(frame);
       co_return Next::kContinue;
     }
+    // The settings capture or a cancel still owns the connection.
+    while (GateClosed() && !stopping_) {
+      pump_wake_.Notify();
+      co_await changed_.Wait();
+    }
+    if (stopping_) co_return Next::kEnd;
+    NoteSessionEffects(frame);
     if (lease_ && conn_->broken()) {
       // The origin connection died; wait until it has been accounted for
       // (errors queued, lease dropped) before starting new work. Nothing
@@ -357,18 +387,40 @@ class Session : public std::enable_shared_from_this<Session> {
       if (stopping_) co_return Next::kEnd;
       co_return co_await HandleFrame(frame, offset);
     }
+    {
+      // The query cache (endpoint_cache.h): a unit of work answered from
+      // the Endpoint tier needs no origin connection.
+      cache_.Start(hello_parameters_);
+      const bool idle = outstanding_ == 0 && !in_unit_ && to_origin_.empty() &&
+                        (!lease_ || conn_->transaction_status() == 'I');
+      const bool served = co_await cache_.Intercept(frame, std::string_view(in_).substr(offset), idle, local_out_,
+                                                    skip_until_sync_, skip_status_);
+      if (served) {
+        pump_wake_.Notify();
+        co_return Next::kContinue;
+      }
+    }
+    if (!lease_ && (parse_only_unit_ || (tag == 'P' && endpoint::StatementSession::IsParseOnlyUnit(
+                                                          std::string_view(in_).substr(offset - frame.size()))))) {
+      // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
+      parse_only_unit_ = statements_.AnswerParseOnly(frame, local_out_);
+      pump_wake_.Notify();
+      co_return Next::kContinue;
+    }
     if (!lease_) {
       // COPY data outside COPY: PostgreSQL ignores it, and it starts no work.
       if (tag == 'd' || tag == 'c' || tag == 'f') co_return Next::kContinue;
+      starting_unit_ = true;  // a cancel now ends this unit before it starts
       auto lease = co_await endpoint_->pool->Acquire();
       if (stopping_) co_return Next::kEnd;
       if (!lease.ok()) {
+        starting_unit_ = cancel_requested_ = false;
         AnswerAcquireFailure(lease.status(), frame, offset);
         co_return Next::kRestOfInputConsumed;
       }
       lease_ = std::move(*lease);
       conn_ = &lease_.As<OriginConnection>();
-      absl::Status prepared = PrepareConnection();
+      absl::Status prepared = co_await PrepareConnection();
       if (!prepared.ok()) {
         ReleaseLease(ReleaseDecision::kClose);
         AnswerAcquireFailure(prepared, frame, offset);
@@ -393,16 +445,163 @@ class Session : public std::enable_shared_from_this<Session> {
       default:
         break;  // CopyData/CopyDone/CopyFail ride along with their COPY
     }
-    protocol::AppendRawFrame(to_origin_, frame.raw);
+    cache_.OnForward(frame);  // writes and state changes, for the query cache
+    // Prepared statements: renamed, replayed or answered here (statement_session.h).
+    statements_.OnFrontend(frame, conn_->statements(), to_origin_);
     pump_wake_.Notify();
     co_return Next::kContinue;
   }
 
-  // Hook for applying the session's settings (from the hello and from SETs
-  // seen earlier) to a freshly lent connection before its work is forwarded.
-  // Settings replay comes in a later issue; today every pooled connection
-  // already carries the origin string's settings, so there is nothing to do.
-  absl::Status PrepareConnection() { return absl::OkStatus(); }
+  // Applies the session's settings (hello and captured SETs) to a freshly
+  // lent connection before its work is forwarded: one round trip when the
+  // connection carries different ones, none otherwise (settings_replay.h).
+  asio::awaitable<absl::Status> PrepareConnection() {
+    writing_ = true;
+    absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired());
+    writing_ = false;
+    starting_unit_ = false;
+    parameter_mark_ = conn_->parameter_changes();
+    if (status.ok() && cancel_requested_) {
+      status = absl::AbortedError("canceling statement due to user request");
+      status.SetPayload(endpoint::kSqlStateStatusPayload, absl::Cord("57014"));
+    }
+    cancel_requested_ = false;
+    co_return status;
+  }
+
+  // ----- Session settings, pins, cancel routing (session_settings.h) -------
+
+  // Reads the hello's hyperpool.* parameters: a cancel link routes its cancel
+  // and ends (false); a session registers for cancels and keeps its settings.
+  bool OnHello() {
+    std::string cancel_id;
+    for (const auto& [name, value] : hello_parameters_) {
+      if (name == "hyperpool.cancel_session") cancel_id = value;
+      if (name == "hyperpool.session_id") session_id_ = value;
+    }
+    if (!cancel_id.empty()) {
+      session_id_.clear();
+      RouteCancel(cancel_id);
+      return false;
+    }
+    settings_ = endpoint::SessionSettings(hello_parameters_);
+    if (!session_id_.empty()) endpoint_->sessions_by_id[session_id_] = this;
+    return true;
+  }
+
+  void RouteCancel(const std::string& id) {
+    auto it = endpoint_->sessions_by_id.find(id);
+    if (it != endpoint_->sessions_by_id.end() && it->second->CancelCurrentWork()) {
+      endpoint_->cancels_forwarded++;
+    } else {
+      endpoint_->cancels_ignored++;  // idle or unknown: hits no one
+    }
+  }
+
+  // A cancel link names this session: cancel what it runs now, on the
+  // connection it holds now. The connection stays with this session until
+  // the origin has processed the CancelRequest, so it never reaches the
+  // next borrower. False if nothing is running.
+  bool CancelCurrentWork() {
+    if (session_done_ || stopping_) return false;
+    if (starting_unit_) {
+      cancel_requested_ = true;  // waiting for a connection: the unit ends with 57014
+      return true;
+    }
+    if (!lease_ || conn_ == nullptr || (outstanding_ == 0 && !in_unit_)) return false;
+    ++cancels_in_flight_;
+    std::shared_ptr<Endpoint::Impl> ep = endpoint_;
+    ep->pending_cancels++;
+    asio::co_spawn(
+        ep->executor,
+        [self = shared_from_this(), ep, key = conn_->backend_key()]() -> asio::awaitable<void> {
+          co_await endpoint::CancelOriginQuery(ep->executor, *ep->config, key);
+          {
+            std::lock_guard<std::mutex> lock(ep->mutex);
+            ep->pending_cancels--;
+            ep->sessions_done.notify_all();
+          }
+          self->OnCancelDelivered();
+        },
+        asio::detached);
+    return true;
+  }
+
+  void OnCancelDelivered() {
+    if (cancels_in_flight_ > 0) --cancels_in_flight_;
+    MaybeRelease();
+    changed_.Notify();
+    pump_wake_.Notify();
+  }
+
+  // Settings may have changed in the unit that just ended at 'I': read them
+  // before anyone else (this client's next unit included) uses the connection.
+  bool CapturePending() const {
+    return lease_ && conn_ != nullptr &&
+           (settings_.capture_owed() || conn_->parameter_changes() != parameter_mark_) &&
+           endpoint_->options.pool.mode == PoolMode::kTransaction && pins_.empty() && !statements_.pinned() &&
+           outstanding_ == 0 && !in_unit_ && conn_->transaction_status() == 'I' && !conn_->broken();
+  }
+  bool GateClosed() const { return CapturePending() || cancels_in_flight_ > 0; }
+
+  // The pin for DecideRelease: session state, or a capture or cancel that
+  // must finish before the connection may go to anyone else.
+  PinReason CurrentPin() const {
+    if (PinReason pin = pins_.First(); pin != PinReason::kNone) return pin;
+    if (statements_.pinned()) return PinReason::kPreparedSql;
+    if (cancels_in_flight_ > 0) return PinReason::kOther;
+    if (CapturePending()) return PinReason::kSessionSetting;
+    return PinReason::kNone;
+  }
+
+  void NoteSessionEffects(const protocol::Frame& frame) {
+    if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C') return;
+    endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload);
+    for (PinReason reason : effects.pins) AddPin(reason);
+  }
+
+  void AddPin(PinReason reason) {
+    const bool first = pins_.empty();
+    if (!pins_.Add(reason)) return;
+    endpoint_->pins[static_cast<std::size_t>(reason)]++;
+    if (first) endpoint_->pinned_sessions++;
+    fmt::print(stderr, "hyperpool: session {} pinned to its origin connection: {}\n",
+               session_id_.empty() ? std::string("-") : session_id_, PinReasonName(reason));
+  }
+
+  // Pump: runs the capture (Run waits at the gate meanwhile).
+  asio::awaitable<void> CaptureSessionSettings() {
+    OriginConnection* c = conn_;
+    pump_reading_ = true;
+    absl::Status status = co_await endpoint::CaptureSettings(*c, settings_);
+    pump_reading_ = false;
+    parameter_mark_ = c->parameter_changes();
+    if (conn_ == c) {
+      if (!status.ok() || discard_pending_ || session_done_ || stopping_) {
+        if (!status.ok()) {
+          fmt::print(stderr, "hyperpool: reading session settings failed, closing the connection: {}\n",
+                     std::string(status.message()));
+        }
+        if (writing_) {
+          c->CloseNow();
+          discard_pending_ = true;
+        } else {
+          ReleaseLease(ReleaseDecision::kClose);
+        }
+      } else {
+        MaybeRelease();
+      }
+    }
+    changed_.Notify();
+    pump_wake_.Notify();
+  }
+
+  void ForgetSession() {
+    auto it = endpoint_->sessions_by_id.find(session_id_);
+    if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
+    if (!pins_.empty() && !pin_counted_gone_) endpoint_->pinned_sessions--;
+    pin_counted_gone_ = true;
+  }
 
   // Writes `to_origin_` to the lent connection. False if the write failed
   // (the connection is then treated as lost).
@@ -573,6 +772,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     }
     session_done_ = true;
+    ForgetSession();
     if (lease_) {
       CancelIfBusy();
       if (pump_reading_) {
@@ -596,6 +796,10 @@ class Session : public std::enable_shared_from_this<Session> {
     for (;;) {
       if (lease_ && (outstanding_ > 0 || in_unit_) && !session_done_) {
         co_await PumpOrigin();
+        continue;
+      }
+      if (CapturePending() && !writing_ && !session_done_) {
+        co_await CaptureSessionSettings();
         continue;
       }
       if (!local_out_.empty()) {
@@ -647,7 +851,10 @@ class Session : public std::enable_shared_from_this<Session> {
         // own connection died; it is reported as an ERROR when the loss is.
         continue;
       }
-      protocol::AppendRawFrame(batch, frame->raw);
+      cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
+      if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
+        protocol::AppendRawFrame(batch, frame->raw);
+      }
       if (tag == 'Z' && !frame->payload.empty()) {
         if (outstanding_ > 0) --outstanding_;
         if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') endpoint_->transactions++;
@@ -730,6 +937,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ReleaseDecision d = DecideRelease({.mode = endpoint_->options.pool.mode,
                                        .status = ToPoolStatus(conn_->transaction_status()),
                                        .outstanding = outstanding_,
+                                       .pin = CurrentPin(),
                                        .client_gone = false,
                                        .broken = conn_->broken(),
                                        .lifetime_exceeded = lease_.lifetime_exceeded()});
@@ -740,6 +948,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ReleaseDecision d = DecideRelease({.mode = endpoint_->options.pool.mode,
                                        .status = ToPoolStatus(conn_->transaction_status()),
                                        .outstanding = outstanding_ + (in_unit_ ? 1 : 0),
+                                       .pin = CurrentPin(),
                                        .client_gone = true,
                                        .broken = conn_->broken() || discard_pending_,
                                        .lifetime_exceeded = lease_.lifetime_exceeded()});
@@ -752,6 +961,7 @@ class Session : public std::enable_shared_from_this<Session> {
       conn_->CloseNow();  // no Terminate: its state is unknown; the origin rolls back
       endpoint_->discarded++;
     }
+    statements_.Reset();
     lease_.Release(decision);
     conn_ = nullptr;
     discard_pending_ = false;
@@ -792,6 +1002,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Signal pump_wake_;  // Run -> Pump: work or answers to forward
   Signal changed_;    // Pump -> Run: a ReadyForQuery, a release, a send
   protocol::FrameReader reader_;
+  endpoint::SessionCache cache_;  // the query cache's hooks (endpoint_cache.h)
   std::vector<std::pair<std::string, std::string>> hello_parameters_;
 
   std::string in_;          // bytes from the link not yet handled
@@ -820,6 +1031,20 @@ class Session : public std::enable_shared_from_this<Session> {
   bool terminated_ = false;           // Terminate received
   bool session_done_ = false;         // Run has finished
   bool stopping_ = false;             // Endpoint::Stop or the link failed
+
+  // Session settings, pins and cancel routing (session_settings.h).
+  std::string session_id_;            // hyperpool.session_id of the hello
+  endpoint::SessionSettings settings_;
+  endpoint::PinSet pins_;
+  bool pin_counted_gone_ = false;     // pinned_sessions already decremented
+  bool starting_unit_ = false;        // acquiring/preparing a connection for a new unit
+  bool cancel_requested_ = false;     // a cancel arrived while starting_unit_
+  std::size_t cancels_in_flight_ = 0; // CancelRequests not yet processed by the origin
+  std::uint64_t parameter_mark_ = 0;  // conn_->parameter_changes() after our own replay/capture
+
+  // Protocol-level prepared statements of this client (statement_session.h).
+  endpoint::StatementSession statements_{endpoint_->statements};
+  bool parse_only_unit_ = false;  // answering a Parse-only unit locally, until its Sync
 };
 
 // ---------------------------------------------------------------------------
@@ -851,9 +1076,18 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
     co_return std::unique_ptr<PooledConnection>(std::move(r.connection));
   };
   callbacks.health_check = [](PooledConnection& c) { return static_cast<OriginConnection&>(c).Ping(); };
+  // Session mode: DISCARD ALL before the next session (release_policy.h).
+  callbacks.reset = [](PooledConnection& c) { return endpoint::ResetConnection(static_cast<OriginConnection&>(c)); };
   auto pool = Pool::Create(executor, impl->options.pool, std::move(callbacks));
   if (!pool.ok()) return pool.status();
   impl->pool = std::move(*pool);
+  impl->cache = std::make_shared<endpoint::EndpointCache>(
+      executor, impl->options.cache, cfg->dbname.empty() ? cfg->user : cfg->dbname, cfg->user,
+      impl->options.pool.max_size, [weak]() -> asio::awaitable<absl::StatusOr<Lease>> {
+        auto self = weak.lock();
+        if (!self || self->stopped.load()) co_return absl::CancelledError("endpoint stopped");
+        co_return co_await self->pool->Acquire();
+      });
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }
 
@@ -914,7 +1148,38 @@ EndpointStats Endpoint::Stats() const {
   s.transactions = impl_->transactions.load();
   s.acquire_timeouts = impl_->acquire_timeouts.load();
   s.discarded = impl_->discarded.load();
+  s.pinned_sessions = impl_->pinned_sessions.load();
+  auto pins = [&](PinReason r) { return impl_->pins[static_cast<std::size_t>(r)].load(); };
+  for (const auto& p : impl_->pins) s.pins_total += p.load();
+  s.pins_prepared_sql = pins(PinReason::kPreparedSql);
+  s.pins_temp_table = pins(PinReason::kTempTable);
+  s.pins_advisory_lock = pins(PinReason::kAdvisoryLock);
+  s.pins_listen = pins(PinReason::kListen);
+  s.pins_with_hold_cursor = pins(PinReason::kWithHoldCursor);
+  s.pins_set_role = pins(PinReason::kSetRole);
+  s.cancels_forwarded = impl_->cancels_forwarded.load();
+  s.cancels_ignored = impl_->cancels_ignored.load();
+  if (impl_->cache) {
+    const endpoint::EndpointCacheReport c = impl_->cache->Report(0);
+    s.cache_hits = c.tier.hits;
+    s.cache_stale_hits = c.tier.stale_hits;
+    s.cache_misses = c.tier.misses;
+    s.cache_coalesced = c.tier.coalesced;
+    s.cache_served = c.served;
+    s.cache_uncacheable = c.uncacheable;
+    s.cache_bypassed = c.bypassed;
+    s.cache_stores = c.tier.stores;
+    s.cache_evictions = c.tier.evictions;
+    s.cache_invalidations = c.tier.invalidations;
+    s.cache_write_invalidations = c.invalidations;
+    s.cache_bytes = c.tier.bytes;
+    s.cache_entries = c.tier.entries;
+  }
   return s;
+}
+
+std::string Endpoint::CacheReport(std::size_t top) const {
+  return impl_->cache ? endpoint::FormatCacheReport(impl_->cache->Report(top)) : std::string();
 }
 
 }  // namespace hyperpool

@@ -200,12 +200,22 @@ void OriginConnection::OnFrame(const protocol::Frame& frame) {
       if (key.ok()) backend_key_ = BackendKey{key->process_id, std::string(key->secret_key)};
       break;
     }
+    case 'C':
+      // Every prepared statement on the backend is gone, whoever ran it
+      // (a client, a reset, the settings replay): forget ours too.
+      if (frame.payload == std::string_view("DISCARD ALL\0", 12) ||
+          frame.payload == std::string_view("DEALLOCATE ALL\0", 15)) {
+        statements_.Clear();
+        statements_.unnamed_id = 0;
+      }
+      break;
     default:
       break;
   }
 }
 
 void OriginConnection::SetParameter(std::string_view name, std::string_view value) {
+  ++parameter_changes_;
   for (auto& [n, v] : parameters_) {
     if (n == name) {
       v.assign(value.data(), value.size());

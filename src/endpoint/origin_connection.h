@@ -30,6 +30,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "endpoint/origin_config.h"
+#include "endpoint/session_settings.h"
+#include "endpoint/statement_registry.h"
 #include "hyperpool/validate.h"
 #include "pool/pool.h"
 #include "protocol/frame_reader.h"
@@ -135,8 +137,19 @@ class OriginConnection final : public PooledConnection {
   // "md5", "password" (cleartext) or "trust" (no password asked).
   const std::string& auth_method() const { return auth_method_; }
   void set_auth_method(std::string method) { auth_method_ = std::move(method); }
+  // The server-side prepared statements that exist on this backend
+  // (statement_registry.h); they live and die with the connection.
+  ConnectionStatements& statements() { return statements_; }
+
   // Largest backend message accepted from now on (small during login).
   void SetMaxMessageLength(std::uint32_t max) { reader_.set_max_message_length(max); }
+  // The settings this connection carries beyond its login defaults (what
+  // session settings replay set on it; src/endpoint/session_settings.h).
+  SettingMap& carried_settings() { return carried_settings_; }
+  // How many ParameterStatus messages have been read: a change during a
+  // client's work means its settings changed (a safety net for SETs that
+  // statement analysis cannot see, e.g. inside functions).
+  std::uint64_t parameter_changes() const { return parameter_changes_; }
 
  private:
   void OnFrame(const protocol::Frame& frame);
@@ -152,6 +165,9 @@ class OriginConnection final : public PooledConnection {
   bool broken_ = false;
   std::string auth_method_ = "trust";
   std::chrono::steady_clock::time_point last_ready_;
+  SettingMap carried_settings_;
+  std::uint64_t parameter_changes_ = 0;
+  ConnectionStatements statements_;
 };
 
 // Asks the origin to cancel what backend `key` is running (PostgreSQL docs,

@@ -445,8 +445,10 @@ TEST_CASE("a backend terminated mid-transaction fails that transaction; the next
   REQUIRE(Await(io, client->Query("BEGIN")).status == 'T');
   Result pid = Await(io, client->Query("SELECT pg_backend_pid()"));
   REQUIRE(pid.status == 'T');
-  // The lent backend, found as the test would find any hyperpool backend.
-  auto found = RunPsql(pg, "SELECT pid FROM pg_stat_activity WHERE application_name = 'hp_terminate'");
+  // The lent backend, found as the test would find any hyperpool backend
+  // (it carries the session's own application_name from the hello).
+  auto found = RunPsql(pg, "SELECT pid FROM pg_stat_activity WHERE application_name = 'hp_test' AND usename = '" +
+                               pg.scram.user + "'");
   REQUIRE(found.ok());
   CHECK(*found == pid.Cell());
   REQUIRE(RunPsql(pg, "SELECT pg_terminate_backend(" + pid.Cell() + ")").ok());

@@ -100,6 +100,7 @@ host      all       hp_trust     127.0.0.1/32  trust
 hostssl   all       hp_sslonly   127.0.0.1/32  scram-sha-256
 hostnossl all       hp_sslonly   127.0.0.1/32  reject
 local     all       hp_sslonly                 reject
+host      all       all          127.0.0.1/32  scram-sha-256
 EOF
 }
 

@@ -1,0 +1,540 @@
+#include "cache/tier.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "protocol/codec.h"
+
+namespace hyperpool::cache {
+namespace {
+
+void PutU64(std::string& out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutU32(std::string& out, uint32_t v) {
+  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutTables(std::string& out, const std::vector<std::string>& tables) {
+  PutU32(out, static_cast<uint32_t>(tables.size()));
+  for (const std::string& t : tables) {
+    out.append(t);
+    out.push_back('\0');
+  }
+}
+
+// A bounds-checked reader over a control payload.
+struct Reader {
+  std::string_view s;
+  bool ok = true;
+  uint64_t U(int bytes) {
+    if (s.size() < static_cast<size_t>(bytes)) {
+      ok = false;
+      return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(s[i]);
+    s.remove_prefix(bytes);
+    return v;
+  }
+  std::vector<std::string> Tables() {
+    uint64_t n = U(4);
+    std::vector<std::string> out;
+    for (uint64_t i = 0; ok && i < n; ++i) {
+      size_t nul = s.find('\0');
+      if (nul == std::string_view::npos) {
+        ok = false;
+        break;
+      }
+      out.emplace_back(s.substr(0, nul));
+      s.remove_prefix(nul + 1);
+    }
+    return out;
+  }
+};
+
+void Frame(std::string& out, const std::string& payload) { protocol::AppendFrame(out, kControlTag, payload); }
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+bool ContainsCi(std::string_view hay, std::string_view needle) {
+  if (needle.size() > hay.size()) return false;
+  return Lower(hay).find(needle) != std::string::npos;
+}
+
+// One frontend frame at the start of `bytes`.
+struct RawFrame {
+  char tag = 0;
+  std::string_view payload;
+  size_t size = 0;
+};
+std::optional<RawFrame> NextFrame(std::string_view bytes) {
+  if (bytes.size() < 5) return std::nullopt;
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
+  uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  if (len < 4 || len > bytes.size() - 1) return std::nullopt;
+  return RawFrame{bytes[0], bytes.substr(5, len - 4), size_t{len} + 1};
+}
+
+}  // namespace
+
+void AppendControl(std::string& out, const BeginControl& c) {
+  std::string p(1, 'B');
+  PutU64(p, c.digest);
+  Frame(out, p);
+}
+
+void AppendControl(std::string& out, const StoreControl& c) {
+  std::string p(1, 'S');
+  PutU64(p, c.digest);
+  PutU32(p, static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
+  PutU64(p, c.generation);
+  PutTables(p, c.tables);
+  Frame(out, p);
+}
+
+void AppendControl(std::string& out, const InvalidateControl& c) {
+  std::string p(1, 'I');
+  PutU64(p, c.generation);
+  p.push_back(c.all ? 1 : 0);
+  PutTables(p, c.tables);
+  Frame(out, p);
+}
+
+std::optional<Control> DecodeControl(std::string_view payload) {
+  if (payload.empty()) return std::nullopt;
+  char kind = payload[0];
+  Reader r{payload.substr(1)};
+  Control out;
+  if (kind == 'B') {
+    BeginControl c;
+    c.digest = r.U(8);
+    out = c;
+  } else if (kind == 'S') {
+    StoreControl c;
+    c.digest = r.U(8);
+    c.ttl = std::chrono::milliseconds(r.U(4));
+    c.generation = r.U(8);
+    c.tables = r.Tables();
+    out = std::move(c);
+  } else if (kind == 'I') {
+    InvalidateControl c;
+    c.generation = r.U(8);
+    c.all = r.U(1) != 0;
+    c.tables = r.Tables();
+    out = std::move(c);
+  } else {
+    return std::nullopt;
+  }
+  if (!r.ok || !r.s.empty()) return std::nullopt;
+  return out;
+}
+
+UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
+  out = CandidateUnit{};
+  std::optional<RawFrame> f = NextFrame(bytes);
+  if (!f) return UnitShape::kNotCandidate;
+  if (f->tag == 'Q') {
+    auto q = protocol::DecodeQuery(f->payload);
+    if (!q.ok()) return UnitShape::kNotCandidate;
+    out.frames = bytes.substr(0, f->size);
+    out.form = ProtocolForm::kSimple;
+    out.sql = q->query;
+    out.replay.form = ProtocolForm::kSimple;
+    return UnitShape::kCandidate;
+  }
+  if (f->tag != 'P') return UnitShape::kNotCandidate;
+  size_t pos = 0;
+  int stage = 0;  // 0: want P, 1: want B, 2: want D or E, 3: want E, 4: want S
+  out.form = ProtocolForm::kExtended;
+  out.replay = ReplayRequest{};
+  out.replay.form = ProtocolForm::kExtended;
+  for (;;) {
+    std::optional<RawFrame> fr = NextFrame(bytes.substr(pos));
+    if (!fr) {
+      // Partial frame or nothing more: the Sync has not arrived (yet).
+      return UnitShape::kIncomplete;
+    }
+    pos += fr->size;
+    switch (fr->tag) {
+      case 'P': {
+        if (stage != 0) return UnitShape::kNotCandidate;
+        auto p = protocol::DecodeParse(fr->payload);
+        if (!p.ok() || !p->statement.empty()) return UnitShape::kNotCandidate;
+        out.sql = p->query;
+        out.param_types.assign(p->parameter_types.begin(), p->parameter_types.end());
+        out.replay.parse = true;
+        stage = 1;
+        break;
+      }
+      case 'B': {
+        if (stage != 1) return UnitShape::kNotCandidate;
+        auto b = protocol::DecodeBind(fr->payload);
+        if (!b.ok() || !b->portal.empty() || !b->statement.empty()) return UnitShape::kNotCandidate;
+        out.params.clear();
+        for (size_t i = 0; i < b->parameters.size(); ++i) {
+          int16_t format = 0;
+          if (b->parameter_formats.size() == 1) format = b->parameter_formats[0];
+          if (b->parameter_formats.size() > 1) format = b->parameter_formats[i];
+          out.params.push_back(ParamValue{b->parameters[i], format});
+        }
+        out.result_formats.assign(b->result_formats.begin(), b->result_formats.end());
+        out.replay.bind = true;
+        stage = 2;
+        break;
+      }
+      case 'D': {
+        if (stage != 2) return UnitShape::kNotCandidate;
+        auto d = protocol::DecodeDescribe(fr->payload);
+        if (!d.ok() || !d->name.empty()) return UnitShape::kNotCandidate;
+        if (d->kind == protocol::ObjectKind::kPortal) {
+          out.replay.describe = ReplayRequest::Describe::kPortal;
+          out.describe = 'P';
+        } else {
+          // Describe statement after Bind: PostgreSQL answers it in order
+          // (ParameterDescription + RowDescription after BindComplete); the
+          // replay helper's statement form puts them before BindComplete, so
+          // this shape is left to the origin.
+          return UnitShape::kNotCandidate;
+        }
+        stage = 3;
+        break;
+      }
+      case 'E': {
+        if (stage != 2 && stage != 3) return UnitShape::kNotCandidate;
+        auto e = protocol::DecodeExecute(fr->payload);
+        if (!e.ok() || !e->portal.empty() || e->max_rows != 0) return UnitShape::kNotCandidate;
+        out.replay.execute = true;
+        stage = 4;
+        break;
+      }
+      case 'S': {
+        if (stage != 4) return UnitShape::kNotCandidate;
+        out.replay.sync = true;
+        out.frames = bytes.substr(0, pos);
+        return UnitShape::kCandidate;
+      }
+      default:
+        return UnitShape::kNotCandidate;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Session controls.
+// ---------------------------------------------------------------------------
+
+bool ApplyCacheSetting(std::string_view name, std::optional<std::string_view> value,
+                       SessionCacheSettings& settings) {
+  std::string n = Lower(name);
+  if (n == "hyperpool.cache") {
+    if (!value) {
+      settings.enabled = true;
+      return true;
+    }
+    std::string v = Lower(*value);
+    if (v == "on" || v == "true" || v == "1" || v == "yes" || v == "default") {
+      settings.enabled = true;
+    } else {
+      settings.enabled = false;  // off, false, 0, no, or anything unparsable
+    }
+    return true;
+  }
+  if (n == "hyperpool.cache_ttl") {
+    if (!value || Lower(*value) == "default") {
+      settings.ttl.reset();
+      return true;
+    }
+    double seconds = -1;
+    std::string v(*value);
+    char* end = nullptr;
+    seconds = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(seconds >= 0) || seconds > 86400) {
+      settings.enabled = false;  // unparsable: be safe
+      return true;
+    }
+    settings.ttl = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    return true;
+  }
+  return false;
+}
+
+void ApplyStartupParameters(const std::vector<std::pair<std::string, std::string>>& params,
+                            SessionCacheSettings& settings) {
+  for (const auto& [name, value] : params) {
+    if (ApplyCacheSetting(name, value, settings)) continue;
+    if (name != "options") continue;
+    // "-c name=value" or "--name=value", whitespace separated.
+    std::string_view rest = value;
+    std::vector<std::string> words;
+    std::string w;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      char c = rest[i];
+      if (c == '\\' && i + 1 < rest.size()) {
+        w.push_back(rest[++i]);
+      } else if (c == ' ' || c == '\t') {
+        if (!w.empty()) words.push_back(std::move(w));
+        w.clear();
+      } else {
+        w.push_back(c);
+      }
+    }
+    if (!w.empty()) words.push_back(std::move(w));
+    for (size_t i = 0; i < words.size(); ++i) {
+      std::string_view assignment;
+      if (words[i] == "-c" && i + 1 < words.size()) {
+        assignment = words[++i];
+      } else if (words[i].rfind("--", 0) == 0) {
+        assignment = std::string_view(words[i]).substr(2);
+      } else if (words[i].rfind("-c", 0) == 0) {
+        assignment = std::string_view(words[i]).substr(2);
+      } else {
+        continue;
+      }
+      size_t eq = assignment.find('=');
+      if (eq == std::string_view::npos) continue;
+      ApplyCacheSetting(assignment.substr(0, eq), assignment.substr(eq + 1), settings);
+    }
+  }
+}
+
+namespace {
+
+// The setting name a SET/RESET statement names: tokens[i..] as ident [. ident].
+std::string SettingName(const std::vector<Token>& t, size_t& i) {
+  std::string name;
+  if (i < t.size() && (t[i].kind == TokenKind::kIdentifier || t[i].kind == TokenKind::kQuotedIdentifier)) {
+    name = t[i].kind == TokenKind::kIdentifier ? t[i].value : Lower(t[i].value);
+    ++i;
+    while (i + 1 < t.size() && t[i].kind == TokenKind::kDot &&
+           (t[i + 1].kind == TokenKind::kIdentifier || t[i + 1].kind == TokenKind::kQuotedIdentifier)) {
+      name += "." + Lower(t[i + 1].value);
+      i += 2;
+    }
+  }
+  return name;
+}
+
+// One statement's tokens [b, e). Returns: 0 not a SET/RESET, 1 hyperpool.*
+// setting (applied), 2 local-only SET (no lasting effect), 3 state change.
+int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSettings* settings) {
+  std::vector<Token> s(t.begin() + b, t.begin() + e);
+  if (s.empty()) return 0;
+  if (s[0].IsKeyword("reset")) {
+    size_t i = 1;
+    if (i < s.size() && s[i].IsKeyword("all")) return 3;
+    std::string name = SettingName(s, i);
+    if (name.rfind("hyperpool.", 0) == 0 && i == s.size()) {
+      SessionCacheSettings scratch;
+      ApplyCacheSetting(name, std::nullopt, settings ? *settings : scratch);
+      return 1;
+    }
+    return 3;
+  }
+  if (!s[0].IsKeyword("set")) return 0;
+  size_t i = 1;
+  if (i < s.size() && (s[i].IsKeyword("local") || s[i].IsKeyword("transaction") || s[i].IsKeyword("constraints"))) {
+    return 2;
+  }
+  if (i < s.size() && s[i].IsKeyword("session")) {
+    ++i;
+    if (i < s.size() && (s[i].IsKeyword("authorization") || s[i].IsKeyword("characteristics"))) return 3;
+  }
+  std::string name = SettingName(s, i);
+  if (name.rfind("hyperpool.", 0) != 0) return 3;
+  if (i < s.size() && (s[i].IsKeyword("to") || (s[i].kind == TokenKind::kOperator && s[i].text == "="))) ++i;
+  std::optional<std::string_view> value;
+  std::string joined;
+  for (; i < s.size(); ++i) {
+    if (s[i].kind == TokenKind::kString || s[i].kind == TokenKind::kIdentifier ||
+        s[i].kind == TokenKind::kQuotedIdentifier) {
+      joined += s[i].value;
+    } else {
+      joined += std::string(s[i].text);
+    }
+  }
+  value = joined;
+  SessionCacheSettings scratch;
+  ApplyCacheSetting(name, value, settings ? *settings : scratch);
+  return 1;
+}
+
+}  // namespace
+
+StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* settings) {
+  StatementEffects fx;
+  fx.nocache_hint = ContainsCi(sql, "hyperpool:nocache");
+  absl::StatusOr<std::vector<Token>> tokens = Lex(sql);
+  if (!tokens.ok()) {
+    fx.changes_session_state = true;
+    return fx;
+  }
+  const std::vector<Token>& t = *tokens;
+  bool any = false;
+  bool all_cache_settings = true;
+  bool has_other = false;  // statements that are not SET/RESET
+  size_t b = 0;
+  for (size_t i = 0; i <= t.size(); ++i) {
+    if (i < t.size() && t[i].kind != TokenKind::kSemicolon) continue;
+    if (i > b) {
+      any = true;
+      int c = ClassifySet(t, b, i, settings);
+      if (c != 1) all_cache_settings = false;
+      if (c == 3) fx.changes_session_state = true;
+      if (c == 0) has_other = true;
+    }
+    b = i + 1;
+  }
+  fx.only_cache_settings = any && all_cache_settings;
+  if (has_other) {
+    absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql);
+    if (!a.ok()) {
+      fx.changes_session_state = true;
+      return fx;
+    }
+    for (StatementKind k : a->kinds) {
+      if (k == StatementKind::kDiscard || k == StatementKind::kDo || k == StatementKind::kCall ||
+          k == StatementKind::kOther) {
+        fx.changes_session_state = true;
+      }
+    }
+    for (const QualifiedName& f : a->functions) {
+      if (f.name == "set_config") fx.changes_session_state = true;
+    }
+  }
+  return fx;
+}
+
+std::string HelloFingerprint(const std::vector<std::pair<std::string, std::string>>& params, bool* unsupported) {
+  static constexpr std::string_view kKeyed[] = {
+      "client_encoding", "datestyle",   "timezone",    "intervalstyle", "extra_float_digits",
+      "bytea_output",    "lc_monetary", "lc_numeric",  "lc_time",       "standard_conforming_strings",
+  };
+  static constexpr std::string_view kIgnored[] = {
+      "application_name", "fallback_application_name", "statement_timeout", "lock_timeout",
+      "idle_in_transaction_session_timeout", "idle_session_timeout", "geqo", "jit",
+  };
+  std::vector<std::pair<std::string, std::string>> keyed;
+  bool bad = false;
+  for (const auto& [name, value] : params) {
+    std::string n = Lower(name);
+    if (n.rfind("hyperpool.", 0) == 0) continue;
+    if (std::find(std::begin(kIgnored), std::end(kIgnored), n) != std::end(kIgnored)) continue;
+    if (n == "options") {
+      SessionCacheSettings probe;
+      // Allowed only if every switch is one of ours.
+      std::string_view v = value;
+      bool only_ours = true;
+      size_t pos = 0;
+      while ((pos = v.find("-c", pos)) != std::string_view::npos) {
+        size_t start = v.find_first_not_of(" \t", pos + 2);
+        if (start == std::string_view::npos || v.substr(start).rfind("hyperpool.", 0) != 0) only_ours = false;
+        pos += 2;
+      }
+      if (v.find("--") != std::string_view::npos) {
+        size_t p2 = 0;
+        while ((p2 = v.find("--", p2)) != std::string_view::npos) {
+          if (v.substr(p2 + 2).rfind("hyperpool.", 0) != 0) only_ours = false;
+          p2 += 2;
+        }
+      }
+      if (!only_ours) bad = true;
+      continue;
+    }
+    if (std::find(std::begin(kKeyed), std::end(kKeyed), n) != std::end(kKeyed)) {
+      keyed.emplace_back(n, value);
+      continue;
+    }
+    bad = true;  // search_path, role, session_authorization, unknown: not safely keyable
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::string out;
+  for (const auto& [n, v] : keyed) {
+    PutU32(out, static_cast<uint32_t>(n.size()));
+    out += n;
+    PutU32(out, static_cast<uint32_t>(v.size()));
+    out += v;
+  }
+  if (unsupported != nullptr) *unsupported = bad;
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Writes.
+// ---------------------------------------------------------------------------
+
+void WriteEffect::Merge(const WriteEffect& other) {
+  all = all || other.all;
+  if (all) {
+    tables.clear();
+    return;
+  }
+  for (const std::string& t : other.tables) {
+    if (std::find(tables.begin(), tables.end(), t) == tables.end()) tables.push_back(t);
+  }
+}
+
+WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, bool precise_names) {
+  WriteEffect fx;
+  if (sql.size() > (8u << 20)) {
+    fx.all = true;
+    return fx;
+  }
+  absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql);
+  if (!a.ok()) {
+    fx.all = true;
+    return fx;
+  }
+  for (StatementKind k : a->kinds) {
+    if (k == StatementKind::kExplain || k == StatementKind::kCursor) {
+      // EXPLAIN ANALYZE executes its statement; a cursor may run a volatile
+      // function declared elsewhere.
+      if (k == StatementKind::kExplain || !a->functions.empty()) fx.all = true;
+    }
+  }
+  if (fx.all) return fx;
+  std::optional<std::vector<std::string>> tables = TablesToInvalidate(*a, oracle);
+  if (!tables) {
+    fx.all = true;
+    return fx;
+  }
+  if (!tables->empty() && !precise_names) {
+    fx.all = true;
+    return fx;
+  }
+  fx.tables = std::move(*tables);
+  return fx;
+}
+
+// ---------------------------------------------------------------------------
+// Keys.
+// ---------------------------------------------------------------------------
+
+std::string ClientLocalKey(std::string_view hello_fingerprint, const SessionCacheSettings& s,
+                           std::string_view unit_frames) {
+  std::string k("hpc1");
+  PutU32(k, static_cast<uint32_t>(hello_fingerprint.size()));
+  k.append(hello_fingerprint);
+  PutU64(k, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);
+  PutU32(k, static_cast<uint32_t>(unit_frames.size()));
+  k.append(unit_frames);
+  return k;
+}
+
+void AppendKeySuffix(std::string& key, std::string_view hello_fingerprint, char describe,
+                     const SessionCacheSettings& s) {
+  key.push_back('H');
+  PutU32(key, static_cast<uint32_t>(hello_fingerprint.size()));
+  key.append(hello_fingerprint);
+  key.push_back('D');
+  key.push_back(describe);
+  key.push_back('L');
+  PutU64(key, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);
+}
+
+}  // namespace hyperpool::cache

@@ -1,0 +1,170 @@
+// Pieces of the two-tier query cache shared by the Client and the Endpoint
+// (docs/architecture.md, "Query cache"): the link control messages, the
+// shape of a cacheable unit of work, the per-session cache controls
+// (hyperpool.cache / hyperpool.cache_ttl, the nocache comment hint), the
+// classification of statements that change session state, and what a write
+// invalidates. Pure functions, no I/O: both halves must classify the same
+// bytes the same way, so they share this code.
+#ifndef HYPERPOOL_CACHE_TIER_H_
+#define HYPERPOOL_CACHE_TIER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "cache/cache_key.h"
+#include "cache/cacheability.h"
+#include "cache/result_store.h"
+#include "cache/sql_analysis.h"
+
+namespace hyperpool::cache {
+
+// ---------------------------------------------------------------------------
+// Link control messages (Endpoint -> Client). A backend-direction frame with
+// tag 'h' (no PostgreSQL backend message uses it); the Client consumes it and
+// never forwards it to the application. Payload: one kind byte, then fields.
+// ---------------------------------------------------------------------------
+
+inline constexpr char kControlTag = 'h';
+
+// 'B': the result of the unit at the head of the Client's queue follows and
+// is cacheable; `digest` is Fnv1a64 of the unit's frontend frames.
+struct BeginControl {
+  uint64_t digest = 0;
+};
+// 'S': right before that unit's ReadyForQuery: the Endpoint stored (or
+// served) the result; keep it `ttl` fresh (the remaining TTL for an Endpoint
+// hit). `generation` is the Endpoint's invalidation generation when the
+// result's origin fetch started; `tables` are its base tables.
+struct StoreControl {
+  uint64_t digest = 0;
+  std::chrono::milliseconds ttl{0};
+  uint64_t generation = 0;
+  std::vector<std::string> tables;
+};
+// 'I': a write was seen; drop entries that read `tables` (or every entry when
+// `all`). `generation` is the Endpoint's generation after the invalidation.
+struct InvalidateControl {
+  uint64_t generation = 0;
+  bool all = false;
+  std::vector<std::string> tables;
+};
+using Control = std::variant<BeginControl, StoreControl, InvalidateControl>;
+
+void AppendControl(std::string& out, const BeginControl& c);
+void AppendControl(std::string& out, const StoreControl& c);
+void AppendControl(std::string& out, const InvalidateControl& c);
+// Decodes a control frame's payload; nullopt if malformed.
+std::optional<Control> DecodeControl(std::string_view payload);
+
+// ---------------------------------------------------------------------------
+// Units of work.
+// ---------------------------------------------------------------------------
+
+// A unit whose result may be answered from a cache: one simple Query, or
+// exactly Parse(unnamed) Bind(unnamed portal, unnamed statement)
+// [Describe(portal "" | statement "")] Execute("", no row limit) Sync.
+struct CandidateUnit {
+  std::string_view frames;  // The unit's frontend frames, verbatim.
+  ProtocolForm form = ProtocolForm::kSimple;
+  std::string_view sql;
+  std::vector<uint32_t> param_types;
+  std::vector<ParamValue> params;  // Views into `frames`.
+  std::vector<int16_t> result_formats;
+  ReplayRequest replay;
+  char describe = 0;  // 0, 'P' or 'S' (part of the key: the stored form differs).
+};
+
+enum class UnitShape : uint8_t { kCandidate, kNotCandidate, kIncomplete };
+
+// Looks at `bytes`, which start at a unit's first frontend frame. kIncomplete
+// when a Parse-led unit's Sync is not in `bytes` yet.
+UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out);
+
+// ---------------------------------------------------------------------------
+// Session controls and state.
+// ---------------------------------------------------------------------------
+
+// What a session asked of the cache: `SET hyperpool.cache = on|off`,
+// `SET hyperpool.cache_ttl = <seconds>`, RESET of either, or the startup
+// parameters of the same names (directly or as `options=-c name=value`).
+struct SessionCacheSettings {
+  bool enabled = true;
+  std::optional<std::chrono::milliseconds> ttl;  // nullopt: the tier's max_age
+  bool operator==(const SessionCacheSettings&) const = default;
+};
+
+// Applies one `name = value` ("hyperpool.cache", "hyperpool.cache_ttl");
+// false if `name` is not one of ours. An unparsable value turns caching off.
+bool ApplyCacheSetting(std::string_view name, std::optional<std::string_view> value,
+                       SessionCacheSettings& settings);
+
+// Startup/hello parameters: applies ours (including `options` -c switches).
+void ApplyStartupParameters(const std::vector<std::pair<std::string, std::string>>& params,
+                            SessionCacheSettings& settings);
+
+// What a statement text does to session state.
+struct StatementEffects {
+  // Only SET/RESET of hyperpool.* settings (answerable without the origin).
+  bool only_cache_settings = false;
+  // Changes session state that can change later results: SET/RESET (not
+  // LOCAL, TRANSACTION, CONSTRAINTS or hyperpool.*), DISCARD, DO, CALL,
+  // set_config(), LOAD and anything unrecognised. Also true when the text
+  // does not lex.
+  bool changes_session_state = false;
+  // The cache-control hint comment /* hyperpool:nocache */ is present.
+  bool nocache_hint = false;
+};
+// Applies hyperpool.* SETs/RESETs found in `sql` to `settings` and reports
+// the effects.
+StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* settings);
+
+// The startup parameters that make up the session part of a key: the result
+// affecting ones by name, sorted, length-prefixed. Sets `unsupported` when a
+// parameter could change how names resolve or who runs the query in ways a
+// key cannot capture safely (search_path, role, options with -c switches
+// other than hyperpool.*, session_authorization, unknown names).
+std::string HelloFingerprint(const std::vector<std::pair<std::string, std::string>>& params,
+                             bool* unsupported);
+
+// ---------------------------------------------------------------------------
+// Writes.
+// ---------------------------------------------------------------------------
+
+struct WriteEffect {
+  bool all = false;
+  std::vector<std::string> tables;  // "schema.table"
+  bool any() const { return all || !tables.empty(); }
+  void Merge(const WriteEffect& other);
+};
+
+// What running `sql` invalidates: TablesToInvalidate, plus all on lexer
+// errors, EXPLAIN (ANALYZE executes), FunctionCall and anything
+// TablesToInvalidate cannot attribute. `precise_names` false (the session's
+// name resolution differs from the oracle's): any write invalidates all.
+WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, bool precise_names);
+
+// ---------------------------------------------------------------------------
+// Keys.
+// ---------------------------------------------------------------------------
+
+// The Client's local key: its session fingerprint, the session's cache
+// settings and the unit's frames verbatim (same bytes, same session state
+// => same Endpoint key).
+std::string ClientLocalKey(std::string_view hello_fingerprint, const SessionCacheSettings& s,
+                           std::string_view unit_frames);
+
+// Appends the tier's extra key components (hello fingerprint, describe kind,
+// session TTL) after AppendCacheKey's (prefix-free: fixed trailing tags).
+void AppendKeySuffix(std::string& key, std::string_view hello_fingerprint, char describe,
+                     const SessionCacheSettings& s);
+
+}  // namespace hyperpool::cache
+
+#endif  // HYPERPOOL_CACHE_TIER_H_

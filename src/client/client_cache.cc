@@ -1,0 +1,74 @@
+#include "client/client_cache.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace hyperpool::client {
+
+namespace {
+MemoryCacheLimits LimitsOf(const CacheOptions& o) {
+  MemoryCacheLimits l;
+  l.max_bytes = o.max_bytes;
+  l.max_entry_bytes = o.max_entry_bytes;
+  return l;
+}
+}  // namespace
+
+ClientTier::ClientTier(const CacheOptions& options) : options_(options), tier_(LimitsOf(options)) {}
+
+std::shared_ptr<const CacheEntry> ClientTier::GetFresh(const std::string& key) {
+  std::lock_guard lock(mu_);
+  std::shared_ptr<const CacheEntry> e = tier_.Get(key);
+  if (!e || std::chrono::steady_clock::now() >= e->expires) return nullptr;
+  ++stats_.local_hits;
+  return e;
+}
+
+void ClientTier::Store(const std::string& key, std::string messages, const cache::StoreControl& control) {
+  if (control.ttl <= std::chrono::milliseconds(0)) return;
+  std::lock_guard lock(mu_);
+  bool stale = all_generation_ > control.generation;
+  for (const std::string& t : control.tables) {
+    auto it = table_generation_.find(t);
+    if (it != table_generation_.end() && it->second > control.generation) stale = true;
+  }
+  if (stale) {
+    ++stats_.refused_stale;
+    return;
+  }
+  CacheEntry entry;
+  entry.messages = std::move(messages);
+  entry.expires = std::chrono::steady_clock::now() + control.ttl;
+  entry.stale_until = entry.expires;
+  entry.tables = control.tables;
+  tier_.Put(key, std::move(entry));
+}
+
+void ClientTier::Invalidate(const cache::InvalidateControl& control) {
+  std::lock_guard lock(mu_);
+  ++stats_.invalidations;
+  max_generation_ = std::max(max_generation_, control.generation);
+  if (control.all) {
+    all_generation_ = std::max(all_generation_, control.generation);
+    tier_.InvalidateAll("");
+    return;
+  }
+  for (const std::string& t : control.tables) {
+    uint64_t& g = table_generation_[t];
+    g = std::max(g, control.generation);
+  }
+  if (table_generation_.size() > kMaxTrackedTables) {
+    table_generation_.clear();
+    all_generation_ = max_generation_;
+  }
+  tier_.InvalidateTables("", control.tables);
+}
+
+ClientTierStats ClientTier::Stats() {
+  std::lock_guard lock(mu_);
+  ClientTierStats s = stats_;
+  s.tier = tier_.Stats();
+  return s;
+}
+
+}  // namespace hyperpool::client

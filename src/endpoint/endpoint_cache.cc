@@ -1,0 +1,596 @@
+#include "endpoint/endpoint_cache.h"
+
+#include <algorithm>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "endpoint/origin_connection.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+// A follower waits at most this long for its leader (Hyperdrive's max query
+// duration), then goes to the origin itself.
+constexpr std::chrono::seconds kFollowerWait{60};
+// After a failed catalog refresh, wait this long before the next attempt.
+constexpr std::chrono::seconds kRefreshRetry{5};
+constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
+
+void Log(std::string_view line) {
+  std::string text = fmt::format("hyperpool endpoint cache: {}\n", line);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+MemoryCacheLimits LimitsOf(const CacheOptions& o) {
+  MemoryCacheLimits l;
+  l.max_bytes = o.max_bytes;
+  l.max_entry_bytes = o.max_entry_bytes;
+  return l;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// EndpointCache
+// ---------------------------------------------------------------------------
+
+EndpointCache::EndpointCache(asio::any_io_executor executor, CacheOptions options, std::string database,
+                             std::string role, std::size_t pool_max_size, Acquire acquire)
+    : executor_(std::move(executor)),
+      options_(options),
+      database_(std::move(database)),
+      role_(std::move(role)),
+      max_tracked_connections_(pool_max_size * 8 + 1024),
+      acquire_(std::move(acquire)),
+      tier_(LimitsOf(options)) {}
+
+void EndpointCache::WantCatalog() {
+  auto now = std::chrono::steady_clock::now();
+  auto every = std::max<std::chrono::milliseconds>(options_.max_age, std::chrono::seconds(1));
+  if (!refreshing_ && (!snapshot_valid_ || now - loaded_at_ >= every) && now - last_failure_ >= kRefreshRetry) {
+    StartRefresh();
+  }
+}
+
+void EndpointCache::CatalogChanged() {
+  ++catalog_epoch_;
+  snapshot_valid_ = false;  // reloaded when a decision next needs it
+  last_failure_ = {};
+}
+
+void EndpointCache::StartRefresh() {
+  if (refreshing_ || !acquire_) return;
+  refreshing_ = true;
+  asio::co_spawn(executor_, Refresh(shared_from_this()), asio::detached);
+}
+
+asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const uint64_t epoch = catalog_epoch_;
+    absl::StatusOr<Lease> lease = co_await acquire_();
+    if (!lease.ok()) break;
+    OriginConnection& conn = lease->As<OriginConnection>();
+    std::string sql = fmt::format("{}; BEGIN READ ONLY; SET LOCAL search_path = pg_catalog; {}; {}; {}; COMMIT",
+                                  cache::kSearchPathQuery, cache::kFunctionVolatilityQuery,
+                                  cache::kRelationsQuery, cache::kViewDependenciesQuery);
+    std::string out;
+    protocol::AppendFrame(out, 'Q', sql + std::string(1, '\0'));
+    absl::Status written = co_await conn.Write(out);
+    auto snapshot = std::make_unique<cache::CatalogSnapshot>();
+    std::vector<std::string> path;
+    int result = -1;  // index of the current row set: 0 path, 1 functions, 2 relations, 3 view deps
+    bool failed = !written.ok();
+    bool done = false;
+    while (!failed && !done) {
+      absl::StatusOr<protocol::Frame> f = co_await conn.ReadFrame();
+      if (!f.ok()) {
+        failed = true;
+        break;
+      }
+      switch (f->tag) {
+        case 'T':
+          ++result;
+          break;
+        case 'D': {
+          absl::StatusOr<protocol::DataRow> row = protocol::DecodeDataRow(f->payload);
+          if (!row.ok()) {
+            failed = true;
+            break;
+          }
+          std::vector<std::optional<std::string_view>> cols;
+          for (protocol::NullableValue v : *row) cols.emplace_back(v);
+          absl::Status st;
+          if (result == 0) {
+            if (!cols.empty() && cols[0] && !cols[0]->starts_with("pg_temp")) path.emplace_back(*cols[0]);
+          } else if (result == 1) {
+            st = snapshot->AddFunctionRow(cols);
+          } else if (result == 2) {
+            st = snapshot->AddRelationRow(cols);
+          } else if (result == 3) {
+            st = snapshot->AddViewDependencyRow(cols);
+          }
+          if (!st.ok()) failed = true;
+          break;
+        }
+        case 'E':
+          failed = true;  // keep reading to ReadyForQuery below
+          while (true) {
+            absl::StatusOr<protocol::Frame> g = co_await conn.ReadFrame();
+            if (!g.ok() || g->tag == 'Z') break;
+          }
+          break;
+        case 'Z':
+          done = true;
+          break;
+        default:
+          break;
+      }
+    }
+    const bool healthy = !conn.broken() && conn.transaction_status() == 'I' && done;
+    lease->Release(healthy ? ReleaseDecision::kReturn : ReleaseDecision::kClose);
+    if (failed || result < 3) {
+      Log("could not read the origin's catalog; caching stays off until it can");
+      break;
+    }
+    if (epoch != catalog_epoch_) continue;  // DDL meanwhile: read it again
+    snapshot_ = std::move(snapshot);
+    oracle_ = snapshot_->Oracle(std::move(path));
+    snapshot_valid_ = true;
+    loaded_at_ = std::chrono::steady_clock::now();
+    ++counters_.catalog_refreshes;
+    refreshing_ = false;
+    Publish();
+    co_return;
+  }
+  last_failure_ = std::chrono::steady_clock::now();
+  refreshing_ = false;
+}
+
+cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& effect) {
+  cache::InvalidateControl c;
+  if (effect.all) {
+    tier_.InvalidateAll(database_);
+    c.all = true;
+  } else {
+    tier_.InvalidateTables(database_, effect.tables);
+    c.tables = effect.tables;
+  }
+  c.generation = ++generation_;
+  ++counters_.invalidations;
+  Publish();
+  return c;
+}
+
+void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std::string& except_client) {
+  if (sessions_.size() <= 1) return;
+  std::string bytes;
+  cache::AppendControl(bytes, control);
+  std::unordered_set<std::string> reached{except_client};
+  // Copy: delivering may not change the registry, but be safe.
+  std::vector<SessionCache*> all(sessions_.begin(), sessions_.end());
+  for (SessionCache* s : all) {
+    if (!reached.insert(s->client_id()).second) continue;
+    s->Deliver(bytes);
+  }
+}
+
+std::string EndpointCache::ConnKey(const OriginConnection& conn) {
+  return fmt::format("{}:{}", conn.backend_key().process_id, conn.backend_key().secret_key);
+}
+
+bool EndpointCache::ConnectionUsable(const OriginConnection& conn, const std::string& fingerprint) {
+  // Sessions with different (keyed) startup settings may share a connection:
+  // settings replay (settings_replay.h) gives each unit exactly its
+  // session's settings, and without replay none are applied for anyone. A
+  // connection on which session state was changed is another matter.
+  (void)fingerprint;
+  return conn_owner_.find(ConnKey(conn)) == conn_owner_.end();
+}
+
+void EndpointCache::MarkConnectionDirty(const OriginConnection& conn) {
+  std::string key = ConnKey(conn);
+  if (conn_owner_.insert_or_assign(key, "dirty").second) conn_order_.push_back(key);
+  while (conn_order_.size() > max_tracked_connections_) {
+    conn_owner_.erase(conn_order_.front());
+    conn_order_.pop_front();
+  }
+}
+
+void EndpointCache::RecordDecision(uint64_t fingerprint, cache::Reason reason, std::string_view normalized) {
+  if (reason != cache::Reason::kCacheable) ++counters_.uncacheable;
+  std::lock_guard lock(report_mu_);
+  decisions_.Record(fingerprint, reason, normalized);
+}
+
+void EndpointCache::NoteServed(bool coalesced) {
+  ++counters_.served;
+  if (coalesced) ++counters_.coalesced_served;
+}
+
+void EndpointCache::NoteBypassed() { ++counters_.bypassed; }
+
+void EndpointCache::Publish() {
+  std::lock_guard lock(report_mu_);
+  published_ = counters_;
+  published_.tier = tier_.Stats();
+}
+
+EndpointCacheReport EndpointCache::Report(std::size_t top) const {
+  std::lock_guard lock(report_mu_);
+  EndpointCacheReport r = published_;
+  r.top = decisions_.Top(top);
+  return r;
+}
+
+std::string FormatCacheReport(const EndpointCacheReport& r) {
+  std::string out = fmt::format(
+      "endpoint tier: hits {} stale {} misses {} coalesced {} served {} stores {} evictions {} "
+      "invalidated {} (writes {}) entries {} bytes {} uncacheable {} bypassed {} catalog refreshes {}\n",
+      r.tier.hits, r.tier.stale_hits, r.tier.misses, r.tier.coalesced, r.served, r.tier.stores, r.tier.evictions,
+      r.tier.invalidations, r.invalidations, r.tier.entries, r.tier.bytes, r.uncacheable, r.bypassed,
+      r.catalog_refreshes);
+  for (const cache::DecisionStats::Row& row : r.top) {
+    out += fmt::format("  {:016x} {:>16} {:>8}  {}\n", row.fingerprint, cache::ReasonName(row.reason), row.count,
+                       row.sample);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// SessionCache
+// ---------------------------------------------------------------------------
+
+SessionCache::SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_executor executor,
+                           std::function<void(std::string)> deliver)
+    : cache_(std::move(cache)), wait_timer_(std::move(executor)), deliver_(std::move(deliver)) {
+  cache_->Register(this);
+}
+
+SessionCache::~SessionCache() {
+  if (leader_ && !leader_->done) cache_->tier().Abandon(leader_->key);
+  if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
+  cache_->Unregister(this);
+  cache_->Publish();
+}
+
+void SessionCache::Start(const std::vector<std::pair<std::string, std::string>>& hello) {
+  if (started_) return;
+  started_ = true;
+  hello_fp_ = cache::HelloFingerprint(hello, &hello_unsupported_);
+  cache::ApplyStartupParameters(hello, settings_);
+  for (const auto& [name, value] : hello) {
+    if (name == "hyperpool.client_id") client_id_ = value;
+  }
+  if (client_id_.empty()) client_id_ = fmt::format("session:{}", static_cast<const void*>(this));
+}
+
+std::chrono::milliseconds SessionCache::Ttl() const {
+  // hyperpool.cache_ttl may shorten or lengthen the tier's max_age, up to an hour.
+  if (settings_.ttl) return std::min<std::chrono::milliseconds>(*settings_.ttl, std::chrono::hours(1));
+  return cache_->options().max_age;
+}
+
+void SessionCache::EndLeader(bool abandon) {
+  if (!leader_) return;
+  if (!leader_->done && abandon) cache_->tier().Abandon(leader_->key);
+  leader_.reset();
+  cache_->Publish();
+}
+
+bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit,
+                         uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  std::string out;
+  cache::AppendControl(out, cache::BeginControl{digest});
+  cache::ReplayRequest r = unit.replay;
+  if (unit.form == cache::ProtocolForm::kExtended) r.sync = false;
+  if (!cache::AppendReplay(entry->messages, r, out).ok()) return false;
+  if (unit.form == cache::ProtocolForm::kSimple) {
+    if (out.size() < kReadyIdle.size() || std::string_view(out).substr(out.size() - kReadyIdle.size()) != kReadyIdle) {
+      return false;
+    }
+    out.resize(out.size() - kReadyIdle.size());
+  }
+  auto now = std::chrono::steady_clock::now();
+  cache::StoreControl store;
+  store.digest = digest;
+  store.ttl = entry->expires > now ? std::chrono::duration_cast<std::chrono::milliseconds>(entry->expires - now)
+                                   : std::chrono::milliseconds(0);
+  store.generation = cache_->generation();
+  store.tables = entry->tables;
+  cache::AppendControl(out, store);
+  if (unit.form == cache::ProtocolForm::kSimple) {
+    out.append(kReadyIdle);
+  } else {
+    // The unit's remaining frames are discarded up to its Sync, which the
+    // session answers with ReadyForQuery('I').
+    skip_until_sync = true;
+    skip_status = 'I';
+  }
+  local_out += out;
+  return true;
+}
+
+asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std::string_view rest, bool idle,
+                                              std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  if (idle) {
+    // Whatever was outstanding has been answered (possibly locally, when the
+    // origin was lost or no connection could be had).
+    if (leader_) EndLeader(/*abandon=*/true);
+    pending_.clear();
+    building_ = Effect{};
+    txn_written_ = cache::WriteEffect{};
+  }
+  if (!idle || (frame.tag != 'Q' && frame.tag != 'P')) co_return false;
+  if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
+    cache_->NoteBypassed();
+    co_return false;
+  }
+  cache::CandidateUnit unit;
+  std::string_view bytes(frame.raw.data(), frame.raw.size() + rest.size());
+  if (cache::ParseCandidateUnit(bytes, unit) != cache::UnitShape::kCandidate) co_return false;
+  cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
+  if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
+    cache_->NoteBypassed();
+    co_return false;
+  }
+  if (Ttl() <= std::chrono::milliseconds(0)) {
+    cache_->NoteBypassed();
+    co_return false;
+  }
+  cache::DecisionContext ctx;
+  ctx.enabled = true;
+  ctx.in_transaction = false;
+  ctx.max_query_bytes = cache_->options().max_query_bytes;
+  ctx.params = unit.params;
+  ctx.oracle = cache_->Oracle();
+  cache::StatementAnalysis analysis;
+  cache::Decision d = cache::DecideSql(unit.sql, ctx, &analysis);
+  if (!analysis.functions.empty() || !analysis.relations_read.empty()) cache_->WantCatalog();
+  cache_->RecordDecision(analysis.fingerprint, d.reason, analysis.normalized);
+  if (!d.cacheable()) co_return false;
+
+  cache::CacheKeyInput in;
+  in.database = cache_->database();
+  in.role = cache_->role();
+  in.settings = nullptr;
+  in.sql = unit.sql;
+  in.param_types = unit.param_types;
+  in.params = unit.params;
+  in.result_formats = unit.result_formats;
+  in.form = unit.form;
+  std::string key = cache::BuildCacheKey(in);
+  cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_);
+  const uint64_t digest = cache::Fnv1a64(unit.frames);
+
+  bool waited = false;
+  for (int round = 0; round < 4; ++round) {
+    woken_ = false;
+    woken_entry_.reset();
+    CacheLookup lk = cache_->tier().Lookup(key, [this](std::shared_ptr<const CacheEntry> e) {
+      woken_ = true;
+      woken_entry_ = std::move(e);
+      wait_timer_.cancel();
+    });
+    switch (lk.status) {
+      case CacheLookupStatus::kHit:
+      case CacheLookupStatus::kStale: {
+        bool served = Serve(lk.entry, unit, digest, local_out, skip_until_sync, skip_status);
+        if (served) cache_->NoteServed(waited);
+        cache_->Publish();
+        co_return served;
+      }
+      case CacheLookupStatus::kStaleRefresh:
+      case CacheLookupStatus::kMissLeader: {
+        // The stale entry's refresh runs as this unit's own origin query
+        // (while others are served the stale entry).
+        leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
+        leader_->key = std::move(key);
+        leader_->digest = digest;
+        leader_->generation = cache_->generation();
+        leader_->tables = std::move(d.tables);
+        leader_->ttl = Ttl();
+        cache_->Publish();
+        co_return false;
+      }
+      case CacheLookupStatus::kMissFollower: {
+        wait_key_ = key;
+        wait_id_ = lk.wait_id;
+        if (!woken_) {
+          wait_timer_.expires_after(kFollowerWait);
+          (void)co_await wait_timer_.async_wait(kAsTuple);
+        }
+        if (!woken_) cache_->tier().CancelWait(wait_key_, wait_id_);
+        wait_key_.clear();
+        waited = true;
+        if (woken_ && woken_entry_) {
+          std::shared_ptr<const CacheEntry> e = std::move(woken_entry_);
+          bool served = Serve(e, unit, digest, local_out, skip_until_sync, skip_status);
+          if (served) cache_->NoteServed(true);
+          cache_->Publish();
+          co_return served;
+        }
+        if (!woken_) co_return false;  // timed out: go to the origin, uncoordinated
+        continue;  // the leader abandoned: look again (may lead now)
+      }
+    }
+  }
+  co_return false;
+}
+
+SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_settings) {
+  Effect e;
+  cache::StatementEffects fx = cache::ClassifyStatements(sql, apply_settings ? &settings_ : nullptr);
+  e.changes_state = fx.changes_session_state;
+  const bool precise = !state_changed_ && !hello_unsupported_ && !e.changes_state;
+  e.write = cache::WriteEffectOf(sql, cache_->Oracle(), precise);
+  if (e.write.any()) cache_->WantCatalog();
+  absl::StatusOr<cache::StatementAnalysis> a = cache::AnalyzeStatement(sql);
+  if (!a.ok()) {
+    e.ddl = true;
+  } else {
+    for (cache::StatementKind k : a->kinds) {
+      if (k == cache::StatementKind::kDdl || k == cache::StatementKind::kDo || k == cache::StatementKind::kCall ||
+          k == cache::StatementKind::kOther) {
+        e.ddl = true;
+      }
+    }
+  }
+  return e;
+}
+
+void SessionCache::OnForward(const protocol::Frame& frame) {
+  switch (frame.tag) {
+    case 'Q': {
+      auto q = protocol::DecodeQuery(frame.payload);
+      Effect e;
+      if (!q.ok()) {
+        e.write.all = true;
+      } else {
+        e = EffectOf(q->query, /*apply_settings=*/true);
+      }
+      if (e.changes_state) state_changed_ = true;
+      if (e.write.any()) {
+        cache_->Invalidate(e.write);
+        txn_written_.Merge(e.write);
+      }
+      pending_.push_back(std::move(e));
+      break;
+    }
+    case 'P': {
+      auto p = protocol::DecodeParse(frame.payload);
+      if (!p.ok()) break;
+      statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/true);
+      break;
+    }
+    case 'B': {
+      auto b = protocol::DecodeBind(frame.payload);
+      if (b.ok()) portals_[std::string(b->portal)] = std::string(b->statement);
+      break;
+    }
+    case 'E': {
+      auto x = protocol::DecodeExecute(frame.payload);
+      Effect e;
+      e.write.all = true;  // unknown portal or statement: anything may have been written
+      if (x.ok()) {
+        auto portal = portals_.find(std::string(x->portal));
+        if (portal != portals_.end()) {
+          auto st = statements_.find(portal->second);
+          if (st != statements_.end()) e = st->second;
+        }
+      }
+      if (e.changes_state) state_changed_ = true;
+      if (e.write.any()) {
+        cache_->Invalidate(e.write);
+        txn_written_.Merge(e.write);
+      }
+      building_.Merge(e);
+      break;
+    }
+    case 'C': {
+      auto c = protocol::DecodeClose(frame.payload);
+      if (c.ok()) {
+        if (c->kind == protocol::ObjectKind::kStatement) {
+          statements_.erase(std::string(c->name));
+        } else {
+          portals_.erase(std::string(c->name));
+        }
+      }
+      break;
+    }
+    case 'F': {
+      Effect e;
+      e.write.all = true;
+      e.changes_state = true;
+      state_changed_ = true;
+      cache_->Invalidate(e.write);
+      txn_written_.Merge(e.write);
+      pending_.push_back(std::move(e));
+      break;
+    }
+    case 'S':
+      pending_.push_back(std::move(building_));
+      building_ = Effect{};
+      break;
+    default:
+      break;
+  }
+}
+
+void SessionCache::Emit(const cache::InvalidateControl& control, std::string& batch) {
+  cache::AppendControl(batch, control);
+  cache_->Broadcast(control, client_id_);
+}
+
+void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn) {
+  // The leader's result: capture it for both tiers.
+  if (leader_ && !pending_.empty()) {
+    Leader& l = *leader_;
+    if (!l.begun) {
+      l.begun = true;
+      l.usable = cache_->ConnectionUsable(conn, hello_fp_);
+      if (l.usable) cache::AppendControl(batch, cache::BeginControl{l.digest});
+    }
+    if (!l.done) {
+      cache::ResultCapture::State s = l.capture.Feed(tag, raw);
+      if (s == cache::ResultCapture::State::kRejected || !l.usable) {
+        cache_->tier().Abandon(l.key);
+        l.done = true;
+      } else if (s == cache::ResultCapture::State::kComplete) {
+        auto now = std::chrono::steady_clock::now();
+        CacheEntry entry;
+        entry.messages = l.capture.TakeMessages();
+        entry.expires = now + l.ttl;
+        entry.stale_until = entry.expires + cache_->options().stale_while_revalidate;
+        entry.database = cache_->database();
+        entry.tables = l.tables;
+        const auto expires = entry.expires;
+        cache_->tier().Complete(l.key, std::move(entry));
+        l.done = true;
+        std::shared_ptr<const CacheEntry> stored = cache_->tier().Get(l.key);
+        if (stored && stored->expires == expires) {
+          cache::StoreControl store;
+          store.digest = l.digest;
+          store.ttl = l.ttl;
+          store.generation = l.generation;
+          store.tables = l.tables;
+          cache::AppendControl(batch, store);
+        }
+      }
+    }
+  }
+  // Writes: invalidate before the write's CommandComplete, and again when its
+  // transaction ends (the commit point), telling the Client tiers each time.
+  if (tag == 'C' && !pending_.empty() && pending_.front().write.any()) {
+    Emit(cache_->Invalidate(pending_.front().write), batch);
+  }
+  if (tag == 'Z' && raw.size() >= 6) {
+    const char status = raw[5];
+    if (!pending_.empty()) {
+      const Effect& e = pending_.front();
+      // Connections carry what their sessions did to them: a connection used
+      // by a session whose state a key cannot describe, or whose state
+      // changed, never stores again; nor does one shared by sessions with
+      // different startup fingerprints.
+      if (e.changes_state || state_changed_ || hello_unsupported_) {
+        cache_->MarkConnectionDirty(conn);
+      } else {
+        (void)cache_->ConnectionUsable(conn, hello_fp_);
+      }
+      if (e.ddl) cache_->CatalogChanged();
+      pending_.pop_front();
+    }
+    if (status == 'I' && txn_written_.any()) {
+      Emit(cache_->Invalidate(txn_written_), batch);
+      txn_written_ = cache::WriteEffect{};
+    }
+    if (leader_ && pending_.empty()) EndLeader(/*abandon=*/true);
+  }
+}
+
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,240 @@
+// The Endpoint's cache tier (docs/architecture.md, "Query cache"): the shield
+// in front of the origin, and the authority on cacheability (it alone sees
+// the origin's catalog).
+//
+// EndpointCache: one per Endpoint, confined to the Endpoint's executor
+// (Report() is the only thread-safe call). Holds the MemoryCache, the catalog
+// snapshot (refreshed every max_age and after DDL), the invalidation
+// generation, the per-origin-connection state owners and the registry of
+// sessions used to broadcast invalidations to every Client.
+//
+// SessionCache: one per Endpoint session, with three hooks the session calls:
+//   Intercept()     before a unit of work acquires a connection: answers it
+//                   from the tier (hit, stale, or a coalesced follower) or
+//                   makes the session the leader that fetches it;
+//   OnForward()     for every frontend frame sent to the origin: tracks
+//                   writes, session-state changes, statements and portals;
+//   OnOriginFrame() for every origin frame before it is forwarded: captures
+//                   the leader's result, invalidates on a write's
+//                   CommandComplete / the transaction's end, and inserts the
+//                   link control messages for the Client tier.
+#ifndef HYPERPOOL_ENDPOINT_ENDPOINT_CACHE_H_
+#define HYPERPOOL_ENDPOINT_ENDPOINT_CACHE_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "absl/status/statusor.h"
+#include "cache/cacheability.h"
+#include "cache/memory_cache.h"
+#include "cache/result_store.h"
+#include "cache/tier.h"
+#include "hyperpool/options.h"
+#include "pool/pool.h"
+#include "protocol/frame_reader.h"
+
+namespace hyperpool::endpoint {
+
+class OriginConnection;
+class SessionCache;
+
+// Counters of the Endpoint tier, and the top decisions per query fingerprint.
+struct EndpointCacheReport {
+  CacheStats tier;
+  uint64_t served = 0;          // units answered from the tier (fresh, stale or coalesced)
+  uint64_t coalesced_served = 0;  // ... of which waited for a leader
+  uint64_t uncacheable = 0;     // candidate units decided uncacheable
+  uint64_t bypassed = 0;        // units not considered (disabled, session state, hint)
+  uint64_t invalidations = 0;   // write invalidations (each bumps the generation)
+  uint64_t catalog_refreshes = 0;
+  std::vector<cache::DecisionStats::Row> top;
+};
+
+// Human-readable lines (for `hyperpool serve`'s exit log).
+std::string FormatCacheReport(const EndpointCacheReport& report);
+
+class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
+ public:
+  using Acquire = std::function<asio::awaitable<absl::StatusOr<Lease>>()>;
+
+  EndpointCache(asio::any_io_executor executor, CacheOptions options, std::string database, std::string role,
+                std::size_t pool_max_size, Acquire acquire);
+
+  bool enabled() const { return options_.enabled; }
+  const CacheOptions& options() const { return options_; }
+  const std::string& database() const { return database_; }
+  const std::string& role() const { return role_; }
+  cache::MemoryCache& tier() { return tier_; }
+
+  // The catalog oracle for the origin's default search_path; nullptr until a
+  // snapshot is loaded and after DDL until the refresh ends.
+  const cache::VolatilityOracle* Oracle() const { return snapshot_valid_ ? oracle_.get() : nullptr; }
+  // A decision needed the catalog: starts a refresh when none is loaded or
+  // the loaded one is older than max_age (lazily, so that an origin that only
+  // ever sees catalog-free statements is never asked).
+  void WantCatalog();
+  // DDL (or something that may have run DDL) completed.
+  void CatalogChanged();
+
+  uint64_t generation() const { return generation_; }
+  // Invalidates the tier; returns the control message for the Client tiers.
+  cache::InvalidateControl Invalidate(const cache::WriteEffect& effect);
+  // Sends `control` to one live session of every Client other than
+  // `except_client`.
+  void Broadcast(const cache::InvalidateControl& control, const std::string& except_client);
+
+  // Whether a result computed on `conn` may be stored under a key built
+  // for sessions with startup fingerprint `fingerprint` (the connection was
+  // only ever used by sessions with that fingerprint and never had its
+  // session state changed).
+  bool ConnectionUsable(const OriginConnection& conn, const std::string& fingerprint);
+  void MarkConnectionDirty(const OriginConnection& conn);
+
+  void Register(SessionCache* s) { sessions_.insert(s); }
+  void Unregister(SessionCache* s) { sessions_.erase(s); }
+
+  void RecordDecision(uint64_t fingerprint, cache::Reason reason, std::string_view normalized);
+  void NoteServed(bool coalesced);
+  void NoteBypassed();
+  // Copies the counters for Report() (call after each tier operation).
+  void Publish();
+  // Thread-safe.
+  EndpointCacheReport Report(std::size_t top) const;
+
+ private:
+  asio::awaitable<void> Refresh(std::shared_ptr<EndpointCache> self);
+  void StartRefresh();
+  static std::string ConnKey(const OriginConnection& conn);
+
+  asio::any_io_executor executor_;
+  CacheOptions options_;
+  std::string database_;
+  std::string role_;
+  std::size_t max_tracked_connections_;
+  Acquire acquire_;
+  cache::MemoryCache tier_;
+
+  std::unique_ptr<cache::CatalogSnapshot> snapshot_;
+  std::unique_ptr<cache::VolatilityOracle> oracle_;
+  bool snapshot_valid_ = false;
+  bool refreshing_ = false;
+  uint64_t catalog_epoch_ = 0;
+  std::chrono::steady_clock::time_point loaded_at_{};
+  std::chrono::steady_clock::time_point last_failure_{};
+
+  uint64_t generation_ = 1;
+  std::unordered_map<std::string, std::string> conn_owner_;
+  std::deque<std::string> conn_order_;
+  std::unordered_set<SessionCache*> sessions_;
+
+  mutable std::mutex report_mu_;
+  EndpointCacheReport counters_;  // executor-side counters (tier copied in Publish)
+  EndpointCacheReport published_;  // guarded by report_mu_
+  cache::DecisionStats decisions_;  // guarded by report_mu_
+};
+
+class SessionCache {
+ public:
+  // `deliver` appends control bytes to the session's local answers (for
+  // broadcast invalidations from other sessions).
+  SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_executor executor,
+               std::function<void(std::string)> deliver);
+  ~SessionCache();
+  SessionCache(const SessionCache&) = delete;
+  SessionCache& operator=(const SessionCache&) = delete;
+
+  // Call once the hello is known (before the first frame).
+  void Start(const std::vector<std::pair<std::string, std::string>>& hello);
+
+  // `frame` starts a unit of work; `rest` are the input bytes after it.
+  // `idle`: nothing outstanding, transaction status 'I', nothing buffered
+  // for the origin. True when the unit was answered into `local_out`
+  // (extended units: up to the Sync, which the caller then answers through
+  // `skip_until_sync`/`skip_status`).
+  asio::awaitable<bool> Intercept(const protocol::Frame& frame, std::string_view rest, bool idle,
+                                  std::string& local_out, bool& skip_until_sync, char& skip_status);
+  void OnForward(const protocol::Frame& frame);
+  void OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn);
+
+  const std::string& client_id() const { return client_id_; }
+  void Deliver(std::string bytes) {
+    if (deliver_) deliver_(std::move(bytes));
+  }
+
+ private:
+  struct Effect {
+    cache::WriteEffect write;
+    bool changes_state = false;
+    bool ddl = false;
+    void Merge(const Effect& o) {
+      write.Merge(o.write);
+      changes_state = changes_state || o.changes_state;
+      ddl = ddl || o.ddl;
+    }
+  };
+  struct Leader {
+    std::string key;
+    uint64_t digest = 0;
+    uint64_t generation = 0;
+    std::vector<std::string> tables;
+    std::chrono::milliseconds ttl{0};
+    cache::ResultCapture capture;
+    bool begun = false;
+    bool usable = true;
+    bool done = false;  // Complete()/Abandon() called; skip to the unit's end
+    explicit Leader(std::size_t max) : capture(max) {}
+  };
+
+  Effect EffectOf(std::string_view sql, bool apply_settings);
+  bool Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit, uint64_t digest,
+             std::string& local_out, bool& skip_until_sync, char& skip_status);
+  void EndLeader(bool abandon);
+  void Emit(const cache::InvalidateControl& control, std::string& batch);
+  std::chrono::milliseconds Ttl() const;
+
+  std::shared_ptr<EndpointCache> cache_;
+  asio::steady_timer wait_timer_;
+  std::function<void(std::string)> deliver_;
+
+  bool started_ = false;
+  std::string hello_fp_;
+  bool hello_unsupported_ = false;
+  std::string client_id_;
+  cache::SessionCacheSettings settings_;
+  bool state_changed_ = false;
+
+  std::unique_ptr<Leader> leader_;
+  // A follower's wait.
+  std::string wait_key_;
+  uint64_t wait_id_ = 0;
+  bool woken_ = false;
+  std::shared_ptr<const CacheEntry> woken_entry_;
+
+  // Writes and state changes per request sent (Query, Sync, FunctionCall),
+  // answered in order by the origin's ReadyForQuery.
+  std::deque<Effect> pending_;
+  Effect building_;  // extended-query messages since the last Sync
+  cache::WriteEffect txn_written_;
+  std::unordered_map<std::string, Effect> statements_;
+  std::unordered_map<std::string, std::string> portals_;
+};
+
+}  // namespace hyperpool::endpoint
+
+#endif  // HYPERPOOL_ENDPOINT_ENDPOINT_CACHE_H_

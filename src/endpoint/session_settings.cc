@@ -1,0 +1,397 @@
+#include "endpoint/session_settings.h"
+
+#include <algorithm>
+#include <array>
+
+#include "absl/strings/ascii.h"
+#include "cache/sql_analysis.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+using cache::Token;
+using cache::TokenKind;
+
+// Per-transaction settings that pg_settings reports with source 'session'
+// after SET TRANSACTION; they never outlive a transaction.
+constexpr std::string_view kTransactionSettings[] = {"transaction_isolation", "transaction_read_only",
+                                                     "transaction_deferrable"};
+
+bool IsTransactionSetting(std::string_view name) {
+  return std::find(std::begin(kTransactionSettings), std::end(kTransactionSettings), name) !=
+         std::end(kTransactionSettings);
+}
+
+std::string Lower(std::string_view s) { return absl::AsciiStrToLower(std::string(s)); }
+
+// E'...' literal: correct whether or not standard_conforming_strings is on.
+void AppendLiteral(std::string& out, std::string_view value) {
+  out += "E'";
+  for (char c : value) {
+    if (c == '\'' || c == '\\') out += c;
+    out += c;
+  }
+  out += '\'';
+}
+
+void AppendIdentifier(std::string& out, std::string_view name) {
+  out += '"';
+  for (char c : name) {
+    if (c == '"') out += c;
+    out += c;
+  }
+  out += '"';
+}
+
+bool IsWordChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
+         static_cast<unsigned char>(c) >= 0x80;
+}
+
+// Words whose presence makes the full analysis worthwhile.
+constexpr std::string_view kTriggerWords[] = {
+    "set",  "reset",   "set_config", "discard", "temp",   "temporary",        "listen",
+    "hold", "prepare", "do",         "call",    "pg_advisory_lock", "pg_advisory_lock_shared",
+    "pg_try_advisory_lock", "pg_try_advisory_lock_shared"};
+
+bool MayMatter(std::string_view sql) {
+  std::size_t i = 0;
+  while (i < sql.size()) {
+    if (!IsWordChar(sql[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t start = i;
+    while (i < sql.size() && IsWordChar(sql[i])) ++i;
+    std::string_view word = sql.substr(start, i - start);
+    if (word.size() > 27) continue;
+    char lower[28];
+    for (std::size_t k = 0; k < word.size(); ++k) lower[k] = absl::ascii_tolower(static_cast<unsigned char>(word[k]));
+    std::string_view w(lower, word.size());
+    for (std::string_view t : kTriggerWords) {
+      if (w == t) return true;
+    }
+  }
+  return false;
+}
+
+bool IsAdvisoryLockFunction(std::string_view name) {
+  return name == "pg_advisory_lock" || name == "pg_advisory_lock_shared" || name == "pg_try_advisory_lock" ||
+         name == "pg_try_advisory_lock_shared";
+}
+
+bool IsWord(const std::vector<Token>& t, std::size_t i, std::string_view word) {
+  return i < t.size() && t[i].IsKeyword(word);
+}
+
+// The setting name starting at token `i` (name or class.name), lowercased;
+// empty if there is none.
+std::string SettingNameAt(const std::vector<Token>& t, std::size_t i) {
+  if (i >= t.size()) return {};
+  auto part = [&](std::size_t k) -> std::string {
+    if (t[k].kind == TokenKind::kIdentifier) return t[k].value;
+    if (t[k].kind == TokenKind::kQuotedIdentifier) return Lower(t[k].value);
+    return {};
+  };
+  std::string name = part(i);
+  if (name.empty()) return {};
+  if (i + 2 < t.size() && t[i + 1].kind == TokenKind::kDot) {
+    std::string second = part(i + 2);
+    if (!second.empty()) name += "." + second;
+  }
+  return name;
+}
+
+void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {
+  if (t.empty()) return;
+  auto note_name = [&](const std::string& name) {
+    if (IsCustomSettingName(name)) fx.custom_names.insert(name);
+  };
+  const Token& first = t[0];
+  if (first.IsKeyword("set")) {
+    if (IsWord(t, 1, "local")) {
+      // Lasts for the transaction only; nothing to carry.
+    } else if (IsWord(t, 1, "role") || (IsWord(t, 1, "session") && (IsWord(t, 2, "authorization") ||
+                                                                     IsWord(t, 2, "role")))) {
+      fx.pins.push_back(PinReason::kSetRole);
+    } else if (IsWord(t, 1, "constraints") || IsWord(t, 1, "transaction")) {
+      // Per transaction.
+    } else {
+      fx.settings = true;
+      note_name(SettingNameAt(t, IsWord(t, 1, "session") ? 2 : 1));
+    }
+  } else if (first.IsKeyword("reset")) {
+    // RESET ROLE / SESSION AUTHORIZATION do not un-pin: simple and safe.
+    fx.settings = true;
+    note_name(SettingNameAt(t, 1));
+  } else if (first.IsKeyword("discard")) {
+    fx.settings = true;
+  } else if (first.IsKeyword("create")) {
+    for (std::size_t i = 1; i < t.size() && i < 6; ++i) {
+      if (t[i].IsKeyword("temp") || t[i].IsKeyword("temporary")) {
+        fx.pins.push_back(PinReason::kTempTable);
+        break;
+      }
+      if (t[i].IsKeyword("table") || t[i].IsKeyword("view") || t[i].IsKeyword("sequence")) break;
+    }
+  } else if (first.IsKeyword("listen")) {
+    fx.pins.push_back(PinReason::kListen);
+  } else if (first.IsKeyword("declare")) {
+    for (std::size_t i = 1; i + 1 < t.size(); ++i) {
+      if (t[i].IsKeyword("with") && t[i + 1].IsKeyword("hold")) {
+        fx.pins.push_back(PinReason::kWithHoldCursor);
+        break;
+      }
+    }
+  } else if (first.IsKeyword("prepare")) {
+    if (!IsWord(t, 1, "transaction")) fx.pins.push_back(PinReason::kPreparedSql);
+  } else if (first.IsKeyword("do") || first.IsKeyword("call")) {
+    fx.settings = true;  // may call set_config
+  }
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const Token& tok = t[i];
+    if (tok.kind != TokenKind::kIdentifier) continue;
+    if (tok.value == "into" && (IsWord(t, i + 1, "temp") || IsWord(t, i + 1, "temporary") ||
+                                ((IsWord(t, i + 1, "local") || IsWord(t, i + 1, "global")) &&
+                                 (IsWord(t, i + 2, "temp") || IsWord(t, i + 2, "temporary"))))) {
+      fx.pins.push_back(PinReason::kTempTable);
+      continue;
+    }
+    if (i + 1 >= t.size() || t[i + 1].kind != TokenKind::kLParen) continue;
+    if (IsAdvisoryLockFunction(tok.value)) {
+      fx.pins.push_back(PinReason::kAdvisoryLock);
+    } else if (tok.value == "set_config") {
+      fx.settings = true;
+      if (i + 2 < t.size() && t[i + 2].kind == TokenKind::kString) note_name(Lower(t[i + 2].value));
+    }
+  }
+}
+
+// Reads a NUL-terminated string at `pos`; advances `pos` past the NUL.
+std::optional<std::string_view> ReadCString(std::string_view payload, std::size_t& pos) {
+  std::size_t end = payload.find('\0', pos);
+  if (end == std::string_view::npos) return std::nullopt;
+  std::string_view s = payload.substr(pos, end - pos);
+  pos = end + 1;
+  return s;
+}
+
+}  // namespace
+
+bool IsCustomSettingName(std::string_view name) { return name.find('.') != std::string_view::npos; }
+
+std::vector<std::pair<std::string, std::string>> ParseStartupOptions(std::string_view options) {
+  // pg_split_opts.
+  std::vector<std::string> args;
+  std::size_t i = 0;
+  while (i < options.size()) {
+    while (i < options.size() && absl::ascii_isspace(static_cast<unsigned char>(options[i]))) ++i;
+    if (i >= options.size()) break;
+    std::string arg;
+    while (i < options.size() && !absl::ascii_isspace(static_cast<unsigned char>(options[i]))) {
+      if (options[i] == '\\' && i + 1 < options.size()) ++i;
+      arg += options[i++];
+    }
+    args.push_back(std::move(arg));
+  }
+  // process_postgres_switches: -c name=value, -cname=value, --name=value.
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](std::string_view assignment) {
+    std::size_t eq = assignment.find('=');
+    if (eq == std::string_view::npos || eq == 0) return;  // PostgreSQL rejects it; so will the replay
+    std::string name = Lower(assignment.substr(0, eq));
+    std::replace(name.begin(), name.end(), '-', '_');
+    out.emplace_back(std::move(name), std::string(assignment.substr(eq + 1)));
+  };
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    std::string_view a = args[k];
+    if (a == "-c") {
+      if (k + 1 < args.size()) add(args[++k]);
+    } else if (a.starts_with("-c")) {
+      add(a.substr(2));
+    } else if (a.starts_with("--")) {
+      add(a.substr(2));
+    }
+  }
+  return out;
+}
+
+SettingMap SettingsFromStartup(const std::vector<std::pair<std::string, std::string>>& parameters) {
+  SettingMap out;
+  for (const auto& [raw_name, value] : parameters) {
+    std::string name = Lower(raw_name);
+    if (name == "user" || name == "database" || name == "replication" || name.starts_with("_pq_.") ||
+        name.starts_with("hyperpool.")) {
+      continue;
+    }
+    if (name == "options") {
+      for (auto& [n, v] : ParseStartupOptions(value)) out[n] = v;
+      continue;
+    }
+    out[name] = value;
+  }
+  return out;
+}
+
+std::string BuildSettingsDiff(const SettingMap& from, const SettingMap& to) {
+  std::string resets;
+  std::string sets;
+  for (const auto& [name, value] : from) {
+    if (to.count(name) == 0) {
+      resets += "RESET ";
+      AppendIdentifier(resets, name);
+      resets += "; ";
+    }
+  }
+  for (const auto& [name, value] : to) {
+    auto it = from.find(name);
+    if (it != from.end() && it->second == value) continue;
+    sets += sets.empty() ? "SELECT " : ", ";
+    sets += "pg_catalog.set_config(";
+    AppendLiteral(sets, name);
+    sets += ", ";
+    AppendLiteral(sets, value);
+    sets += ", false)";
+  }
+  return resets + sets;
+}
+
+std::string BuildCaptureQuery(const std::set<std::string>& custom) {
+  std::string q =
+      "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session' AND name NOT IN "
+      "('transaction_isolation', 'transaction_read_only', 'transaction_deferrable')";
+  if (!custom.empty()) {
+    q += " UNION ALL SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[";
+    bool first = true;
+    for (const auto& name : custom) {
+      if (!first) q += ", ";
+      first = false;
+      AppendLiteral(q, name);
+    }
+    q += "]::text[]) AS n";
+  }
+  return q;
+}
+
+SettingMap ParseCapturedSettings(const std::vector<std::vector<std::optional<std::string>>>& rows) {
+  SettingMap out;
+  for (const auto& row : rows) {
+    if (row.size() < 2 || !row[0] || !row[1]) continue;
+    std::string name = Lower(*row[0]);
+    if (IsTransactionSetting(name)) continue;
+    if (IsCustomSettingName(name) && row[1]->empty()) continue;
+    out[name] = *row[1];
+  }
+  return out;
+}
+
+SettingMap MergeWithStartup(const SettingMap& captured, const SettingMap& startup) {
+  SettingMap out = captured;
+  for (const auto& [name, value] : startup) out.emplace(name, value);  // keeps captured values
+  return out;
+}
+
+SessionEffects AnalyzeSessionEffects(std::string_view sql) {
+  SessionEffects fx;
+  if (!MayMatter(sql)) return fx;
+  auto tokens = cache::Lex(sql);
+  if (!tokens.ok()) {
+    fx.settings = true;  // PostgreSQL will reject it too; capturing is harmless
+    return fx;
+  }
+  std::vector<Token> statement;
+  for (auto& tok : *tokens) {
+    if (tok.kind == TokenKind::kSemicolon) {
+      AnalyzeOne(statement, fx);
+      statement.clear();
+    } else {
+      statement.push_back(std::move(tok));
+    }
+  }
+  AnalyzeOne(statement, fx);
+  // One pin reason once.
+  std::sort(fx.pins.begin(), fx.pins.end());
+  fx.pins.erase(std::unique(fx.pins.begin(), fx.pins.end()), fx.pins.end());
+  return fx;
+}
+
+bool PinSet::Add(PinReason reason) {
+  if (reason == PinReason::kNone) return false;
+  const bool added = !Has(reason);
+  bits_ |= Bit(reason);
+  return added;
+}
+
+PinReason PinSet::First() const {
+  for (unsigned r = 1; r <= static_cast<unsigned>(kLastPinReason); ++r) {
+    if ((bits_ & (1u << r)) != 0) return static_cast<PinReason>(r);
+  }
+  return PinReason::kNone;
+}
+
+SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters)
+    : startup_(SettingsFromStartup(hello_parameters)), desired_(startup_) {
+  for (const auto& [name, value] : startup_) {
+    if (IsCustomSettingName(name)) custom_names_.insert(name);
+  }
+}
+
+void SessionSettings::Absorb(const SessionEffects& fx) {
+  if (fx.settings) capture_owed_ = true;
+  custom_names_.insert(fx.custom_names.begin(), fx.custom_names.end());
+}
+
+SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload) {
+  std::size_t pos = 0;
+  switch (tag) {
+    case 'Q': {
+      auto sql = ReadCString(payload, pos);
+      if (!sql) return {};
+      SessionEffects fx = AnalyzeSessionEffects(*sql);
+      Absorb(fx);
+      return fx;
+    }
+    case 'P': {
+      auto name = ReadCString(payload, pos);
+      if (!name) return {};
+      auto sql = ReadCString(payload, pos);
+      if (!sql) return {};
+      SessionEffects fx = AnalyzeSessionEffects(*sql);
+      // A Parse is usually followed by its Execute; count it now as well.
+      Absorb(fx);
+      if (fx.empty()) {
+        if (!statements_.empty()) statements_.erase(std::string(*name));
+      } else {
+        statements_[std::string(*name)] = fx;
+      }
+      return fx;
+    }
+    case 'B': {
+      if (statements_.empty()) return {};
+      auto portal = ReadCString(payload, pos);
+      if (!portal) return {};
+      auto name = ReadCString(payload, pos);
+      if (!name) return {};
+      auto it = statements_.find(std::string(*name));
+      if (it == statements_.end()) return {};
+      Absorb(it->second);
+      return it->second;
+    }
+    case 'C': {
+      if (statements_.empty() || payload.empty() || payload[0] != 'S') return {};
+      pos = 1;
+      auto name = ReadCString(payload, pos);
+      if (name) statements_.erase(std::string(*name));
+      return {};
+    }
+    default:
+      return {};
+  }
+}
+
+void SessionSettings::OnCaptured(const SettingMap& captured) {
+  desired_ = MergeWithStartup(captured, startup_);
+  capture_owed_ = false;
+}
+
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,151 @@
+#pragma once
+// Per-session state that a transaction-mode pooler must carry between origin
+// connections, without I/O (unit-tested in
+// tests/unit/endpoint/session_settings_test.cc):
+//
+//  - Settings (GUCs): the session's startup parameters (the hello) plus the
+//    effects of its own SET / RESET / RESET ALL / set_config / DISCARD. They
+//    are *replayed* onto whichever connection the session borrows: the
+//    Endpoint keeps, per origin connection, the settings that connection
+//    carries (beyond its own login defaults) and sends only the difference
+//    (BuildSettingsDiff) before the session's work.
+//  - Capture: instead of interpreting SET statements (SET LOCAL, SET inside a
+//    rolled-back transaction, functions with SET clauses, RESET to a startup
+//    value all behave differently), the Endpoint asks the connection, after a
+//    unit of work that may have changed settings ended at ReadyForQuery 'I',
+//    which settings are now session-level (BuildCaptureQuery) and stores
+//    that. pg_settings does not list custom placeholders ("app.tenant"), so
+//    their names are collected from the statements and read with
+//    current_setting(name, true).
+//  - Pins: state that cannot be replayed (temporary tables, session advisory
+//    locks, LISTEN, WITH HOLD cursors, SET ROLE / SESSION AUTHORIZATION,
+//    SQL-level PREPARE) keeps the session on its connection until the session
+//    ends (PinSet, read by DecideRelease).
+//
+// Setting names are case-insensitive in PostgreSQL; maps here are keyed by
+// the lowercased name.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pool/release_policy.h"
+
+namespace hyperpool::endpoint {
+
+// Lowercased setting name -> value (as PostgreSQL reports it in pg_settings,
+// or as the client gave it).
+using SettingMap = std::map<std::string, std::string>;
+
+// The -c name=value / --name=value settings of a startup `options` string,
+// split as PostgreSQL's pg_split_opts does (whitespace separates, a
+// backslash escapes the next character); '-' in names becomes '_'. Other
+// switches are ignored. Names are lowercased.
+std::vector<std::pair<std::string, std::string>> ParseStartupOptions(std::string_view options);
+
+// The settings a session asked for in its hello: every startup parameter
+// except user, database, replication, _pq_.* and hyperpool.* (PostgreSQL
+// treats every other startup parameter as a setting), with `options`
+// expanded. Later entries win.
+SettingMap SettingsFromStartup(const std::vector<std::pair<std::string, std::string>>& parameters);
+
+// One simple-Query text (several statements) that turns a connection that
+// carries `from` into one that carries `to`: RESET for names only in `from`,
+// set_config(name, value, false) for names whose value differs. Empty if
+// nothing differs. Safe whatever standard_conforming_strings is (E'' literals).
+std::string BuildSettingsDiff(const SettingMap& from, const SettingMap& to);
+
+// The query that reads a connection's session-level settings: pg_settings
+// with source 'session' (minus the per-transaction transaction_* ones), plus
+// current_setting(name, true) for each custom placeholder name in `custom`.
+// Two columns: name, value (NULL for an unknown placeholder).
+std::string BuildCaptureQuery(const std::set<std::string>& custom);
+
+// Builds a SettingMap from the capture query's rows. A placeholder whose
+// value is NULL or '' (the value a placeholder keeps after RESET or a
+// rolled-back SET) is left out; transaction_* names are left out.
+SettingMap ParseCapturedSettings(const std::vector<std::vector<std::optional<std::string>>>& rows);
+
+// What a session's settings are after a capture: the captured session-level
+// settings, plus the startup values of names the capture lacks (a RESET or
+// DISCARD ALL goes back to the startup value, as on a direct connection
+// whose startup packet carried it).
+SettingMap MergeWithStartup(const SettingMap& captured, const SettingMap& startup);
+
+// Whether a GUC name is a custom one ("class.name"): pg_settings omits those.
+bool IsCustomSettingName(std::string_view name);
+
+// What a statement text (a Query, or a Parse's text) may do to the session.
+struct SessionEffects {
+  bool settings = false;             // may change settings: capture afterwards
+  std::vector<PinReason> pins;       // state that pins the session
+  std::set<std::string> custom_names;  // placeholder names it mentions (lowercased)
+  bool empty() const { return !settings && pins.empty() && custom_names.empty(); }
+};
+
+// Analyses `sql` with the cache's PostgreSQL lexer (src/cache/sql_analysis.h).
+// Conservative: text that does not lex counts as possibly changing settings.
+// A cheap word scan skips the lexer for texts that cannot matter.
+SessionEffects AnalyzeSessionEffects(std::string_view sql);
+
+// The reasons a session is pinned; only ever grows (until Clear) while the
+// session holds the connection.
+class PinSet {
+ public:
+  // Adds `reason`; true if it was not there yet.
+  bool Add(PinReason reason);
+  void Clear() { bits_ = 0; }
+  bool empty() const { return bits_ == 0; }
+  bool Has(PinReason reason) const { return (bits_ & Bit(reason)) != 0; }
+  // The first reason present (in enum order), kNone if empty: the value for
+  // ReleaseInputs::pin.
+  PinReason First() const;
+
+ private:
+  static std::uint32_t Bit(PinReason reason) { return 1u << static_cast<unsigned>(reason); }
+  std::uint32_t bits_ = 0;
+};
+
+// A session's settings bookkeeping: what it wants (`desired`), whether a
+// capture is owed, and which placeholder names it has touched. Also
+// remembers the effects of the client's named prepared statements, so that a
+// later Bind of "SET ..." prepared earlier counts too.
+class SessionSettings {
+ public:
+  SessionSettings() = default;
+  explicit SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters);
+
+  const SettingMap& startup() const { return startup_; }
+  // What every connection the session borrows must carry.
+  const SettingMap& desired() const { return desired_; }
+  // A unit of work may have changed settings; capture them at the next 'I'.
+  bool capture_owed() const { return capture_owed_; }
+  void MarkCaptureOwed() { capture_owed_ = true; }
+
+  // Notes a frontend message about to reach the origin (only 'Q', 'P', 'B'
+  // and 'C' matter) and returns what it may do. Statement names are the
+  // client's own.
+  SessionEffects NoteFrontend(char tag, std::string_view payload);
+
+  std::string CaptureQuery() const { return BuildCaptureQuery(custom_names_); }
+  // Stores a capture: `captured` is what the connection now carries.
+  void OnCaptured(const SettingMap& captured);
+
+ private:
+  void Absorb(const SessionEffects& effects);
+
+  SettingMap startup_;
+  SettingMap desired_;
+  std::set<std::string> custom_names_;
+  std::unordered_map<std::string, SessionEffects> statements_;  // named statements with effects
+  bool capture_owed_ = false;
+};
+
+}  // namespace hyperpool::endpoint

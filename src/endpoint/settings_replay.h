@@ -1,0 +1,56 @@
+#pragma once
+// The I/O half of session settings (src/endpoint/session_settings.h): runs
+// the replay, capture and reset queries on an origin connection that the
+// caller has exclusive use of (no other ReadFrame or Write outstanding, at
+// ReadyForQuery 'I'). Every response is read and swallowed here, including
+// ParameterStatus: from the client's view nothing changed.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "endpoint/session_settings.h"
+
+namespace hyperpool::endpoint {
+
+class OriginConnection;
+
+// The payload key under which an origin's SQLSTATE travels in an
+// absl::Status (the Endpoint's convention, src/endpoint/endpoint.cc).
+inline constexpr char kSqlStateStatusPayload[] = "type.hyperpool/sqlstate";
+
+// What one simple Query returned.
+struct SimpleQueryResult {
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  std::string sqlstate;  // of the first ErrorResponse; empty if none
+  std::string message;
+  bool failed() const { return !sqlstate.empty() || !message.empty(); }
+};
+
+// Sends `sql` as one simple Query and reads up to ReadyForQuery. Transport
+// or protocol failures are errors (the connection is then broken); an
+// ErrorResponse is a result.
+asio::awaitable<absl::StatusOr<SimpleQueryResult>> RunSimpleQuery(OriginConnection& conn, std::string sql);
+
+// Makes `conn` carry exactly `desired` (one round trip, none if it already
+// does). An ErrorResponse (e.g. an invalid startup value) comes back as
+// kAborted with the origin's message and its SQLSTATE as payload
+// kSqlStateStatusPayload; the connection is unchanged (the statements ran
+// in one implicit transaction) and usable.
+asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired);
+
+// Reads the session-level settings of `conn` after the session's work and
+// stores them in `session` and as the connection's carried settings. On any
+// error the connection's state is unknown: close it.
+asio::awaitable<absl::Status> CaptureSettings(OriginConnection& conn, SessionSettings& session);
+
+// The pool's reset hook for session mode: DISCARD ALL, then the connection
+// carries nothing. OK only if it ended at ReadyForQuery 'I'.
+asio::awaitable<absl::Status> ResetConnection(OriginConnection& conn);
+
+}  // namespace hyperpool::endpoint

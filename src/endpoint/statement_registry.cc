@@ -1,0 +1,109 @@
+#include "endpoint/statement_registry.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/string_view.h"
+#include "protocol/wire_writer.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+// Debian's abseil has its own absl::string_view: heterogeneous lookups need one.
+absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+}  // namespace
+
+std::string_view StatementInfo::query() const {
+  // key = Int16 n, n * Int32, query.
+  if (key.size() < 2) return {};
+  const std::size_t n = (static_cast<unsigned char>(key[0]) << 8) | static_cast<unsigned char>(key[1]);
+  const std::size_t skip = 2 + 4 * n;
+  return skip <= key.size() ? std::string_view(key).substr(skip) : std::string_view();
+}
+
+void BuildStatementKey(std::string_view query, std::string_view types_raw, std::string& key) {
+  key.clear();
+  key.append(types_raw.data(), types_raw.size());
+  key.append(query.data(), query.size());
+}
+
+StatementRef StatementCatalog::Intern(std::string_view key, std::string_view query, std::string_view types_raw) {
+  auto it = by_key_.find(Absl(key));
+  if (it != by_key_.end()) {
+    if (StatementRef live = it->second.lock()) return live;
+  }
+  auto info = std::make_shared<StatementInfo>();
+  info->key.assign(key.data(), key.size());
+  info->server_name = prefix_ + std::to_string(++counter_);
+  std::string payload;
+  payload.reserve(info->server_name.size() + query.size() + types_raw.size() + 2);
+  protocol::AppendCString(payload, info->server_name);
+  protocol::AppendCString(payload, query);
+  payload.append(types_raw.data(), types_raw.size());
+  protocol::AppendFrame(info->parse_frame, 'P', payload);
+  StatementRef ref = std::move(info);
+  if (it != by_key_.end()) {
+    it->second = ref;
+  } else {
+    by_key_.emplace(std::string(key), ref);
+    if (by_key_.size() >= prune_at_) PruneExpired();
+  }
+  return ref;
+}
+
+void StatementCatalog::PruneExpired() {
+  absl::erase_if(by_key_, [](const auto& entry) { return entry.second.expired(); });
+  prune_at_ = std::max<std::size_t>(64, 2 * by_key_.size());
+}
+
+void ClientStatements::Set(std::string_view name, StatementRef statement) {
+  auto it = named_.find(Absl(name));
+  if (it != named_.end()) {
+    it->second = std::move(statement);
+  } else {
+    named_.emplace(std::string(name), std::move(statement));
+  }
+}
+
+const StatementRef* ClientStatements::Find(std::string_view name) const {
+  auto it = named_.find(Absl(name));
+  return it == named_.end() ? nullptr : &it->second;
+}
+
+bool ClientStatements::Erase(std::string_view name) {
+  auto it = named_.find(Absl(name));
+  if (it == named_.end()) return false;
+  named_.erase(it);
+  return true;
+}
+
+bool ConnectionStatements::Touch(const StatementInfo* statement) {
+  auto it = index_.find(statement);
+  if (it == index_.end()) return false;
+  if (it->second != lru_.begin()) lru_.splice(lru_.begin(), lru_, it->second);
+  return true;
+}
+
+void ConnectionStatements::Add(StatementRef statement, std::vector<StatementRef>* evicted) {
+  const StatementInfo* key = statement.get();
+  if (Touch(key)) return;
+  lru_.push_front(std::move(statement));
+  index_.emplace(key, lru_.begin());
+  while (index_.size() > capacity_ && lru_.size() > 1) {
+    StatementRef victim = std::move(lru_.back());
+    lru_.pop_back();
+    index_.erase(victim.get());
+    if (evicted != nullptr) evicted->push_back(std::move(victim));
+  }
+}
+
+void ConnectionStatements::Remove(const StatementInfo* statement) {
+  auto it = index_.find(statement);
+  if (it == index_.end()) return;
+  lru_.erase(it->second);
+  index_.erase(it);
+}
+
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,156 @@
+#pragma once
+// Protocol-level prepared statements through a transaction pool: the
+// bookkeeping, with no I/O (unit-tested in
+// tests/unit/endpoint/statement_registry_test.cc).
+//
+// A client's named statement ("S_1", "_pg3_0", "__asyncpg_stmt_1__") never
+// reaches the origin under its own name: two clients may use one name for
+// different texts on one origin connection (42P05 "already exists"), and a
+// statement made on one connection is missing on the next one the client
+// gets (26000 "does not exist"). Instead:
+//  - StatementCatalog (one per Endpoint) gives each distinct statement
+//    identity -- the full query text plus the parameter type OIDs, never a
+//    hash alone (Odyssey's 32-bit hash names collided) -- one server-side
+//    name "hp_<n>";
+//  - ClientStatements (one per Endpoint session) maps the client's names to
+//    identities, and remembers its current unnamed statement;
+//  - ConnectionStatements (one per origin connection, it lives and dies
+//    with it) knows which server names exist on that backend, bounded with
+//    LRU eviction (the evicted one is closed on the origin).
+// StatementSession (statement_session.h) uses these to rewrite the frontend
+// stream and to match the origin's answers.
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace hyperpool::endpoint {
+
+// One distinct prepared statement (its identity and server-side name).
+// Immutable once made; shared by the clients that use it and the
+// connections where it exists.
+struct StatementInfo {
+  // The identity: Int16 parameter count, the Int32 OIDs (as on the wire in
+  // Parse), then the query text. Equal keys <=> same statement.
+  std::string key;
+  // "hp_<n>", unique per Endpoint for its lifetime (never reused, so a stale
+  // name can never mean another text).
+  std::string server_name;
+  // The complete Parse frame ('P') that creates it under server_name.
+  std::string parse_frame;
+
+  std::string_view query() const;
+};
+using StatementRef = std::shared_ptr<const StatementInfo>;
+
+// Builds the identity key of a Parse into `key` (reusing its capacity):
+// `types_raw` is the Parse's parameter section exactly as on the wire
+// (Int16 count followed by the Int32 OIDs).
+void BuildStatementKey(std::string_view query, std::string_view types_raw, std::string& key);
+
+// Per Endpoint: one server name per distinct statement identity. Entries
+// are weak: a statement nobody uses (no client maps it, no connection has
+// it) is forgotten and gets a fresh name if it comes back.
+class StatementCatalog {
+ public:
+  explicit StatementCatalog(std::string prefix = "hp_") : prefix_(std::move(prefix)) {}
+
+  // The statement with identity `key` (see BuildStatementKey), made with a
+  // fresh server name if unknown. `query` and `types_raw` are what the key
+  // was built from (used to encode the Parse frame on first use).
+  StatementRef Intern(std::string_view key, std::string_view query, std::string_view types_raw);
+
+  // A fresh id for a client's unnamed statement (unique per Endpoint, never 0).
+  std::uint64_t NextUnnamedId() { return ++unnamed_counter_; }
+
+  // Identities currently known (live or not yet pruned).
+  std::size_t size() const { return by_key_.size(); }
+  // Statements made so far (the counter behind the server names).
+  std::uint64_t created() const { return counter_; }
+
+ private:
+  void PruneExpired();
+
+  std::string prefix_;
+  std::uint64_t counter_ = 0;
+  std::uint64_t unnamed_counter_ = 0;
+  std::size_t prune_at_ = 64;
+  absl::flat_hash_map<std::string, std::weak_ptr<const StatementInfo>> by_key_;
+};
+
+// Per client session: the client's statement names and its unnamed statement.
+class ClientStatements {
+ public:
+  // Records (or replaces) `name` -> `statement`. `name` is not "".
+  void Set(std::string_view name, StatementRef statement);
+  // The statement the client calls `name`, or null.
+  const StatementRef* Find(std::string_view name) const;
+  // Forgets `name`; true if it was known.
+  bool Erase(std::string_view name);
+  // Forgets every named statement (DISCARD ALL / DEALLOCATE ALL).
+  void Clear() { named_.clear(); }
+  std::size_t size() const { return named_.size(); }
+
+  // The unnamed statement: its Parse as the client sent it (re-sent
+  // verbatim to a connection that lacks it) and a per-Endpoint id that
+  // tells whether a connection's unnamed statement is this one.
+  void SetUnnamed(std::string_view parse_frame, std::uint64_t id) {
+    unnamed_parse_.assign(parse_frame.data(), parse_frame.size());
+    unnamed_id_ = id;
+  }
+  void ForgetUnnamed() { unnamed_id_ = 0; }
+  std::uint64_t unnamed_id() const { return unnamed_id_; }
+  std::string_view unnamed_parse() const { return unnamed_parse_; }
+
+ private:
+  absl::flat_hash_map<std::string, StatementRef> named_;
+  std::string unnamed_parse_;
+  std::uint64_t unnamed_id_ = 0;  // 0: none
+};
+
+// Per origin connection: which server statements exist on that backend.
+class ConnectionStatements {
+ public:
+  static constexpr std::size_t kDefaultCapacity = 256;
+  explicit ConnectionStatements(std::size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
+
+  // True if the statement exists there; marks it most recently used.
+  bool Touch(const StatementInfo* statement);
+  // True if it exists there (no LRU update).
+  bool Has(const StatementInfo* statement) const { return index_.contains(statement); }
+  // Records that `statement` now exists there (most recently used). If that
+  // exceeds the capacity, the least recently used ones are removed and
+  // appended to `evicted` (the caller closes them on the origin).
+  void Add(StatementRef statement, std::vector<StatementRef>* evicted);
+  // Records that it no longer exists there (closed, or its Parse failed).
+  void Remove(const StatementInfo* statement);
+  // Every named statement is gone (DISCARD ALL, DEALLOCATE ALL).
+  void Clear() {
+    lru_.clear();
+    index_.clear();
+  }
+  std::size_t size() const { return index_.size(); }
+  std::size_t capacity() const { return capacity_; }
+
+  // Id (ClientStatements::unnamed_id) of the unnamed statement the backend
+  // has, 0 if none or unknown (reset whenever our work on it is done:
+  // others may run simple Queries on it in between).
+  std::uint64_t unnamed_id = 0;
+
+  // Server statements to close at the next opportunity (e.g. after "cached
+  // plan must not change result type": the next use re-prepares it).
+  std::vector<std::string> pending_close;
+
+ private:
+  std::size_t capacity_;
+  std::list<StatementRef> lru_;  // front: most recently used
+  absl::flat_hash_map<const StatementInfo*, std::list<StatementRef>::iterator> index_;
+};
+
+}  // namespace hyperpool::endpoint

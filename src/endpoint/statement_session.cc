@@ -1,0 +1,591 @@
+#include "endpoint/statement_session.h"
+
+#include <cctype>
+#include <cstring>
+#include <utility>
+
+#include "protocol/wire_writer.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+// A no-op: closing a statement that does not exist is not an error
+// ("Message Flow" > "Extended Query": "It is not an error to issue Close
+// against a nonexistent statement or portal name"). Server names are
+// "hp_<digits>", so this one never exists.
+constexpr std::string_view kNoopStatement = "hp_noop";
+// Sent instead of an unnamed statement the client does not have, so the
+// origin reports "does not exist" rather than binding another client's.
+constexpr std::string_view kMissingStatement = "hp_missing";
+
+// Splits a NUL-terminated string off the front of `in`. False if there is no NUL.
+bool TakeCString(std::string_view& in, std::string_view& value) {
+  const void* nul = std::memchr(in.data(), 0, in.size());
+  if (nul == nullptr) return false;
+  const std::size_t n = static_cast<const char*>(nul) - in.data();
+  value = in.substr(0, n);
+  in.remove_prefix(n + 1);
+  return true;
+}
+
+void AppendHeader(std::string& out, char tag, std::size_t payload_size) {
+  protocol::AppendByte(out, static_cast<uint8_t>(tag));
+  protocol::AppendInt32(out, static_cast<int32_t>(payload_size + 4));
+}
+
+void AppendClose(std::string& out, std::string_view name) {
+  AppendHeader(out, 'C', 1 + name.size() + 1);
+  protocol::AppendByte(out, 'S');
+  protocol::AppendCString(out, name);
+}
+
+// Bind with its statement name replaced: portal, name, then the rest as received.
+void AppendBind(std::string& out, std::string_view portal, std::string_view statement, std::string_view rest) {
+  AppendHeader(out, 'B', portal.size() + 1 + statement.size() + 1 + rest.size());
+  protocol::AppendCString(out, portal);
+  protocol::AppendCString(out, statement);
+  protocol::AppendBytes(out, rest);
+}
+
+void AppendDescribeStatement(std::string& out, std::string_view name) {
+  AppendHeader(out, 'D', 1 + name.size() + 1);
+  protocol::AppendByte(out, 'S');
+  protocol::AppendCString(out, name);
+}
+
+// The SQLSTATE ('C' field) of an ErrorResponse payload, or "".
+std::string_view SqlStateOf(std::string_view payload) {
+  while (!payload.empty() && payload[0] != '\0') {
+    const char code = payload[0];
+    payload.remove_prefix(1);
+    std::string_view value;
+    if (!TakeCString(payload, value)) return {};
+    if (code == 'C') return value;
+  }
+  return {};
+}
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+void SkipSpace(std::string_view& s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+}
+
+// Consumes `word` (case-insensitive) followed by a non-identifier character or the end.
+bool TakeKeyword(std::string_view& s, std::string_view word) {
+  if (s.size() < word.size()) return false;
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != word[i]) return false;
+  }
+  if (s.size() > word.size()) {
+    const char c = s[word.size()];
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$') return false;
+  }
+  s.remove_prefix(word.size());
+  return true;
+}
+
+}  // namespace
+
+bool ParseDeallocate(std::string_view sql, std::string& name) {
+  std::string_view s = sql;
+  SkipSpace(s);
+  if (!TakeKeyword(s, "deallocate")) return false;
+  SkipSpace(s);
+  std::string_view after_prepare = s;
+  if (TakeKeyword(after_prepare, "prepare")) {
+    SkipSpace(after_prepare);
+    // "DEALLOCATE prepare" alone deallocates a statement called prepare.
+    if (!after_prepare.empty() && after_prepare.front() != ';') s = after_prepare;
+  }
+  name.clear();
+  if (s.empty()) return false;
+  if (s.front() == '"') {
+    s.remove_prefix(1);
+    for (;;) {
+      if (s.empty()) return false;
+      const char c = s.front();
+      s.remove_prefix(1);
+      if (c == '"') {
+        if (!s.empty() && s.front() == '"') {
+          name.push_back('"');
+          s.remove_prefix(1);
+          continue;
+        }
+        break;
+      }
+      name.push_back(c);
+    }
+    if (name.empty()) return false;
+  } else {
+    std::string_view word = s;
+    if (TakeKeyword(word, "all")) return false;
+    while (!s.empty()) {
+      const unsigned char c = static_cast<unsigned char>(s.front());
+      if (!(std::isalnum(c) || c == '_' || c == '$' || c >= 0x80)) break;
+      name.push_back(c < 0x80 ? static_cast<char>(std::tolower(c)) : static_cast<char>(c));
+      s.remove_prefix(1);
+    }
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+  }
+  SkipSpace(s);
+  if (!s.empty() && s.front() == ';') {
+    s.remove_prefix(1);
+    SkipSpace(s);
+  }
+  return s.empty();
+}
+
+// ---------------------------------------------------------------------------
+// Queue
+// ---------------------------------------------------------------------------
+
+void StatementSession::Push(Kind kind, Mode mode, StatementRef statement) {
+  if (head_ == ops_.size()) {
+    ops_.clear();
+    head_ = 0;
+  }
+  Op& op = ops_.emplace_back();
+  op.kind = kind;
+  op.mode = mode;
+  op.statement = std::move(statement);
+}
+
+void StatementSession::Pop() {
+  Op& op = ops_[head_];
+  op.statement.reset();
+  op.close_name.clear();
+  if (++head_ == ops_.size()) {
+    ops_.clear();
+    head_ = 0;
+  }
+}
+
+void StatementSession::Reset() {
+  ops_.clear();
+  head_ = 0;
+  skipping_ = false;
+}
+
+void StatementSession::EmitLeadingSynthetic(std::string& out) {
+  while (head_ < ops_.size() && ops_[head_].mode == Mode::kSynthetic) {
+    // Only Parse and Close are ever synthetic.
+    protocol::AppendFrame(out, ops_[head_].kind == Kind::kParse ? '1' : '3', {});
+    Pop();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Frontend
+// ---------------------------------------------------------------------------
+
+void StatementSession::EmitPendingCloses(ConnectionStatements& conn, std::string& out) {
+  if (conn.pending_close.empty()) return;
+  for (std::string& name : conn.pending_close) {
+    AppendClose(out, name);
+    Push(Kind::kClose, Mode::kHidden);
+    ops_.back().close_name = std::move(name);
+  }
+  conn.pending_close.clear();
+}
+
+void StatementSession::AddToConnection(const StatementRef& statement, ConnectionStatements& conn, std::string& out) {
+  evicted_.clear();
+  conn.Add(statement, &evicted_);
+  for (StatementRef& victim : evicted_) {
+    AppendClose(out, victim->server_name);
+    Push(Kind::kClose, Mode::kHidden, std::move(victim));
+    ops_.back().eviction = true;
+  }
+  evicted_.clear();
+}
+
+std::string_view StatementSession::Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
+                                           StatementRef* statement) {
+  if (name.empty()) {
+    if (client_.unnamed_id() == 0) return kMissingStatement;
+    if (conn.unnamed_id != client_.unnamed_id()) {
+      protocol::AppendRawFrame(out, client_.unnamed_parse());
+      Push(Kind::kParse, Mode::kHidden);
+      ops_.back().unnamed = true;
+      conn.unnamed_id = client_.unnamed_id();
+    }
+    return name;
+  }
+  const StatementRef* ref = client_.Find(name);
+  if (ref == nullptr) return name;  // not one of the client's Parses (SQL-level PREPARE, or missing)
+  if (!conn.Touch(ref->get())) {
+    AddToConnection(*ref, conn, out);
+    protocol::AppendRawFrame(out, (*ref)->parse_frame);
+    Push(Kind::kParse, Mode::kHidden, *ref);
+  }
+  *statement = *ref;
+  return (*ref)->server_name;
+}
+
+void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out) {
+  std::string_view rest = frame.payload;
+  std::string_view name;
+  std::string_view query;
+  if (!TakeCString(rest, name) || !TakeCString(rest, query)) {
+    // Malformed: the origin reports it.
+    protocol::AppendRawFrame(out, frame.raw);
+    Push(Kind::kParse, Mode::kForwarded);
+    return;
+  }
+  const std::string_view types_raw = rest;
+  if (name.empty()) {
+    if (ParseDeallocate(query, name_) && client_.Find(name_) != nullptr) {
+      // psycopg's "DEALLOCATE _pg3_N" (sent as an unnamed Parse): forget the
+      // mapping; an empty statement stands in for it.
+      client_.Erase(name_);
+      const std::size_t start = out.size();
+      AppendHeader(out, 'P', 1 + 1 + 2);
+      protocol::AppendByte(out, 0);
+      protocol::AppendByte(out, 0);
+      protocol::AppendInt16(out, 0);
+      client_.SetUnnamed(std::string_view(out).substr(start), catalog_.NextUnnamedId());
+      unnamed_is_dealloc_ = true;
+    } else {
+      protocol::AppendRawFrame(out, frame.raw);
+      client_.SetUnnamed(frame.raw, catalog_.NextUnnamedId());
+      unnamed_is_dealloc_ = false;
+    }
+    conn.unnamed_id = client_.unnamed_id();
+    Push(Kind::kParse, Mode::kForwarded);
+    ops_.back().unnamed = true;
+    return;
+  }
+  BuildStatementKey(query, types_raw, key_);
+  StatementRef statement = catalog_.Intern(key_, query, types_raw);
+  client_.Set(name, statement);
+  if (conn.Touch(statement.get())) {
+    Push(Kind::kParse, Mode::kSynthetic);
+    return;
+  }
+  AddToConnection(statement, conn, out);
+  protocol::AppendRawFrame(out, statement->parse_frame);
+  Push(Kind::kParse, Mode::kForwarded, std::move(statement));
+}
+
+bool StatementSession::IsParseOnlyUnit(std::string_view frames) {
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  for (int n = 0; n < 1000; ++n) {
+    auto r = reader.Read(frames);
+    if (!r.is_frame()) return false;
+    const protocol::Frame f = r.frame();
+    if (f.tag == 'S') return n > 0;
+    if (f.tag != 'P' || f.payload.empty() || f.payload[0] == '\0') return false;  // named Parses only
+    frames.remove_prefix(f.size());
+  }
+  return false;
+}
+
+bool StatementSession::AnswerParseOnly(const protocol::Frame& frame, std::string& out) {
+  if (frame.tag == 'S') {
+    protocol::AppendFrame(out, 'Z', "I");
+    return false;
+  }
+  std::string_view rest = frame.payload;
+  std::string_view name;
+  std::string_view query;
+  if (frame.tag == 'P' && TakeCString(rest, name) && TakeCString(rest, query) && !name.empty()) {
+    BuildStatementKey(query, rest, key_);
+    client_.Set(name, catalog_.Intern(key_, query, rest));
+  }
+  protocol::AppendFrame(out, '1', {});
+  return true;
+}
+
+void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out) {
+  const char tag = frame.tag;
+  if (skipping_) {
+    // The origin skips everything until Sync after an error: so do we,
+    // without the side effects PostgreSQL would not have had either.
+    switch (tag) {
+      case 'P':
+      case 'B':
+      case 'D':
+      case 'E':
+      case 'C':
+        return;
+      case 'S':
+        skipping_ = false;
+        break;
+      default:
+        break;
+    }
+  }
+  switch (tag) {
+    case 'P':
+      EmitPendingCloses(conn, out);
+      OnParse(frame, conn, out);
+      return;
+    case 'B': {
+      EmitPendingCloses(conn, out);
+      std::string_view rest = frame.payload;
+      std::string_view portal;
+      std::string_view name;
+      if (!TakeCString(rest, portal) || !TakeCString(rest, name)) break;
+      StatementRef statement;
+      const std::string_view target = Resolve(name, conn, out, &statement);
+      if (target.data() == name.data() && target.size() == name.size()) {
+        protocol::AppendRawFrame(out, frame.raw);
+      } else {
+        AppendBind(out, portal, target, rest);
+      }
+      if (portal.empty()) portal_is_dealloc_ = name.empty() && unnamed_is_dealloc_;
+      Push(Kind::kBind, Mode::kForwarded, std::move(statement));
+      ops_.back().unnamed = name.empty();
+      return;
+    }
+    case 'D': {
+      if (frame.payload.empty() || frame.payload[0] != 'S') {
+        protocol::AppendRawFrame(out, frame.raw);
+        Push(Kind::kDescribePortal, Mode::kForwarded);
+        return;
+      }
+      EmitPendingCloses(conn, out);
+      std::string_view rest = frame.payload.substr(1);
+      std::string_view name;
+      if (!TakeCString(rest, name)) break;
+      StatementRef statement;
+      const std::string_view target = Resolve(name, conn, out, &statement);
+      if (target.data() == name.data() && target.size() == name.size()) {
+        protocol::AppendRawFrame(out, frame.raw);
+      } else {
+        AppendDescribeStatement(out, target);
+      }
+      Push(Kind::kDescribeStatement, Mode::kForwarded, std::move(statement));
+      return;
+    }
+    case 'E': {
+      protocol::AppendRawFrame(out, frame.raw);
+      Push(Kind::kExecute, Mode::kForwarded);
+      // Execute of the unnamed portal bound to an intercepted DEALLOCATE.
+      ops_.back().translate_dealloc = portal_is_dealloc_ && !frame.payload.empty() && frame.payload[0] == '\0';
+      return;
+    }
+    case 'C': {
+      if (!frame.payload.empty() && frame.payload[0] == 'S') {
+        std::string_view rest = frame.payload.substr(1);
+        std::string_view name;
+        if (!TakeCString(rest, name)) break;
+        if (!name.empty() && client_.Erase(name)) {
+          // The shared server statement stays for other clients (and the
+          // LRU bound); only the client's name goes.
+          Push(Kind::kClose, Mode::kSynthetic);
+          return;
+        }
+        if (name.empty()) {
+          client_.ForgetUnnamed();
+          conn.unnamed_id = 0;
+        }
+      }
+      protocol::AppendRawFrame(out, frame.raw);
+      Push(Kind::kClose, Mode::kForwarded);
+      return;
+    }
+    case 'S':
+      protocol::AppendRawFrame(out, frame.raw);
+      Push(Kind::kSync, Mode::kForwarded);
+      return;
+    case 'H':
+      if (pending() > 0 && ops_.back().mode == Mode::kSynthetic) {
+        // Nothing would come back to carry the synthetic answers out.
+        AppendClose(out, kNoopStatement);
+        Push(Kind::kClose, Mode::kHidden);
+      }
+      protocol::AppendRawFrame(out, frame.raw);
+      return;
+    case 'Q': {
+      EmitPendingCloses(conn, out);
+      conn.unnamed_id = 0;  // a simple Query drops the unnamed statement
+      std::string_view rest = frame.payload;
+      std::string_view sql;
+      bool dealloc = false;
+      if (TakeCString(rest, sql) && ParseDeallocate(sql, name_) && client_.Find(name_) != nullptr) {
+        client_.Erase(name_);
+        AppendHeader(out, 'Q', 1);
+        protocol::AppendByte(out, 0);
+        dealloc = true;
+      } else {
+        protocol::AppendRawFrame(out, frame.raw);
+      }
+      Push(Kind::kQuery, Mode::kForwarded);
+      ops_.back().translate_dealloc = dealloc;
+      return;
+    }
+    case 'F':
+      protocol::AppendRawFrame(out, frame.raw);
+      Push(Kind::kFunctionCall, Mode::kForwarded);
+      return;
+    default:
+      // CopyData / CopyDone / CopyFail: part of their COPY, no answer of their own.
+      protocol::AppendRawFrame(out, frame.raw);
+      return;
+  }
+  // A malformed Bind / Describe / Close: forwarded as is; the origin reports it.
+  protocol::AppendRawFrame(out, frame.raw);
+  Push(tag == 'B' ? Kind::kBind : tag == 'D' ? Kind::kDescribeStatement : Kind::kClose, Mode::kForwarded);
+}
+
+// ---------------------------------------------------------------------------
+// Backend
+// ---------------------------------------------------------------------------
+
+bool StatementSession::OnCommandComplete(std::string_view tag, ConnectionStatements& conn) {
+  const bool was = pinned();
+  if (tag == "PREPARE") {
+    ++sql_prepared_;
+  } else if (tag == "DEALLOCATE") {
+    if (sql_prepared_ > 0) --sql_prepared_;
+  } else if (tag == "DEALLOCATE ALL" || tag == "DISCARD ALL") {
+    // Every prepared statement on the connection is gone: the client's
+    // SQL-level ones, its protocol-level names, and the shared server
+    // statements other clients left there.
+    sql_prepared_ = 0;
+    client_.Clear();
+    conn.Clear();
+    conn.unnamed_id = 0;
+  }
+  return was != pinned();
+}
+
+void StatementSession::UndoSkipped(const Op& op, ConnectionStatements& conn) {
+  switch (op.kind) {
+    case Kind::kParse:
+      if (op.mode == Mode::kSynthetic) break;
+      if (op.unnamed) conn.unnamed_id = 0;
+      if (op.statement) conn.Remove(op.statement.get());
+      break;
+    case Kind::kClose:
+      if (op.mode != Mode::kHidden) break;
+      if (op.eviction && op.statement) {
+        // Still exists there: keep knowing it (the bound is soft).
+        conn.Add(op.statement, nullptr);
+      } else if (!op.close_name.empty()) {
+        conn.pending_close.push_back(op.close_name);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void StatementSession::OnError(const Op& op, std::string_view payload, ConnectionStatements& conn) {
+  switch (op.kind) {
+    case Kind::kParse:
+      UndoSkipped(op, conn);  // the statement was not created
+      break;
+    case Kind::kBind:
+    case Kind::kDescribeStatement:
+      if (SqlStateOf(payload) == kSqlStateFeatureNotSupported) {
+        // "cached plan must not change result type" after DDL: this server
+        // statement is stale; close it so the next use re-prepares.
+        if (op.statement) {
+          conn.Remove(op.statement.get());
+          conn.pending_close.push_back(op.statement->server_name);
+        } else if (op.unnamed) {
+          conn.unnamed_id = 0;
+        }
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& frame, ConnectionStatements& conn,
+                                                      std::string& out) {
+  const char tag = frame.tag;
+  if (head_ == ops_.size()) {
+    if (tag == 'C') {
+      std::string_view rest = frame.payload;
+      std::string_view command;
+      if (TakeCString(rest, command)) OnCommandComplete(command, conn);
+    }
+    return Verdict::kForward;
+  }
+  EmitLeadingSynthetic(out);
+  if (head_ == ops_.size()) return Verdict::kForward;
+  switch (tag) {
+    case 'N':  // NoticeResponse, NotificationResponse, ParameterStatus: asynchronous
+    case 'A':
+    case 'S':
+      return Verdict::kForward;
+    case 'Z':
+      // Ends the head Sync / Query / FunctionCall (and, should the model
+      // have drifted, anything still queued before it).
+      while (head_ < ops_.size()) {
+        const Kind kind = ops_[head_].kind;
+        Pop();
+        if (kind == Kind::kSync || kind == Kind::kQuery || kind == Kind::kFunctionCall) break;
+      }
+      // Between our units others may use the connection (health check,
+      // settings capture and replay: simple Queries, which drop the unnamed
+      // statement), so it is re-Parsed if used again after this point.
+      if (head_ == ops_.size()) conn.unnamed_id = 0;
+      return Verdict::kForward;
+    case 'E': {
+      const Op& op = ops_[head_];
+      OnError(op, frame.payload, conn);
+      if (op.kind == Kind::kQuery || op.kind == Kind::kFunctionCall) return Verdict::kForward;
+      Pop();
+      // PostgreSQL skips everything until Sync.
+      bool found_sync = false;
+      while (head_ < ops_.size()) {
+        if (ops_[head_].kind == Kind::kSync) {
+          found_sync = true;
+          break;
+        }
+        UndoSkipped(ops_[head_], conn);
+        Pop();
+      }
+      if (!found_sync) skipping_ = true;
+      return Verdict::kForward;
+    }
+    default:
+      break;
+  }
+  Op& op = ops_[head_];
+  bool complete = false;
+  bool forward = op.mode != Mode::kHidden;
+  switch (op.kind) {
+    case Kind::kParse:
+      complete = tag == '1';
+      break;
+    case Kind::kBind:
+      complete = tag == '2';
+      break;
+    case Kind::kDescribeStatement:
+    case Kind::kDescribePortal:
+      complete = tag == 'T' || tag == 'n';
+      break;
+    case Kind::kClose:
+      complete = tag == '3';
+      break;
+    case Kind::kExecute:
+      complete = tag == 'C' || tag == 'I' || tag == 's';
+      [[fallthrough]];
+    case Kind::kQuery:
+    case Kind::kFunctionCall:
+      if (tag == 'C') {
+        std::string_view rest = frame.payload;
+        std::string_view command;
+        if (TakeCString(rest, command)) OnCommandComplete(command, conn);
+      } else if (tag == 'I' && op.translate_dealloc) {
+        std::string payload = "DEALLOCATE";
+        payload.push_back('\0');
+        protocol::AppendFrame(out, 'C', payload);
+        forward = false;
+      }
+      break;
+    case Kind::kSync:
+      break;
+  }
+  if (complete) Pop();
+  return forward ? Verdict::kForward : Verdict::kDrop;
+}
+
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,160 @@
+#pragma once
+// The prepared-statement half of an Endpoint session, with no I/O: it
+// rewrites the frontend messages a session sends to its lent origin
+// connection and matches the origin's answers to them (unit-tested in
+// tests/unit/endpoint/statement_registry_test.cc; the session in
+// endpoint.cc calls OnFrontend from its link reader and OnBackend from its
+// link writer).
+//
+// Frontend side (PostgreSQL docs, "Message Flow" > "Extended Query"):
+//  - Parse "name": the client's name is mapped to the statement's server
+//    name (statement_registry.h). If the connection already has it, the
+//    Parse is dropped and its ParseComplete synthesised; else it is sent as
+//    Parse "hp_<n>" (after Close of any statement the LRU bound evicts).
+//  - Bind / Describe('S') of a mapped name: the name is rewritten to the
+//    server name; if the connection lacks the statement, its Parse is sent
+//    first in the same flight and that ParseComplete is swallowed. The same
+//    for the unnamed statement (""), which does not survive onto another
+//    connection.
+//  - Close('S', mapped name): the mapping is forgotten (the shared server
+//    statement stays) and CloseComplete is synthesised.
+//  - DEALLOCATE <mapped name> in SQL (psycopg evicts its statements so):
+//    the mapping is forgotten; the origin runs an empty query whose
+//    EmptyQueryResponse is answered as CommandComplete "DEALLOCATE".
+//  - Portals, COPY data and everything else pass unchanged.
+// Backend side: every message forwarded or dropped has an entry in an
+// ordered queue (kind + forwarded / synthetic / hidden); answers are matched
+// to entries in order. Synthetic answers are emitted just before the first
+// answer of a later message; hidden messages' answers are swallowed; after
+// an ErrorResponse PostgreSQL skips everything until Sync, so the entries up
+// to that Sync are dropped (and their effects on the connection's statement
+// set undone). A Flush behind synthetic entries gets a hidden no-op Close
+// ahead of it, whose answer carries the synthetic ones out.
+//
+// SQL-level PREPARE cannot be renamed: while the client has such statements
+// (tracked from the CommandComplete tags PREPARE / DEALLOCATE / DEALLOCATE
+// ALL / DISCARD ALL) pinned() is true and the session keeps its connection
+// (PinReason::kPreparedSql).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "endpoint/statement_registry.h"
+#include "protocol/frame_reader.h"
+
+namespace hyperpool::endpoint {
+
+// The SQLSTATE of "cached plan must not change result type".
+inline constexpr std::string_view kSqlStateFeatureNotSupported = "0A000";
+
+// If `sql` is exactly one "DEALLOCATE [PREPARE] name" (not ALL), the name as
+// PostgreSQL resolves it (unquoted: folded to lower case), written to
+// `name`; else false.
+bool ParseDeallocate(std::string_view sql, std::string& name);
+
+class StatementSession {
+ public:
+  explicit StatementSession(StatementCatalog& catalog) : catalog_(catalog) {}
+
+  // A frontend frame (tagged) to send on the lent connection whose
+  // statement set is `conn`: appends what to send instead (possibly the
+  // frame unchanged, rewritten, preceded by injected messages, or nothing)
+  // to `out`.
+  void OnFrontend(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+
+  enum class Verdict {
+    kForward,  // forward the frame as received
+    kDrop,     // swallowed (or replaced by what was appended to `out`)
+  };
+  // A backend frame from that connection. First appends to `out` the
+  // synthetic answers due before it; then says whether to forward it.
+  Verdict OnBackend(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+
+  // The lent connection went back to the pool or was lost: nothing is
+  // pending on it any more.
+  void Reset();
+
+  // Parse-only units -- named Parses up to a Sync, as libpq's PQprepare
+  // sends -- need no origin connection: the Parse is recorded and replayed
+  // before the first Bind that needs it, so a client that prepares while
+  // every connection is busy does not wait for one (pgbench -M prepared
+  // prepares synchronously, in one thread for several clients, some of them
+  // mid-transaction). A statement the origin rejects reports its error at
+  // that Bind instead. True if `frames` (starting at a Parse) holds such a
+  // unit completely.
+  static bool IsParseOnlyUnit(std::string_view frames);
+  // Answers one message of such a unit into `out`: ParseComplete for a
+  // Parse (recording it), ReadyForQuery 'I' for the Sync. Returns true
+  // while the unit goes on (false after the Sync).
+  bool AnswerParseOnly(const protocol::Frame& frame, std::string& out);
+
+  // SQL-level prepared statements exist: keep the connection (kPreparedSql).
+  bool pinned() const { return sql_prepared_ > 0; }
+  // A CommandComplete tag from the origin. Returns true if pinned() changed.
+  bool OnCommandComplete(std::string_view tag, ConnectionStatements& conn);
+
+  ClientStatements& client() { return client_; }
+  const ClientStatements& client() const { return client_; }
+  // Entries still waiting for their answers.
+  std::size_t pending() const { return ops_.size() - head_; }
+
+ private:
+  enum class Kind : std::uint8_t {
+    kParse,
+    kBind,
+    kDescribeStatement,
+    kDescribePortal,
+    kExecute,
+    kClose,
+    kSync,
+    kQuery,         // simple Query: everything up to its ReadyForQuery
+    kFunctionCall,  // likewise
+  };
+  enum class Mode : std::uint8_t {
+    kForwarded,  // sent; its answers go to the client
+    kSynthetic,  // not sent; its answer is made here
+    kHidden,     // sent by us; its answers are swallowed (errors excepted)
+  };
+  struct Op {
+    Kind kind = Kind::kSync;
+    Mode mode = Mode::kForwarded;
+    bool unnamed = false;           // Parse/Bind of the unnamed statement
+    bool translate_dealloc = false; // EmptyQueryResponse -> CommandComplete "DEALLOCATE"
+    bool eviction = false;          // hidden Close of an evicted statement
+    StatementRef statement;         // the server statement concerned, if any
+    std::string close_name;         // hidden Close of a pending_close name
+  };
+
+  void Push(Kind kind, Mode mode, StatementRef statement = nullptr);
+  void Pop();
+  // Emits the answers of the synthetic entries at the head of the queue.
+  void EmitLeadingSynthetic(std::string& out);
+  // Undoes what a dropped (never executed) entry assumed about `conn`.
+  void UndoSkipped(const Op& op, ConnectionStatements& conn);
+  void OnError(const Op& op, std::string_view payload, ConnectionStatements& conn);
+  // The name to send for client statement `name` on `conn`; sends the
+  // statement's Parse first (hidden) if `conn` lacks it.
+  std::string_view Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
+                           StatementRef* statement);
+  void AddToConnection(const StatementRef& statement, ConnectionStatements& conn, std::string& out);
+  void EmitPendingCloses(ConnectionStatements& conn, std::string& out);
+  void OnParse(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+
+  StatementCatalog& catalog_;
+  ClientStatements client_;
+  std::vector<Op> ops_;   // [head_, size): pending; reused (no allocation in steady state)
+  std::size_t head_ = 0;
+  bool skipping_ = false; // the origin skips until a Sync not yet sent (an error was seen)
+  bool unnamed_is_dealloc_ = false;  // the client's unnamed statement is an intercepted DEALLOCATE
+  bool portal_is_dealloc_ = false;   // ...and the unnamed portal is bound to it
+  std::size_t sql_prepared_ = 0;     // SQL-level PREPAREd statements the client holds
+  std::string key_;                  // scratch: statement key
+  std::string name_;                 // scratch: DEALLOCATE name
+  std::vector<StatementRef> evicted_;  // scratch
+};
+
+}  // namespace hyperpool::endpoint

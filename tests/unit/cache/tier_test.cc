@@ -1,0 +1,211 @@
+// Unit tests of the cache tiers' shared pure logic (src/cache/tier.h) and the
+// Client tier's generation checks (src/client/client_cache.h).
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "cache/tier.h"
+#include "client/client_cache.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::cache {
+namespace {
+
+std::string Q(std::string_view sql) {
+  std::string out;
+  protocol::AppendFrame(out, 'Q', std::string(sql) + std::string(1, '\0'));
+  return out;
+}
+
+std::string Extended(std::string_view sql, bool describe = true, std::string_view stmt = "", int32_t max_rows = 0) {
+  std::string out, p;
+  p.append(stmt);
+  p.push_back('\0');
+  p.append(sql);
+  p.push_back('\0');
+  p.append(std::string("\0\0", 2));  // no parameter types
+  protocol::AppendFrame(out, 'P', p);
+  // Bind: portal "", statement "", 0 formats, 1 param '7', 0 result formats.
+  std::string b = std::string("\0\0", 2) + std::string("\0\0", 2) + std::string("\0\1", 2) +
+                  std::string("\0\0\0\1", 4) + "7" + std::string("\0\0", 2);
+  protocol::AppendFrame(out, 'B', b);
+  if (describe) protocol::AppendFrame(out, 'D', std::string("P\0", 2));
+  std::string e = std::string("\0", 1);
+  e.push_back(static_cast<char>(max_rows >> 24));
+  e.push_back(static_cast<char>(max_rows >> 16));
+  e.push_back(static_cast<char>(max_rows >> 8));
+  e.push_back(static_cast<char>(max_rows));
+  protocol::AppendFrame(out, 'E', e);
+  protocol::AppendFrame(out, 'S', "");
+  return out;
+}
+
+TEST_CASE("control messages round-trip and reject garbage") {
+  std::string out;
+  AppendControl(out, BeginControl{0x1122334455667788ull});
+  AppendControl(out, StoreControl{42, std::chrono::milliseconds(1500), 9, {"public.a", "s.b"}});
+  AppendControl(out, InvalidateControl{10, true, {}});
+  size_t pos = 0;
+  std::vector<Control> got;
+  while (pos < out.size()) {
+    REQUIRE(out[pos] == kControlTag);
+    uint32_t len = (uint32_t(uint8_t(out[pos + 1])) << 24) | (uint32_t(uint8_t(out[pos + 2])) << 16) |
+                   (uint32_t(uint8_t(out[pos + 3])) << 8) | uint8_t(out[pos + 4]);
+    auto c = DecodeControl(std::string_view(out).substr(pos + 5, len - 4));
+    REQUIRE(c.has_value());
+    got.push_back(*c);
+    pos += len + 1;
+  }
+  REQUIRE(got.size() == 3);
+  CHECK(std::get<BeginControl>(got[0]).digest == 0x1122334455667788ull);
+  const auto& s = std::get<StoreControl>(got[1]);
+  CHECK(s.digest == 42);
+  CHECK(s.ttl == std::chrono::milliseconds(1500));
+  CHECK(s.generation == 9);
+  CHECK(s.tables == std::vector<std::string>{"public.a", "s.b"});
+  CHECK(std::get<InvalidateControl>(got[2]).all);
+  CHECK_FALSE(DecodeControl("").has_value());
+  CHECK_FALSE(DecodeControl("X").has_value());
+  CHECK_FALSE(DecodeControl(std::string("S\0\0", 3)).has_value());
+  CHECK_FALSE(DecodeControl(std::string("B\0\0\0\0\0\0\0\0extra", 14)).has_value());
+}
+
+TEST_CASE("candidate units: a simple Query, or P/B/[D portal]/E/S with unnamed objects") {
+  CandidateUnit u;
+  std::string q = Q("SELECT 1") + Q("SELECT 2");
+  REQUIRE(ParseCandidateUnit(q, u) == UnitShape::kCandidate);
+  CHECK(u.sql == "SELECT 1");
+  CHECK(u.frames.size() == Q("SELECT 1").size());
+
+  std::string e = Extended("SELECT $1::int");
+  REQUIRE(ParseCandidateUnit(e, u) == UnitShape::kCandidate);
+  CHECK(u.form == ProtocolForm::kExtended);
+  CHECK(u.frames.size() == e.size());
+  REQUIRE(u.params.size() == 1);
+  CHECK(u.params[0].value == "7");
+  CHECK(u.describe == 'P');
+  CHECK(u.replay.parse);
+  CHECK(u.replay.describe == ReplayRequest::Describe::kPortal);
+
+  CHECK(ParseCandidateUnit(Extended("SELECT 1", false), u) == UnitShape::kCandidate);
+  CHECK(ParseCandidateUnit(Extended("SELECT 1", true, "named"), u) == UnitShape::kNotCandidate);
+  CHECK(ParseCandidateUnit(Extended("SELECT 1", true, "", 10), u) == UnitShape::kNotCandidate);
+  std::string partial = Extended("SELECT 1");
+  partial.resize(partial.size() - 5);  // no Sync yet
+  CHECK(ParseCandidateUnit(partial, u) == UnitShape::kIncomplete);
+  std::string sync;
+  protocol::AppendFrame(sync, 'S', "");
+  CHECK(ParseCandidateUnit(sync, u) == UnitShape::kNotCandidate);
+}
+
+TEST_CASE("session controls and state changes are classified on tokens") {
+  SessionCacheSettings s;
+  StatementEffects fx = ClassifyStatements("SET hyperpool.cache = off", &s);
+  CHECK(fx.only_cache_settings);
+  CHECK_FALSE(fx.changes_session_state);
+  CHECK_FALSE(s.enabled);
+  ClassifyStatements("SET hyperpool.cache TO 'on'", &s);
+  CHECK(s.enabled);
+  ClassifyStatements("set hyperpool.cache_ttl = 5", &s);
+  REQUIRE(s.ttl.has_value());
+  CHECK(*s.ttl == std::chrono::seconds(5));
+  ClassifyStatements("RESET hyperpool.cache_ttl", &s);
+  CHECK_FALSE(s.ttl.has_value());
+  ClassifyStatements("SET hyperpool.cache_ttl = 'soon'", &s);
+  CHECK_FALSE(s.enabled);  // unparsable: off
+
+  CHECK(ClassifyStatements("SET search_path = a", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("SET ROLE alice", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("SET SESSION AUTHORIZATION alice", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("RESET ALL", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("DISCARD ALL", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("SELECT set_config('search_path', 'a', false)", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("DO $$ BEGIN PERFORM 1; END $$", nullptr).changes_session_state);
+  CHECK_FALSE(ClassifyStatements("SET LOCAL search_path = a", nullptr).changes_session_state);
+  CHECK_FALSE(ClassifyStatements("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", nullptr).changes_session_state);
+  CHECK_FALSE(ClassifyStatements("SELECT 'SET ROLE x' /* SET ROLE */", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("SELECT 1; SET search_path = b", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("SELECT 1 /* hyperpool:nocache */", nullptr).nocache_hint);
+  CHECK(ClassifyStatements("SELECT 'unterminated", nullptr).changes_session_state);
+}
+
+TEST_CASE("startup parameters: keyed, ignored, or not safely keyable") {
+  bool bad = true;
+  std::string a = HelloFingerprint({{"application_name", "x"}, {"TimeZone", "UTC"}}, &bad);
+  CHECK_FALSE(bad);
+  std::string b = HelloFingerprint({{"timezone", "UTC"}, {"application_name", "y"}}, &bad);
+  CHECK(a == b);
+  CHECK(a != HelloFingerprint({{"TimeZone", "Europe/Paris"}}, &bad));
+  HelloFingerprint({{"search_path", "a"}}, &bad);
+  CHECK(bad);
+  HelloFingerprint({{"options", "-c role=alice"}}, &bad);
+  CHECK(bad);
+  HelloFingerprint({{"options", "-c hyperpool.cache=off"}}, &bad);
+  CHECK_FALSE(bad);
+  SessionCacheSettings s;
+  ApplyStartupParameters({{"options", "-c hyperpool.cache=off"}}, s);
+  CHECK_FALSE(s.enabled);
+  SessionCacheSettings t;
+  ApplyStartupParameters({{"hyperpool.cache_ttl", "2"}}, t);
+  CHECK(t.ttl == std::chrono::milliseconds(2000));
+}
+
+TEST_CASE("write effects: tables, or everything when they cannot be known") {
+  FakeOracle oracle;
+  oracle.Table("t").Table("u").View("v", {"public.t"});
+  CHECK(WriteEffectOf("UPDATE t SET x = 1", &oracle, true).tables == std::vector<std::string>{"public.t"});
+  CHECK(WriteEffectOf("UPDATE t SET x = 1", &oracle, false).all);
+  CHECK(WriteEffectOf("SELECT * FROM t", &oracle, true).any() == false);
+  CHECK(WriteEffectOf("CREATE TABLE z(x int)", &oracle, true).all);
+  CHECK(WriteEffectOf("EXPLAIN ANALYZE DELETE FROM t", &oracle, true).all);
+  CHECK(WriteEffectOf("INSERT INTO nowhere VALUES (1)", &oracle, true).all);
+  CHECK(WriteEffectOf("SELECT 'unterminated", &oracle, true).all);
+  WriteEffect w;
+  w.Merge(WriteEffectOf("DELETE FROM u", &oracle, true));
+  w.Merge(WriteEffectOf("DELETE FROM t", &oracle, true));
+  CHECK(w.tables.size() == 2);
+}
+
+TEST_CASE("keys: client keys and key suffixes separate sessions and shapes") {
+  SessionCacheSettings s;
+  SessionCacheSettings ttl;
+  ttl.ttl = std::chrono::seconds(5);
+  CHECK(ClientLocalKey("fp", s, "Q") != ClientLocalKey("fp", ttl, "Q"));
+  CHECK(ClientLocalKey("fp", s, "Q") != ClientLocalKey("fq", s, "Q"));
+  std::string k1 = "k", k2 = "k";
+  AppendKeySuffix(k1, "fp", 'P', s);
+  AppendKeySuffix(k2, "fp", 0, s);
+  CHECK(k1 != k2);
+}
+
+TEST_CASE("the Client tier refuses results older than an invalidation, in either order") {
+  CacheOptions o;
+  client::ClientTier tier(o);
+  std::string msgs = "C" + std::string("\0\0\0\x0bSELECT 1\0", 13);
+  StoreControl st{1, std::chrono::seconds(10), /*generation=*/5, {"public.t"}};
+  // Invalidation (gen 6) arrives first: the older result is refused.
+  tier.Invalidate(InvalidateControl{6, false, {"public.t"}});
+  tier.Store("a", msgs, st);
+  CHECK(tier.GetFresh("a") == nullptr);
+  // Result first, invalidation after: removed.
+  st.generation = 6;
+  tier.Store("b", msgs, st);
+  CHECK(tier.GetFresh("b") != nullptr);
+  tier.Invalidate(InvalidateControl{7, false, {"public.t"}});
+  CHECK(tier.GetFresh("b") == nullptr);
+  // Other tables are untouched; "all" removes everything.
+  StoreControl other{1, std::chrono::seconds(10), 7, {"public.u"}};
+  tier.Store("c", msgs, other);
+  CHECK(tier.GetFresh("c") != nullptr);
+  tier.Invalidate(InvalidateControl{8, true, {}});
+  CHECK(tier.GetFresh("c") == nullptr);
+  other.generation = 7;
+  tier.Store("d", msgs, other);
+  CHECK(tier.GetFresh("d") == nullptr);  // older than the "all" invalidation
+  // A zero TTL stores nothing.
+  StoreControl zero{1, std::chrono::milliseconds(0), 9, {}};
+  tier.Store("e", msgs, zero);
+  CHECK(tier.GetFresh("e") == nullptr);
+}
+
+}  // namespace
+}  // namespace hyperpool::cache

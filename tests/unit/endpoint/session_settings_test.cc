@@ -1,0 +1,174 @@
+// Session settings, capture and pin detection without I/O
+// (src/endpoint/session_settings.h).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "endpoint/session_settings.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+using Params = std::vector<std::pair<std::string, std::string>>;
+
+bool HasPin(const SessionEffects& fx, PinReason reason) {
+  for (PinReason r : fx.pins)
+    if (r == reason) return true;
+  return false;
+}
+
+TEST_CASE("startup options: -c, -cname, --name=value, backslash escapes, dashes in names") {
+  auto opts = ParseStartupOptions(R"(-c search_path=a,b  -cTimeZone=UTC --extra-float-digits=2 -c x.y=hello\ world -B 10)");
+  Params expected = {{"search_path", "a,b"}, {"timezone", "UTC"}, {"extra_float_digits", "2"}, {"x.y", "hello world"}};
+  CHECK(opts == expected);
+  CHECK(ParseStartupOptions("").empty());
+  CHECK(ParseStartupOptions("-c noequals").empty());
+}
+
+TEST_CASE("settings from the hello: every GUC name, options expanded, pooler and login names dropped") {
+  Params hello = {{"application_name", "app"},
+                  {"client_encoding", "UTF8"},
+                  {"DateStyle", "ISO, MDY"},
+                  {"extra_float_digits", "3"},
+                  {"options", "-c statement_timeout=5000"},
+                  {"user", "u"},
+                  {"database", "d"},
+                  {"hyperpool.session_id", "0123"},
+                  {"_pq_.x", "1"}};
+  SettingMap s = SettingsFromStartup(hello);
+  SettingMap expected = {{"application_name", "app"}, {"client_encoding", "UTF8"}, {"datestyle", "ISO, MDY"},
+                         {"extra_float_digits", "3"}, {"statement_timeout", "5000"}};
+  CHECK(s == expected);
+}
+
+TEST_CASE("the diff resets what the next session lacks and sets what differs, quoting safely") {
+  SettingMap from = {{"timezone", "Asia/Tokyo"}, {"search_path", "a, public"}, {"app.tenant", "7"}};
+  SettingMap to = {{"search_path", "a, public"}, {"datestyle", "German"}, {"app.tenant", "it's \\ 8"}};
+  std::string diff = BuildSettingsDiff(from, to);
+  CHECK(diff ==
+        "RESET \"timezone\"; SELECT pg_catalog.set_config(E'app.tenant', E'it''s \\\\ 8', false), "
+        "pg_catalog.set_config(E'datestyle', E'German', false)");
+  CHECK(BuildSettingsDiff(to, to).empty());
+  CHECK(BuildSettingsDiff({}, {}).empty());
+  CHECK(BuildSettingsDiff({{"a.b", "1"}}, {}) == "RESET \"a.b\"; ");
+}
+
+TEST_CASE("capture query lists session-level settings and placeholders; parsing drops empties") {
+  CHECK(BuildCaptureQuery({}).find("source = 'session'") != std::string::npos);
+  CHECK(BuildCaptureQuery({}).find("unnest") == std::string::npos);
+  CHECK(BuildCaptureQuery({"app.tenant"}).find("ARRAY[E'app.tenant']") != std::string::npos);
+  std::vector<std::vector<std::optional<std::string>>> rows = {
+      {std::string("TimeZone"), std::string("Asia/Tokyo")},
+      {std::string("transaction_isolation"), std::string("serializable")},
+      {std::string("app.tenant"), std::string("")},
+      {std::string("app.other"), std::nullopt},
+      {std::string("app.user"), std::string("5")}};
+  SettingMap expected = {{"timezone", "Asia/Tokyo"}, {"app.user", "5"}};
+  CHECK(ParseCapturedSettings(rows) == expected);
+}
+
+TEST_CASE("after a capture, names the session RESET fall back to their startup values") {
+  SettingMap startup = {{"timezone", "UTC"}, {"application_name", "app"}};
+  SettingMap captured = {{"application_name", "app"}, {"datestyle", "German"}};
+  SettingMap expected = {{"timezone", "UTC"}, {"application_name", "app"}, {"datestyle", "German"}};
+  CHECK(MergeWithStartup(captured, startup) == expected);
+  CHECK(MergeWithStartup({{"timezone", "Asia/Tokyo"}}, startup).at("timezone") == "Asia/Tokyo");
+}
+
+TEST_CASE("statements that may change settings ask for a capture") {
+  auto sql = GENERATE(as<std::string>{}, "SET TimeZone = 'UTC'", "set search_path to a, b", "RESET ALL",
+                      "reset timezone", "SET SESSION statement_timeout = 5", "DISCARD ALL",
+                      "SELECT set_config('app.x', '1', false)", "BEGIN; SET datestyle = German; COMMIT",
+                      "DO $$ BEGIN PERFORM 1; END $$", "CALL p()", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY");
+  CAPTURE(sql);
+  SessionEffects fx = AnalyzeSessionEffects(sql);
+  CHECK(fx.settings);
+  CHECK(fx.pins.empty());
+}
+
+TEST_CASE("statements without lasting session effects need nothing") {
+  auto sql = GENERATE(as<std::string>{}, "SELECT 1", "SET LOCAL TimeZone = 'UTC'", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+                      "SET CONSTRAINTS ALL DEFERRED", "UPDATE t SET a = 1", "SELECT 'SET TimeZone = 1'",
+                      "-- SET x = 1\nSELECT 2", "SELECT pg_advisory_xact_lock(1)", "CREATE TABLE t (a int)",
+                      "PREPARE TRANSACTION 'x'", "DECLARE c CURSOR FOR SELECT 1", "SELECT * FROM temp_data");
+  CAPTURE(sql);
+  SessionEffects fx = AnalyzeSessionEffects(sql);
+  CHECK_FALSE(fx.settings);
+  CHECK(fx.pins.empty());
+}
+
+struct PinCase {
+  std::string sql;
+  PinReason reason;
+};
+
+TEST_CASE("state that cannot be replayed pins the session") {
+  auto c = GENERATE(values<PinCase>({
+      {"CREATE TEMP TABLE t (a int)", PinReason::kTempTable},
+      {"create temporary table t (a int) on commit delete rows", PinReason::kTempTable},
+      {"CREATE GLOBAL TEMPORARY TABLE t (a int)", PinReason::kTempTable},
+      {"CREATE TEMP VIEW v AS SELECT 1", PinReason::kTempTable},
+      {"SELECT 1 AS a INTO TEMP t", PinReason::kTempTable},
+      {"SELECT pg_advisory_lock(42)", PinReason::kAdvisoryLock},
+      {"select pg_catalog.pg_try_advisory_lock_shared(1, 2)", PinReason::kAdvisoryLock},
+      {"LISTEN chan", PinReason::kListen},
+      {"DECLARE c CURSOR WITH HOLD FOR SELECT 1", PinReason::kWithHoldCursor},
+      {"SET ROLE other", PinReason::kSetRole},
+      {"SET SESSION AUTHORIZATION other", PinReason::kSetRole},
+      {"PREPARE q AS SELECT 1", PinReason::kPreparedSql},
+      {"SELECT 1; CREATE TEMP TABLE t (a int)", PinReason::kTempTable},
+  }));
+  CAPTURE(c.sql);
+  CHECK(HasPin(AnalyzeSessionEffects(c.sql), c.reason));
+}
+
+TEST_CASE("custom placeholder names are collected from SET, RESET and set_config") {
+  SessionEffects fx = AnalyzeSessionEffects("SET app.tenant = 'a'; RESET Other.Thing; SELECT set_config('my.var', '1', false)");
+  CHECK(fx.custom_names == std::set<std::string>{"app.tenant", "other.thing", "my.var"});
+}
+
+TEST_CASE("PinSet keeps each reason once and reports the first") {
+  PinSet pins;
+  CHECK(pins.empty());
+  CHECK(pins.First() == PinReason::kNone);
+  CHECK(pins.Add(PinReason::kListen));
+  CHECK_FALSE(pins.Add(PinReason::kListen));
+  CHECK(pins.Add(PinReason::kTempTable));
+  CHECK(pins.First() == PinReason::kTempTable);
+  CHECK_FALSE(pins.Add(PinReason::kNone));
+  pins.Clear();
+  CHECK(pins.empty());
+}
+
+TEST_CASE("a named statement's effects count again at each Bind, until it is closed") {
+  SessionSettings s(Params{{"TimeZone", "UTC"}});
+  CHECK(s.desired() == SettingMap{{"timezone", "UTC"}});
+  std::string parse, bind, close;
+  protocol::Encode(protocol::Parse{"s1", "SET TimeZone = 'Asia/Tokyo'", {}}, parse);
+  protocol::Encode(protocol::Bind{"", "s1", {}, {}, {}}, bind);
+  protocol::Encode(protocol::Close{protocol::ObjectKind::kStatement, "s1"}, close);
+  auto payload = [](const std::string& frame) { return std::string_view(frame).substr(5); };
+  s.NoteFrontend('P', payload(parse));
+  CHECK(s.capture_owed());
+  s.OnCaptured({{"timezone", "Asia/Tokyo"}});
+  CHECK_FALSE(s.capture_owed());
+  CHECK(s.desired() == SettingMap{{"timezone", "Asia/Tokyo"}});
+  s.NoteFrontend('B', payload(bind));
+  CHECK(s.capture_owed());
+  s.OnCaptured({});  // e.g. RESET TimeZone: back to the startup value
+  CHECK(s.desired() == SettingMap{{"timezone", "UTC"}});
+  s.NoteFrontend('C', payload(close));
+  s.NoteFrontend('B', payload(bind));
+  CHECK_FALSE(s.capture_owed());
+  std::string query;
+  protocol::Encode(protocol::Query{"SELECT 1"}, query);
+  s.NoteFrontend('Q', payload(query));
+  CHECK_FALSE(s.capture_owed());
+}
+
+}  // namespace
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,527 @@
+// Prepared statements through the pool, without I/O: the registry
+// (statement_registry.h) and the session's rewriting and response queue
+// (statement_session.h), driven against a small model of a PostgreSQL
+// backend's extended-query behaviour (statements by name, the unnamed
+// statement, skip-until-Sync after an error).
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "endpoint/statement_registry.h"
+#include "endpoint/statement_session.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+std::string TypesRaw(std::vector<protocol::Oid> types) {
+  std::string out;
+  protocol::AppendInt16(out, static_cast<int16_t>(types.size()));
+  for (auto t : types) protocol::AppendInt32(out, static_cast<int32_t>(t));
+  return out;
+}
+
+StatementRef Intern(StatementCatalog& catalog, std::string_view query, std::vector<protocol::Oid> types = {}) {
+  std::string key;
+  std::string raw = TypesRaw(types);
+  BuildStatementKey(query, raw, key);
+  return catalog.Intern(key, query, raw);
+}
+
+// ---------------------------------------------------------------------------
+// Registry
+// ---------------------------------------------------------------------------
+
+TEST_CASE("the catalog gives one server name per full identity (text and parameter types)") {
+  StatementCatalog catalog;
+  StatementRef a = Intern(catalog, "SELECT $1", {23});
+  StatementRef a2 = Intern(catalog, "SELECT $1", {23});
+  StatementRef b = Intern(catalog, "SELECT $1", {25});
+  StatementRef c = Intern(catalog, "SELECT $1 ", {23});
+  StatementRef d = Intern(catalog, "SELECT $1");
+  CHECK(a == a2);
+  CHECK(a->server_name == "hp_1");
+  std::set<std::string> names{a->server_name, b->server_name, c->server_name, d->server_name};
+  CHECK(names.size() == 4);
+  CHECK(a->query() == "SELECT $1");
+  auto parse = protocol::DecodeParse(std::string_view(a->parse_frame).substr(5));
+  REQUIRE(parse.ok());
+  CHECK(parse->statement == "hp_1");
+  CHECK(parse->query == "SELECT $1");
+  CHECK(parse->parameter_types == std::vector<protocol::Oid>{23});
+}
+
+TEST_CASE("the catalog forgets statements nobody uses and never reuses a name") {
+  StatementCatalog catalog;
+  std::string first;
+  {
+    StatementRef a = Intern(catalog, "SELECT 1");
+    first = a->server_name;
+  }
+  for (int i = 0; i < 200; ++i) Intern(catalog, "SELECT " + std::to_string(i + 2));
+  CHECK(catalog.size() < 100);
+  StatementRef again = Intern(catalog, "SELECT 1");
+  CHECK(again->server_name != first);
+}
+
+TEST_CASE("client names map to statements; Erase and Clear forget them") {
+  StatementCatalog catalog;
+  ClientStatements client;
+  client.Set("S_1", Intern(catalog, "SELECT 1"));
+  client.Set("S_2", Intern(catalog, "SELECT 2"));
+  REQUIRE(client.Find("S_1") != nullptr);
+  CHECK((*client.Find("S_1"))->query() == "SELECT 1");
+  client.Set("S_1", Intern(catalog, "SELECT 3"));
+  CHECK((*client.Find("S_1"))->query() == "SELECT 3");
+  CHECK(client.Erase("S_1"));
+  CHECK_FALSE(client.Erase("S_1"));
+  CHECK(client.Find("S_1") == nullptr);
+  client.Clear();
+  CHECK(client.size() == 0);
+}
+
+TEST_CASE("a connection's statement set is an LRU with a bound") {
+  StatementCatalog catalog;
+  ConnectionStatements conn(2);
+  StatementRef a = Intern(catalog, "A"), b = Intern(catalog, "B"), c = Intern(catalog, "C");
+  std::vector<StatementRef> evicted;
+  conn.Add(a, &evicted);
+  conn.Add(b, &evicted);
+  CHECK(conn.Touch(a.get()));  // a is now the most recent
+  conn.Add(c, &evicted);
+  REQUIRE(evicted.size() == 1);
+  CHECK(evicted[0] == b);
+  CHECK(conn.Has(a.get()));
+  CHECK_FALSE(conn.Has(b.get()));
+  conn.Remove(a.get());
+  CHECK(conn.size() == 1);
+  conn.Clear();
+  CHECK(conn.size() == 0);
+}
+
+TEST_CASE("ParseDeallocate recognises DEALLOCATE of one name as PostgreSQL resolves it") {
+  std::string name;
+  CHECK(ParseDeallocate("DEALLOCATE _pg3_5", name));
+  CHECK(name == "_pg3_5");
+  CHECK(ParseDeallocate("  deallocate prepare S_1 ;  ", name));
+  CHECK(name == "s_1");
+  CHECK(ParseDeallocate("DEALLOCATE \"S_1\"", name));
+  CHECK(name == "S_1");
+  CHECK(ParseDeallocate("DEALLOCATE prepare", name));
+  CHECK(name == "prepare");
+  CHECK_FALSE(ParseDeallocate("DEALLOCATE ALL", name));
+  CHECK_FALSE(ParseDeallocate("deallocate prepare all", name));
+  CHECK_FALSE(ParseDeallocate("DEALLOCATE a; SELECT 1", name));
+  CHECK_FALSE(ParseDeallocate("SELECT 1", name));
+  CHECK_FALSE(ParseDeallocate("DEALLOCATEx a", name));
+}
+
+// ---------------------------------------------------------------------------
+// A model backend
+// ---------------------------------------------------------------------------
+
+// Answers frontend messages as PostgreSQL does, for the behaviour that
+// matters here. A query text starting with "FAIL" fails to parse.
+class ModelBackend {
+ public:
+  std::set<std::string> statements;
+  std::map<std::string, std::string> texts;
+  bool has_unnamed = false;
+  std::string unnamed_text;
+  std::set<std::string> stale;       // statements whose Bind fails with 0A000 until re-Parsed
+  std::vector<std::string> received;  // "P hp_1", "B hp_1", "C hp_1", "S", ...
+
+  std::string Process(std::string_view bytes) {
+    std::string out;
+    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+    while (!bytes.empty()) {
+      auto r = reader.Read(bytes);
+      REQUIRE(r.is_frame());
+      const protocol::Frame f = r.frame();
+      bytes.remove_prefix(f.size());
+      Handle(f, out);
+    }
+    return out;
+  }
+
+ private:
+  void Error(std::string& out, std::string_view sqlstate) {
+    protocol::EncodeErrorResponse(out, "ERROR", sqlstate, "model error");
+    skipping_ = true;
+  }
+  void Handle(const protocol::Frame& f, std::string& out) {
+    if (f.tag == 'S') {
+      received.push_back("S");
+      skipping_ = false;
+      protocol::AppendFrame(out, 'Z', "I");
+      return;
+    }
+    if (skipping_) {
+      received.push_back(std::string("skipped ") + f.tag);
+      return;
+    }
+    switch (f.tag) {
+      case 'P': {
+        auto p = protocol::DecodeParse(f.payload);
+        REQUIRE(p.ok());
+        received.push_back("P " + std::string(p->statement));
+        if (p->statement.empty()) {
+          has_unnamed = false;
+        } else if (statements.count(std::string(p->statement))) {
+          return Error(out, "42P05");
+        }
+        if (p->query.substr(0, 4) == "FAIL") return Error(out, "42601");
+        if (p->statement.empty()) {
+          has_unnamed = true;
+          unnamed_text = std::string(p->query);
+        } else {
+          statements.insert(std::string(p->statement));
+          stale.erase(std::string(p->statement));
+          texts[std::string(p->statement)] = std::string(p->query);
+        }
+        protocol::AppendFrame(out, '1', {});
+        return;
+      }
+      case 'B': {
+        auto b = protocol::DecodeBind(f.payload);
+        REQUIRE(b.ok());
+        received.push_back("B " + std::string(b->statement));
+        std::string text;
+        if (b->statement.empty()) {
+          if (!has_unnamed) return Error(out, "26000");
+          text = unnamed_text;
+        } else {
+          if (!statements.count(std::string(b->statement))) return Error(out, "26000");
+          text = texts[std::string(b->statement)];
+        }
+        if (stale.count(std::string(b->statement))) return Error(out, "0A000");
+        portal_text_ = text;
+        protocol::AppendFrame(out, '2', {});
+        return;
+      }
+      case 'D': {
+        auto d = protocol::DecodeDescribe(f.payload);
+        REQUIRE(d.ok());
+        received.push_back("D " + std::string(d->name));
+        if (d->kind == protocol::ObjectKind::kStatement) {
+          if (d->name.empty() ? !has_unnamed : !statements.count(std::string(d->name))) return Error(out, "26000");
+          protocol::Encode(protocol::ParameterDescription{}, out);
+        }
+        protocol::AppendFrame(out, 'n', {});
+        return;
+      }
+      case 'E':
+        received.push_back("E");
+        if (portal_text_.empty()) {
+          protocol::AppendFrame(out, 'I', {});
+        } else {
+          protocol::Encode(protocol::CommandComplete{"SELECT 1"}, out);
+        }
+        return;
+      case 'C': {
+        auto c = protocol::DecodeClose(f.payload);
+        REQUIRE(c.ok());
+        received.push_back("C " + std::string(c->name));
+        if (c->kind == protocol::ObjectKind::kStatement) {
+          if (c->name.empty()) {
+            has_unnamed = false;
+          } else {
+            statements.erase(std::string(c->name));
+          }
+        }
+        protocol::AppendFrame(out, '3', {});
+        return;
+      }
+      case 'H':
+        received.push_back("H");
+        return;
+      case 'Q': {
+        auto q = protocol::DecodeQuery(f.payload);
+        REQUIRE(q.ok());
+        received.push_back("Q " + std::string(q->query));
+        has_unnamed = false;
+        if (q->query.empty()) {
+          protocol::AppendFrame(out, 'I', {});
+        } else if (q->query == "DEALLOCATE ALL" || q->query == "DISCARD ALL") {
+          statements.clear();
+          protocol::Encode(protocol::CommandComplete{q->query}, out);
+        } else if (q->query.substr(0, 7) == "PREPARE") {
+          protocol::Encode(protocol::CommandComplete{"PREPARE"}, out);
+        } else {
+          protocol::Encode(protocol::CommandComplete{"SELECT 1"}, out);
+        }
+        protocol::AppendFrame(out, 'Z', "I");
+        return;
+      }
+      default:
+        FAIL("unexpected frontend tag " << f.tag);
+    }
+  }
+  bool skipping_ = false;
+  std::string portal_text_;
+};
+
+// Frontend message builders.
+std::string Parse(std::string_view name, std::string_view query, std::vector<protocol::Oid> types = {}) {
+  std::string out;
+  protocol::Encode(protocol::Parse{name, query, types}, out);
+  return out;
+}
+std::string Bind(std::string_view statement, std::string_view portal = "") {
+  std::string out;
+  protocol::Bind b;
+  b.portal = portal;
+  b.statement = statement;
+  protocol::Encode(b, out);
+  return out;
+}
+std::string DescribeS(std::string_view name) {
+  std::string out;
+  protocol::Encode(protocol::Describe{protocol::ObjectKind::kStatement, name}, out);
+  return out;
+}
+std::string Execute() {
+  std::string out;
+  protocol::Encode(protocol::Execute{"", 0}, out);
+  return out;
+}
+std::string CloseS(std::string_view name) {
+  std::string out;
+  protocol::Encode(protocol::Close{protocol::ObjectKind::kStatement, name}, out);
+  return out;
+}
+std::string Sync() {
+  std::string out;
+  protocol::Encode(protocol::Sync{}, out);
+  return out;
+}
+std::string Flush() {
+  std::string out;
+  protocol::Encode(protocol::Flush{}, out);
+  return out;
+}
+std::string Query(std::string_view sql) {
+  std::string out;
+  protocol::Encode(protocol::Query{sql}, out);
+  return out;
+}
+
+// What the client sees for one flight: tags, with the SQLSTATE for errors
+// and the tag for CommandComplete ("1 2 C:SELECT 1 Z").
+struct Harness {
+  StatementCatalog catalog;
+  struct Conn {
+    ConnectionStatements statements{4};
+    ModelBackend backend;
+  };
+  std::vector<std::unique_ptr<Conn>> conns;
+
+  Harness(int n = 2) {
+    for (int i = 0; i < n; ++i) conns.push_back(std::make_unique<Conn>());
+  }
+
+  std::string Run(StatementSession& session, int conn_index, std::string frontend) {
+    Conn& conn = *conns[conn_index];
+    std::string to_origin;
+    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+    std::string_view in = frontend;
+    while (!in.empty()) {
+      auto r = reader.Read(in);
+      REQUIRE(r.is_frame());
+      session.OnFrontend(r.frame(), conn.statements, to_origin);
+      in.remove_prefix(r.frame().size());
+    }
+    std::string from_origin = conn.backend.Process(to_origin);
+    std::string to_client;
+    std::string_view rest = from_origin;
+    while (!rest.empty()) {
+      auto r = reader.Read(rest);
+      REQUIRE(r.is_frame());
+      if (session.OnBackend(r.frame(), conn.statements, to_client) == StatementSession::Verdict::kForward) {
+        protocol::AppendRawFrame(to_client, r.frame().raw);
+      }
+      rest.remove_prefix(r.frame().size());
+    }
+    return Describe(to_client);
+  }
+
+  static std::string Describe(std::string_view bytes) {
+    std::string s;
+    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+    while (!bytes.empty()) {
+      auto r = reader.Read(bytes);
+      REQUIRE(r.is_frame());
+      const protocol::Frame f = r.frame();
+      if (!s.empty()) s += ' ';
+      s += f.tag;
+      if (f.tag == 'E') s += ":" + std::string(protocol::DecodeErrorResponse(f.payload)->sqlstate());
+      if (f.tag == 'C') s += ":" + std::string(protocol::DecodeCommandComplete(f.payload)->tag);
+      bytes.remove_prefix(f.size());
+    }
+    return s;
+  }
+};
+
+TEST_CASE("two clients use one statement name for different texts on one connection") {
+  Harness h(1);
+  StatementSession a(h.catalog), b(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(b, 0, Parse("S_1", "SELECT 2") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[0]->backend.statements == std::set<std::string>{"hp_1", "hp_2"});
+  CHECK(h.conns[0]->backend.received[0] == "P hp_1");
+}
+
+TEST_CASE("the same text from two clients shares one server statement: the second Parse is answered here") {
+  Harness h(1);
+  StatementSession a(h.catalog), b(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT $1", {23}) + Sync()) == "1 Z");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(b, 0, Parse("other", "SELECT $1", {23}) + Bind("other") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"B hp_1", "E", "S"});
+}
+
+TEST_CASE("a statement prepared on one connection is re-prepared (hidden) on another before its Bind") {
+  Harness h(2);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_1", "B hp_1", "E", "S"});
+  CHECK(h.Run(a, 1, DescribeS("S_1") + Sync()) == "t n Z");
+}
+
+TEST_CASE("Close forgets only the client's name; re-Parse of the name with another text works") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, CloseS("S_1") + Sync()) == "3 Z");
+  CHECK(h.conns[0]->backend.statements.count("hp_1") == 1);  // shared: stays
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 2") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Bind("S_9") + Execute() + Sync()) == "E:26000 Z");
+}
+
+TEST_CASE("synthetic answers keep their place in the response stream") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 2") + Parse("S_1", "SELECT 1") + CloseS("S_1") + Parse("S_3", "SELECT 3") +
+                        Sync()) == "1 1 3 1 Z");
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "P hp_3", "S"});
+}
+
+TEST_CASE("a Flush behind synthetic answers carries them out through a hidden no-op Close") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Flush()) == "1");
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_noop", "H"});
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(a.pending() == 0);
+}
+
+TEST_CASE("several unnamed Parses in one pipeline, and the unnamed statement follows the client") {
+  Harness h(2);
+  StatementSession a(h.catalog), b(h.catalog);
+  CHECK(h.Run(a, 0, Parse("", "SELECT 1") + Bind("") + Execute() + Parse("", "SELECT 2") + Bind("") + Execute() +
+                        Sync()) == "1 2 C:SELECT 1 1 2 C:SELECT 1 Z");
+  CHECK(h.conns[0]->backend.unnamed_text == "SELECT 2");
+  // Another connection: re-Parsed before the Bind.
+  CHECK(h.Run(a, 1, Bind("") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[1]->backend.unnamed_text == "SELECT 2");
+  // Another client on connection 0 may not bind a's unnamed statement.
+  CHECK(h.Run(b, 0, Bind("") + Execute() + Sync()) == "E:26000 Z");
+  // b's own unnamed statement replaces it; a's is re-Parsed when a comes back.
+  CHECK(h.Run(b, 1, Parse("", "SELECT 3") + Sync()) == "1 Z");
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(a, 1, DescribeS("") + Sync()) == "t n Z");
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P ", "D ", "S"});
+}
+
+TEST_CASE("an error mid-pipeline skips its own Sync group only, and undoes the skipped Parses") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  std::string flight = Parse("S_1", "FAIL here") + Bind("S_1") + Execute() + Parse("S_2", "SELECT 2") + Sync() +
+                       Parse("S_3", "SELECT 3") + Bind("S_3") + Execute() + Sync();
+  CHECK(h.Run(a, 0, flight) == "E:42601 Z 1 2 C:SELECT 1 Z");
+  CHECK(a.pending() == 0);
+  // S_2 was skipped by the backend: it is prepared on its next use, not assumed.
+  CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[0]->backend.statements == std::set<std::string>{"hp_2", "hp_3"});
+}
+
+TEST_CASE("a synthetic ParseComplete after an error in its Sync group is dropped") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Bind("nope") + Parse("S_1", "SELECT 1") + Sync() + Parse("S_1", "SELECT 1") + Sync()) ==
+        "E:26000 Z 1 Z");
+}
+
+TEST_CASE("an injected Parse that fails reports its error in place of the Bind's answer") {
+  Harness h(2);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  // Connection 1 lacks it; make its Parse fail there (another 42P05-free failure).
+  h.conns[1]->backend.statements.insert("hp_1");  // someone else's hp_1 (cannot happen; forces an error)
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:42P05 Z");
+}
+
+TEST_CASE("cached plan must not change result type: the server statement is closed and re-prepared next time") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Sync()) == "1 Z");
+  h.conns[0]->backend.stale.insert("hp_1");  // ALTER TABLE t ...
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_1", "P hp_1", "B hp_1", "E", "S"});
+}
+
+TEST_CASE("the LRU bound closes evicted statements on the connection, hidden from the client") {
+  Harness h(1);  // capacity 4
+  StatementSession a(h.catalog);
+  std::string flight;
+  for (int i = 0; i < 6; ++i) flight += Parse("S_" + std::to_string(i), "SELECT " + std::to_string(i));
+  flight += Sync();
+  CHECK(h.Run(a, 0, flight) == "1 1 1 1 1 1 Z");
+  CHECK(h.conns[0]->backend.statements.size() == 4);
+  CHECK(h.conns[0]->statements.size() == 4);
+  CHECK(h.Run(a, 0, Bind("S_0") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("SQL-level PREPARE pins; DEALLOCATE ALL and DISCARD ALL unpin and clear the statements") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Query("PREPARE q AS SELECT 1")) == "C:PREPARE Z");
+  CHECK(a.pinned());
+  auto which = GENERATE(as<std::string>{}, "DEALLOCATE ALL", "DISCARD ALL");
+  CHECK(h.Run(a, 0, Query(which)) == "C:" + which + " Z");
+  CHECK_FALSE(a.pinned());
+  CHECK(a.client().size() == 0);
+  CHECK(h.conns[0]->statements.size() == 0);
+  // A new Parse of the old name prepares again (no 42P05).
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+}
+
+TEST_CASE("DEALLOCATE of a protocol-level name (psycopg's eviction) forgets it, as Query or unnamed Parse") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("_pg3_0", "SELECT 1") + Parse("_pg3_1", "SELECT 2") + Sync()) == "1 1 Z");
+  CHECK(h.Run(a, 0, Query("DEALLOCATE _pg3_0")) == "C:DEALLOCATE Z");
+  CHECK(a.client().Find("_pg3_0") == nullptr);
+  CHECK(h.Run(a, 0, Parse("", "DEALLOCATE _pg3_1") + Bind("") + Execute() + Sync()) == "1 2 C:DEALLOCATE Z");
+  CHECK(a.client().size() == 0);
+  CHECK_FALSE(a.pinned());
+  CHECK(h.conns[0]->backend.statements.size() == 2);  // the shared server statements stay
+}
+
+}  // namespace
+}  // namespace hyperpool::endpoint
