@@ -258,7 +258,9 @@ class App {
   std::optional<Message> Read() {
     auto header = ReadExact(5);
     if (!header) return std::nullopt;
-    uint32_t len = ntohl(*reinterpret_cast<const uint32_t*>(header->data() + 1));
+    uint32_t len = 0;
+    std::memcpy(&len, header->data() + 1, sizeof(len));  // unaligned: never dereference a cast pointer
+    len = ntohl(len);
     auto body = ReadExact(len - 4);
     if (!body) return std::nullopt;
     return Message{(*header)[0], *body};
