@@ -127,6 +127,15 @@ Decision DecideSql(std::string_view sql, const DecisionContext& ctx,
   if (ctx.max_query_bytes != 0 && sql.size() > ctx.max_query_bytes) {
     return Make(Reason::kOversizedQuery);
   }
+  if (options.standard_conforming_strings) {  // the default options: share the analysis
+    if (std::shared_ptr<const SharedAnalysis> shared = AnalyzeShared(sql)) {
+      const absl::StatusOr<StatementAnalysis>& a = shared->analysis;
+      if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
+      Decision d = Decide(*a, ctx);
+      if (analysis_out != nullptr) *analysis_out = *a;
+      return d;
+    }
+  }
   absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql, options);
   if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
   Decision d = Decide(*a, ctx);

@@ -633,4 +633,31 @@ absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOpti
   return out;
 }
 
+std::shared_ptr<const SharedAnalysis> AnalyzeShared(std::string_view sql) {
+  if (sql.size() > kSharedAnalysisMaxBytes) return nullptr;
+  // A small ring per thread: a text is classified by the Client, then
+  // decided and classified again by the Endpoint, with other sessions'
+  // statements in between. Exact-text match only.
+  constexpr size_t kSlots = 8;
+  thread_local std::shared_ptr<const SharedAnalysis> slots[kSlots];
+  thread_local size_t next = 0;
+  for (const auto& e : slots) {
+    if (e && e->sql.size() == sql.size() && e->sql == sql) return e;
+  }
+  auto e = std::make_shared<SharedAnalysis>();
+  e->sql.assign(sql);
+  e->tokens = Lex(e->sql);
+  if (e->tokens.ok()) {
+    StatementAnalysis out;
+    Analyzer(*e->tokens, out).Run();
+    Normalize(*e->tokens, out);
+    e->analysis = std::move(out);
+  } else {
+    e->analysis = e->tokens.status();
+  }
+  slots[next] = e;
+  next = (next + 1) % kSlots;
+  return e;
+}
+
 }  // namespace hyperpool::cache

@@ -12,12 +12,14 @@
 // lets the catalog lookup (cacheability.h) decide; an unknown function or
 // relation makes a query uncacheable, never the other way round.
 //
-// Pure functions, no I/O, no globals: safe to call from any thread.
+// Pure functions, no I/O, no shared globals (AnalyzeShared memoises per
+// thread): safe to call from any thread.
 #ifndef HYPERPOOL_CACHE_SQL_ANALYSIS_H_
 #define HYPERPOOL_CACHE_SQL_ANALYSIS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -171,6 +173,21 @@ struct StatementAnalysis {
 // Lexes and analyses `sql` (one Query message, or one Parse's text). Errors
 // are the lexer's (the caller's reason: kParseError).
 absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOptions options = {});
+
+// Lex(sql) and AnalyzeStatement(sql) (default LexOptions) of one exact text,
+// computed once. `tokens` view into `sql` (this object's own copy).
+struct SharedAnalysis {
+  std::string sql;
+  absl::StatusOr<std::vector<Token>> tokens;
+  absl::StatusOr<StatementAnalysis> analysis;
+};
+// The same results as Lex(sql) / AnalyzeStatement(sql), shared by the several
+// passes over one statement text (classification, cacheability, writes):
+// memoised per thread for the last few texts, keyed by the exact text.
+// nullptr when `sql` is above kSharedAnalysisMaxBytes (call Lex /
+// AnalyzeStatement directly then).
+inline constexpr size_t kSharedAnalysisMaxBytes = 16 * 1024;
+std::shared_ptr<const SharedAnalysis> AnalyzeShared(std::string_view sql);
 
 // 64-bit FNV-1a; used for fingerprints.
 uint64_t Fnv1a64(std::string_view data);

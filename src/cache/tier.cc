@@ -62,9 +62,20 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
+char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// `needle` is lowercase; ASCII case-insensitive search without a copy.
 bool ContainsCi(std::string_view hay, std::string_view needle) {
   if (needle.size() > hay.size()) return false;
-  return Lower(hay).find(needle) != std::string::npos;
+  if (needle.empty()) return true;
+  const char first = needle[0];
+  for (size_t i = 0; i + needle.size() <= hay.size(); ++i) {
+    if (AsciiLower(hay[i]) != first) continue;
+    size_t k = 1;
+    while (k < needle.size() && AsciiLower(hay[i + k]) == needle[k]) ++k;
+    if (k == needle.size()) return true;
+  }
+  return false;
 }
 
 // One frontend frame at the start of `bytes`.
@@ -323,8 +334,9 @@ std::string SettingName(const std::vector<Token>& t, size_t& i) {
 // One statement's tokens [b, e). Returns: 0 not a SET/RESET, 1 hyperpool.*
 // setting (applied), 2 local-only SET (no lasting effect), 3 state change.
 int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSettings* settings) {
+  if (b >= e) return 0;
+  if (!t[b].IsKeyword("reset") && !t[b].IsKeyword("set")) return 0;  // before copying the tokens
   std::vector<Token> s(t.begin() + b, t.begin() + e);
-  if (s.empty()) return 0;
   if (s[0].IsKeyword("reset")) {
     size_t i = 1;
     if (i < s.size() && s[i].IsKeyword("all")) return 3;
@@ -369,7 +381,10 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
 StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* settings) {
   StatementEffects fx;
   fx.nocache_hint = ContainsCi(sql, "hyperpool:nocache");
-  absl::StatusOr<std::vector<Token>> tokens = Lex(sql);
+  std::shared_ptr<const SharedAnalysis> shared = AnalyzeShared(sql);
+  absl::StatusOr<std::vector<Token>> own_tokens;
+  if (!shared) own_tokens = Lex(sql);
+  const absl::StatusOr<std::vector<Token>>& tokens = shared ? shared->tokens : own_tokens;
   if (!tokens.ok()) {
     fx.changes_session_state = true;
     return fx;
@@ -392,7 +407,9 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
   }
   fx.only_cache_settings = any && all_cache_settings;
   if (has_other) {
-    absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql);
+    absl::StatusOr<StatementAnalysis> own;
+    if (!shared) own = AnalyzeStatement(sql);
+    const absl::StatusOr<StatementAnalysis>& a = shared ? shared->analysis : own;
     if (!a.ok()) {
       fx.changes_session_state = true;
       return fx;
@@ -485,7 +502,10 @@ WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, 
     fx.all = true;
     return fx;
   }
-  absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql);
+  std::shared_ptr<const SharedAnalysis> shared = AnalyzeShared(sql);
+  absl::StatusOr<StatementAnalysis> own;
+  if (!shared) own = AnalyzeStatement(sql);
+  const absl::StatusOr<StatementAnalysis>& a = shared ? shared->analysis : own;
   if (!a.ok()) {
     fx.all = true;
     return fx;

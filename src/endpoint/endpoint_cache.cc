@@ -430,7 +430,10 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
   const bool precise = !state_changed_ && !hello_unsupported_ && !e.changes_state;
   e.write = cache::WriteEffectOf(sql, cache_->Oracle(), precise);
   if (e.write.any()) cache_->WantCatalog();
-  absl::StatusOr<cache::StatementAnalysis> a = cache::AnalyzeStatement(sql);
+  std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
+  absl::StatusOr<cache::StatementAnalysis> own;
+  if (!shared) own = cache::AnalyzeStatement(sql);
+  const absl::StatusOr<cache::StatementAnalysis>& a = shared ? shared->analysis : own;
   if (!a.ok()) {
     e.ddl = true;
   } else {
