@@ -128,48 +128,64 @@ EOF
 
 declare -A RESULT
 counted_pass=0 counted_fail=0
-for target in $TARGETS; do
-  for driver in $DRIVERS; do
-    log="$TMP/logs/$target-$driver"
-    echo "=== $driver on $target"
-    URL=""
-    case $target in
-      direct) URL=$DIRECT_URL ;;
-      hyperpool) start_hyperpool "$log" ;;
-      pgbouncer) start_pgbouncer "$log" ;;
-      *) echo "unknown target '$target'" >"$log.server" ;;
-    esac
-    if [ -z "$URL" ]; then
-      sed 's/^/    server: /' "$log.server"
-      RESULT[$target,$driver]="FAIL(no server)"
+retried=()
+# Runs one driver against one target and sets RESULT[target,driver].
+run_one() {
+  log="$TMP/logs/$target-$driver${attempt:+-$attempt}"
+  echo "=== $driver on $target"
+  URL=""
+  case $target in
+    direct) URL=$DIRECT_URL ;;
+    hyperpool) start_hyperpool "$log" ;;
+    pgbouncer) start_pgbouncer "$log" ;;
+    *) echo "unknown target '$target'" >"$log.server" ;;
+  esac
+  if [ -z "$URL" ]; then
+    sed 's/^/    server: /' "$log.server"
+    RESULT[$target,$driver]="FAIL(no server)"
+  else
+    start=$SECONDS
+    timeout -k 5 "$DRIVER_TIMEOUT_S" "$DRV/run.sh" "$driver" "$URL" >"$log" 2>&1
+    rc=$?
+    sed 's/^/    /' "$log"
+    if [ $rc = 0 ]; then
+      RESULT[$target,$driver]="PASS"
+    elif [ $rc = 124 ]; then
+      RESULT[$target,$driver]="FAIL(timeout)"
     else
-      start=$SECONDS
-      timeout -k 5 "$DRIVER_TIMEOUT_S" "$DRV/run.sh" "$driver" "$URL" >"$log" 2>&1
-      rc=$?
-      sed 's/^/    /' "$log"
-      if [ $rc = 0 ]; then
-        RESULT[$target,$driver]="PASS"
-      elif [ $rc = 124 ]; then
-        RESULT[$target,$driver]="FAIL(timeout)"
-      else
-        RESULT[$target,$driver]="FAIL"
+      RESULT[$target,$driver]="FAIL"
+    fi
+    echo "    ($driver on $target: exit $rc after $((SECONDS - start)) s)"
+    if [ -n "$SERVER_PID" ]; then
+      if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        wait "$SERVER_PID"; echo "    $target server exited during the run (status $?)"
+        RESULT[$target,$driver]="FAIL(server died)"
+        SERVER_PID=""
       fi
-      echo "    ($driver on $target: exit $rc after $((SECONDS - start)) s)"
-      if [ -n "$SERVER_PID" ]; then
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-          wait "$SERVER_PID"; echo "    $target server exited during the run (status $?)"
-          RESULT[$target,$driver]="FAIL(server died)"
-          SERVER_PID=""
-        fi
-        stop_server
-        if [ -s "$log.server" ]; then
-          echo "    --- $target stderr (last 15 lines):"
-          tail -n 15 "$log.server" | sed 's/^/    | /'
-        fi
+      stop_server
+      if [ -s "$log.server" ]; then
+        echo "    --- $target stderr (last 15 lines):"
+        tail -n 15 "$log.server" | sed 's/^/    | /'
       fi
     fi
+  fi
+}
+
+for target in $TARGETS; do
+  for driver in $DRIVERS; do
+    attempt=""
+    run_one
+    # A failure against hyperpool is run once more: a second failure fails the
+    # suite; a pass on the second try is reported as RETRIED below (an
+    # intermittent bug to fix, not a pass to forget).
+    if [ "${RESULT[$target,$driver]}" != PASS ] && [ "$target" = hyperpool ]; then
+      echo "    RETRY: $driver on $target failed (${RESULT[$target,$driver]}); running it once more"
+      attempt=2
+      run_one
+      [ "${RESULT[$target,$driver]}" = PASS ] && { RESULT[$target,$driver]="PASS(retried)"; retried+=("$driver"); }
+    fi
     if [[ $UNCOUNTED_TARGETS != *" $target "* ]]; then
-      if [ "${RESULT[$target,$driver]}" = PASS ]; then
+      if [[ ${RESULT[$target,$driver]} == PASS* ]]; then
         counted_pass=$((counted_pass + 1))
       else
         counted_fail=$((counted_fail + 1))
@@ -188,5 +204,6 @@ for driver in $DRIVERS; do
   echo
 done
 [[ " $TARGETS " == *" pgbouncer "* ]] && echo "(pgbouncer results are for the record and not counted)"
+[ "${#retried[@]}" -gt 0 ] && echo "RETRIED (failed once, passed on the second run; an intermittent bug): ${retried[*]}"
 echo "drivers: $counted_pass passed, $counted_fail failed"
 [ "$counted_fail" = 0 ]
