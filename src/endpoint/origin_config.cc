@@ -441,24 +441,6 @@ absl::Status ParseUri(std::string_view text, std::string_view prefix, Parser& pa
 
 }  // namespace
 
-std::string_view SslModeName(SslMode mode) {
-  switch (mode) {
-    case SslMode::kDisable:
-      return "disable";
-    case SslMode::kAllow:
-      return "allow";
-    case SslMode::kPrefer:
-      return "prefer";
-    case SslMode::kRequire:
-      return "require";
-    case SslMode::kVerifyCa:
-      return "verify-ca";
-    case SslMode::kVerifyFull:
-      return "verify-full";
-  }
-  return "prefer";
-}
-
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseStartupOptions(
     std::string_view options) {
   // Split as the server does (pg_split_opts): unescaped whitespace separates

@@ -40,21 +40,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tls/tls_context.h"
 
 namespace hyperpool {
 
-// libpq's sslmode values, weakest first.
-enum class SslMode {
-  kDisable,     // never TLS
-  kAllow,       // plaintext first, TLS if the server insists
-  kPrefer,      // TLS if the server offers it, else plaintext (libpq's default)
-  kRequire,     // TLS, no certificate check (unless sslrootcert is set: then as verify-ca)
-  kVerifyCa,    // TLS, the server certificate chains to sslrootcert
-  kVerifyFull,  // verify-ca plus the host name matches the certificate
-};
-
-// The libpq spelling ("verify-full", ...).
-std::string_view SslModeName(SslMode mode);
+// libpq's sslmode values and their spelling: the TLS layer's own type, so
+// the origin string and the TLS context share one definition.
+using tls::SslMode;
+using tls::SslModeName;
 
 struct OriginConfig {
   // A name or address; one starting with '/' is the directory of a Unix

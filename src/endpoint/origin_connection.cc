@@ -54,18 +54,6 @@ OriginFailure Failure(ValidationFailure kind, std::string_view sqlstate, std::st
   return OriginFailure{kind, std::string(sqlstate), std::move(message)};
 }
 
-tls::SslMode ToTlsMode(SslMode mode) {
-  switch (mode) {
-    case SslMode::kDisable: return tls::SslMode::kDisable;
-    case SslMode::kAllow: return tls::SslMode::kAllow;
-    case SslMode::kPrefer: return tls::SslMode::kPrefer;
-    case SslMode::kRequire: return tls::SslMode::kRequire;
-    case SslMode::kVerifyCa: return tls::SslMode::kVerifyCa;
-    case SslMode::kVerifyFull: return tls::SslMode::kVerifyFull;
-  }
-  return tls::SslMode::kRequire;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -515,7 +503,7 @@ struct TlsContexts {
 absl::StatusOr<TlsContexts> MakeTlsContexts(const OriginConfig& config) {
   TlsContexts out;
   tls::ClientOptions options;
-  options.mode = ToTlsMode(config.sslmode);
+  options.mode = config.sslmode;
   options.root_cert_file = config.sslrootcert;
   options.cert_file = config.sslcert;
   options.key_file = config.sslkey;
