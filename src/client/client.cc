@@ -642,7 +642,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       co_await Fatal(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
       co_return false;
     }
-    if (reason_ != EndReason::kNone) {  // stopped while opening
+    if (reason_ != EndReason::kNone && reason_ != EndReason::kTerminate) {  // stopped while opening
       (*link)->Close();
       co_return false;
     }
@@ -840,6 +840,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           break;
         }
       }
+      // Set before the Terminate goes out: the Endpoint may close the link
+      // before Send() returns, and LinkToApp must not call that a failure.
+      if (terminate && reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
       if (batch > 0 && !(terminate && !link_ && batch == 5)) {
         std::string bytes(view.substr(0, batch));
         in_.Consume(batch);

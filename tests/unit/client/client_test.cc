@@ -24,6 +24,8 @@
 #include <asio/detached.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include "client/client_util.h"
@@ -161,14 +163,71 @@ class FakeEndpoint final : public LinkAcceptor {
   std::vector<LinkRecord> records_;
 };
 
+// Wraps a transport so that a Send carrying Terminate completes only after
+// the Endpoint has closed the link and the Client's link reader has seen
+// that: the order a fast Endpoint produces now and then (node-postgres saw
+// a spurious 08006 on the way out when the Client called it a link failure).
+class SlowTerminateTransport final : public Transport {
+ public:
+  explicit SlowTerminateTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+
+  asio::awaitable<absl::StatusOr<std::unique_ptr<Link>>> Open(asio::any_io_executor executor,
+                                                               std::string initial_bytes) override {
+    // Only session links (the hello is followed by the app's frames); the
+    // parameter probe's link carries the hello alone.
+    std::uint32_t hello_size = 0;
+    if (initial_bytes.size() >= 4) std::memcpy(&hello_size, initial_bytes.data(), 4);
+    const bool session = initial_bytes.size() > ntohl(hello_size);
+    auto link = co_await inner_->Open(executor, std::move(initial_bytes));
+    if (!link.ok()) co_return link.status();
+    if (!session) co_return std::move(*link);
+    co_return std::unique_ptr<Link>(std::make_unique<SlowLink>(std::move(*link), executor));
+  }
+
+ private:
+  class SlowLink final : public Link {
+   public:
+    SlowLink(std::unique_ptr<Link> inner, asio::any_io_executor executor)
+        : inner_(std::move(inner)), timer_(std::move(executor)) {}
+
+    asio::awaitable<absl::Status> Send(std::string bytes) override {
+      const bool terminate = bytes.size() >= 5 && bytes[bytes.size() - 5] == 'X';
+      absl::Status sent = co_await inner_->Send(std::move(bytes));
+      // Bounded wait for the reader to see the close (3 s), then let it act.
+      for (int i = 0; terminate && !receive_failed_ && i < 300; ++i) {
+        timer_.expires_after(10ms);
+        co_await timer_.async_wait(asio::use_awaitable);
+      }
+      timer_.expires_after(20ms);
+      if (terminate) co_await timer_.async_wait(asio::use_awaitable);
+      co_return sent;
+    }
+    asio::awaitable<absl::StatusOr<std::size_t>> Receive(std::string& buffer) override {
+      auto n = co_await inner_->Receive(buffer);
+      if (!n.ok()) receive_failed_ = true;
+      co_return n;
+    }
+    void Close() override { inner_->Close(); }
+
+   private:
+    std::unique_ptr<Link> inner_;
+    asio::steady_timer timer_;
+    bool receive_failed_ = false;  // both coroutines run on the session's executor
+  };
+
+  std::unique_ptr<Transport> inner_;
+};
+
 // Two worker io_contexts, a FakeEndpoint and a Client on them.
 class Harness {
  public:
-  explicit Harness(ClientOptions options = DefaultOptions(), bool answer_ready = true)
+  explicit Harness(ClientOptions options = DefaultOptions(), bool answer_ready = true,
+                   bool slow_terminate = false)
       : io_a_(1), io_b_(1), guard_a_(io_a_.get_executor()), guard_b_(io_b_.get_executor()),
         endpoint_(io_b_.get_executor()) {
     endpoint_.answer_ready = answer_ready;
     transport_ = MakeInProcessTransport(endpoint_);
+    if (slow_terminate) transport_ = std::make_unique<SlowTerminateTransport>(std::move(transport_));
     thread_a_ = std::thread([this] { io_a_.run(); });
     thread_b_ = std::thread([this] { io_b_.run(); });
     auto client = Client::Create({io_a_.get_executor(), io_b_.get_executor()}, *transport_, options);
@@ -571,6 +630,23 @@ TEST_CASE("Terminate is forwarded on the link and closes both") {
     }
     return false;
   }));
+}
+
+TEST_CASE("an Endpoint that closes the link on Terminate before Send returns gets no 08006 to the app") {
+  Harness h(Harness::DefaultOptions(), true, /*slow_terminate=*/true);
+  App app(h.port());
+  app.Login();
+  app.SendQuery("SELECT 1");
+  REQUIRE(app.Read()->tag == 'C');
+  REQUIRE(app.Read()->tag == 'Z');
+  std::string x;
+  pr::Encode(pr::Terminate{}, x);
+  app.Send(x);
+  // The app waits for the server to close, as node-postgres does: nothing
+  // but EOF may arrive.
+  auto m = app.Read();
+  CHECK_FALSE(m.has_value());
+  if (m) CHECK(m->tag == '?');  // shows the unexpected message's tag
 }
 
 TEST_CASE("a connection that only logs in and terminates opens no session link") {
