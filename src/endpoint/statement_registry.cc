@@ -32,10 +32,11 @@ void BuildStatementKey(std::string_view query, std::string_view types_raw, std::
 StatementRef StatementCatalog::Intern(std::string_view key, std::string_view query, std::string_view types_raw) {
   auto it = by_key_.find(Absl(key));
   if (it != by_key_.end()) {
-    if (StatementRef live = it->second.lock()) return live;
+    if (StatementRef live = it->second.lock(); live && live->epoch == epoch_) return live;
   }
   auto info = std::make_shared<StatementInfo>();
   info->key.assign(key.data(), key.size());
+  info->epoch = epoch_;
   info->server_name = prefix_ + std::to_string(++counter_);
   std::string payload;
   payload.reserve(info->server_name.size() + query.size() + types_raw.size() + 2);
@@ -51,6 +52,14 @@ StatementRef StatementCatalog::Intern(std::string_view key, std::string_view que
     if (by_key_.size() >= prune_at_) PruneExpired();
   }
   return ref;
+}
+
+void StatementCatalog::Retire(const StatementInfo* statement, std::string_view error_payload) {
+  statement->retired = true;
+  statement->stale_error.assign(error_payload.data(), error_payload.size());
+  auto it = by_key_.find(Absl(statement->key));
+  if (it == by_key_.end()) return;
+  if (StatementRef live = it->second.lock(); live.get() == statement) by_key_.erase(it);
 }
 
 void StatementCatalog::PruneExpired() {

@@ -44,6 +44,15 @@ struct StatementInfo {
   std::string server_name;
   // The complete Parse frame ('P') that creates it under server_name.
   std::string parse_frame;
+  // The catalog's schema epoch when it was made (StatementCatalog::SchemaChanged).
+  std::uint64_t epoch = 0;
+  // The origin said its result type changed (0A000): a client name still
+  // mapped to it fails with 0A000 everywhere, also where it would be
+  // re-prepared (Endpoint executor only).
+  mutable bool retired = false;
+  // The origin's ErrorResponse payload that retired it, replayed verbatim
+  // (drivers recognise it by its fields: asyncpg by R = RevalidateCachedQuery).
+  mutable std::string stale_error;
 
   std::string_view query() const;
 };
@@ -62,9 +71,22 @@ class StatementCatalog {
   explicit StatementCatalog(std::string prefix = "hp_") : prefix_(std::move(prefix)) {}
 
   // The statement with identity `key` (see BuildStatementKey), made with a
-  // fresh server name if unknown. `query` and `types_raw` are what the key
-  // was built from (used to encode the Parse frame on first use).
+  // fresh server name if unknown, retired, or made before the last schema
+  // change. `query` and `types_raw` are what the key was built from (used
+  // to encode the Parse frame on first use).
   StatementRef Intern(std::string_view key, std::string_view query, std::string_view types_raw);
+
+  // DDL went through the Endpoint (CREATE / ALTER / DROP): a statement
+  // parsed before it may now have another result type, and PostgreSQL
+  // answers a Bind of it with "cached plan must not change result type"
+  // (0A000). A client's later Parse of the same text therefore gets a new
+  // server statement, as it would on a direct connection; names the client
+  // mapped before keep their statement (and fail as they would directly).
+  void SchemaChanged() { ++epoch_; }
+  // The origin reported 0A000 for `statement`: later Parses of its text get
+  // a new server statement (DDL that bypassed the Endpoint).
+  void Retire(const StatementInfo* statement, std::string_view error_payload);
+  std::uint64_t epoch() const { return epoch_; }
 
   // A fresh id for a client's unnamed statement (unique per Endpoint, never 0).
   std::uint64_t NextUnnamedId() { return ++unnamed_counter_; }
@@ -80,6 +102,7 @@ class StatementCatalog {
   std::string prefix_;
   std::uint64_t counter_ = 0;
   std::uint64_t unnamed_counter_ = 0;
+  std::uint64_t epoch_ = 0;
   std::size_t prune_at_ = 64;
   absl::flat_hash_map<std::string, std::weak_ptr<const StatementInfo>> by_key_;
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "protocol/backend_messages.h"
 #include "protocol/wire_writer.h"
 
 namespace hyperpool::endpoint {
@@ -17,6 +18,10 @@ constexpr std::string_view kNoopStatement = "hp_noop";
 // Sent instead of an unnamed statement the client does not have, so the
 // origin reports "does not exist" rather than binding another client's.
 constexpr std::string_view kMissingStatement = "hp_missing";
+// Sent instead of a retired statement the connection lacks; the origin's
+// "does not exist" is answered as PostgreSQL answers the stale statement.
+constexpr std::string_view kStaleStatement = "hp_stale";
+constexpr std::string_view kStalePlanMessage = "cached plan must not change result type";
 
 // Splits a NUL-terminated string off the front of `in`. False if there is no NUL.
 bool TakeCString(std::string_view& in, std::string_view& value) {
@@ -201,7 +206,7 @@ void StatementSession::AddToConnection(const StatementRef& statement, Connection
 }
 
 std::string_view StatementSession::Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
-                                           StatementRef* statement) {
+                                           StatementRef* statement, bool* stale) {
   if (name.empty()) {
     if (client_.unnamed_id() == 0) return kMissingStatement;
     if (conn.unnamed_id != client_.unnamed_id()) {
@@ -215,6 +220,11 @@ std::string_view StatementSession::Resolve(std::string_view name, ConnectionStat
   const StatementRef* ref = client_.Find(name);
   if (ref == nullptr) return name;  // not one of the client's Parses (SQL-level PREPARE, or missing)
   if (!conn.Touch(ref->get())) {
+    if ((*ref)->retired) {
+      *stale = true;
+      *statement = *ref;
+      return kStaleStatement;
+    }
     AddToConnection(*ref, conn, out);
     protocol::AppendRawFrame(out, (*ref)->parse_frame);
     Push(Kind::kParse, Mode::kHidden, *ref);
@@ -328,7 +338,8 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       std::string_view name;
       if (!TakeCString(rest, portal) || !TakeCString(rest, name)) break;
       StatementRef statement;
-      const std::string_view target = Resolve(name, conn, out, &statement);
+      bool stale = false;
+      const std::string_view target = Resolve(name, conn, out, &statement, &stale);
       if (target.data() == name.data() && target.size() == name.size()) {
         protocol::AppendRawFrame(out, frame.raw);
       } else {
@@ -337,6 +348,7 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       if (portal.empty()) portal_is_dealloc_ = name.empty() && unnamed_is_dealloc_;
       Push(Kind::kBind, Mode::kForwarded, std::move(statement));
       ops_.back().unnamed = name.empty();
+      ops_.back().stale = stale;
       return;
     }
     case 'D': {
@@ -350,13 +362,15 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       std::string_view name;
       if (!TakeCString(rest, name)) break;
       StatementRef statement;
-      const std::string_view target = Resolve(name, conn, out, &statement);
+      bool stale = false;
+      const std::string_view target = Resolve(name, conn, out, &statement, &stale);
       if (target.data() == name.data() && target.size() == name.size()) {
         protocol::AppendRawFrame(out, frame.raw);
       } else {
         AppendDescribeStatement(out, target);
       }
       Push(Kind::kDescribeStatement, Mode::kForwarded, std::move(statement));
+      ops_.back().stale = stale;
       return;
     }
     case 'E': {
@@ -436,6 +450,9 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
 
 bool StatementSession::OnCommandComplete(std::string_view tag, ConnectionStatements& conn) {
   const bool was = pinned();
+  if (tag.starts_with("ALTER ") || tag.starts_with("DROP ") || tag.starts_with("CREATE ")) {
+    catalog_.SchemaChanged();
+  }
   if (tag == "PREPARE") {
     ++sql_prepared_;
   } else if (tag == "DEALLOCATE") {
@@ -482,8 +499,12 @@ void StatementSession::OnError(const Op& op, std::string_view payload, Connectio
     case Kind::kDescribeStatement:
       if (SqlStateOf(payload) == kSqlStateFeatureNotSupported) {
         // "cached plan must not change result type" after DDL: this server
-        // statement is stale; close it so the next use re-prepares.
+        // statement is stale; close it so the next use re-prepares, and
+        // give the text a new server statement for later Parses (a driver
+        // that re-prepares once, as asyncpg and PgJDBC do outside a
+        // transaction, must not meet the stale one on another connection).
         if (op.statement) {
+          catalog_.Retire(op.statement.get(), payload);
           conn.Remove(op.statement.get());
           conn.pending_close.push_back(op.statement->server_name);
         } else if (op.unnamed) {
@@ -529,7 +550,16 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       return Verdict::kForward;
     case 'E': {
       const Op& op = ops_[head_];
-      OnError(op, frame.payload, conn);
+      if (op.stale) {
+        if (op.statement && !op.statement->stale_error.empty()) {
+          protocol::AppendFrame(out, 'E', op.statement->stale_error);
+        } else {
+          protocol::EncodeErrorResponse(out, "ERROR", kSqlStateFeatureNotSupported, kStalePlanMessage);
+        }
+      } else {
+        OnError(op, frame.payload, conn);
+      }
+      const bool forward = !op.stale;
       if (op.kind == Kind::kQuery || op.kind == Kind::kFunctionCall) return Verdict::kForward;
       Pop();
       // PostgreSQL skips everything until Sync.
@@ -543,7 +573,7 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
         Pop();
       }
       if (!found_sync) skipping_ = true;
-      return Verdict::kForward;
+      return forward ? Verdict::kForward : Verdict::kDrop;
     }
     default:
       break;

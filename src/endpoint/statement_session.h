@@ -31,6 +31,12 @@
 // set undone). A Flush behind synthetic entries gets a hidden no-op Close
 // ahead of it, whose answer carries the synthetic ones out.
 //
+// After DDL (statement_registry.h, SchemaChanged / Retire) a client's
+// later Parse of a known text gets a new server statement; a name it mapped
+// before keeps its statement and, once the origin has reported that
+// statement's result type changed, gets 0A000 on every connection, as on a
+// direct one -- drivers that re-prepare then (asyncpg, PgJDBC) recover.
+//
 // SQL-level PREPARE cannot be renamed: while the client has such statements
 // (tracked from the CommandComplete tags PREPARE / DEALLOCATE / DEALLOCATE
 // ALL / DISCARD ALL) pinned() is true and the session keeps its connection
@@ -125,6 +131,7 @@ class StatementSession {
     bool unnamed = false;           // Parse/Bind of the unnamed statement
     bool translate_dealloc = false; // EmptyQueryResponse -> CommandComplete "DEALLOCATE"
     bool eviction = false;          // hidden Close of an evicted statement
+    bool stale = false;             // Bind/Describe of a retired statement: its error becomes 0A000
     StatementRef statement;         // the server statement concerned, if any
     std::string close_name;         // hidden Close of a pending_close name
   };
@@ -137,9 +144,12 @@ class StatementSession {
   void UndoSkipped(const Op& op, ConnectionStatements& conn);
   void OnError(const Op& op, std::string_view payload, ConnectionStatements& conn);
   // The name to send for client statement `name` on `conn`; sends the
-  // statement's Parse first (hidden) if `conn` lacks it.
+  // statement's Parse first (hidden) if `conn` lacks it. A retired statement
+  // the connection lacks resolves to a name that does not exist (`*stale`):
+  // the origin's error (and its rollback and skip-until-Sync) stands in for
+  // the "cached plan must not change result type" a direct connection gives.
   std::string_view Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
-                           StatementRef* statement);
+                           StatementRef* statement, bool* stale);
   void AddToConnection(const StatementRef& statement, ConnectionStatements& conn, std::string& out);
   void EmitPendingCloses(ConnectionStatements& conn, std::string& out);
   void OnParse(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);

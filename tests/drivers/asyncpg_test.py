@@ -7,6 +7,7 @@ usage: asyncpg_test.py URL      (postgresql://USER:PASS@HOST:PORT/DB?sslmode=dis
 Exit 0 only if every check held and no statement failed.
 """
 import asyncio
+import os
 import sys
 import time
 
@@ -49,6 +50,47 @@ async def cancel_check(conn, rep, label=""):
               "cancel pg_sleep(30) via task cancellation" + label,
               f"outcome {outcome} after {t_end:.3f}s; SELECT 1 on the same connection -> {one!r} "
               f"{t_one:.3f}s after the cancel (SQLSTATE not exposed by asyncpg)")
+
+
+async def ddl_check(url, rep):
+    """asyncpg re-prepares a statement once when the origin says "cached plan must
+    not change result type" (0A000) outside a transaction. Four connections cache
+    `SELECT * FROM <t> WHERE id = $1`; one adds a column through the same URL, and
+    then (if DRV_DIRECT_URL names the origin) a direct connection drops it, bypassing
+    the pooler. Every connection must then read the new row shape without an error:
+    its retry must not meet the stale statement on another pooled connection."""
+    table = "drv_asyncpg_ddl"
+    sql = f"SELECT * FROM {table} WHERE id = $1"
+    conns = []
+    try:
+        setup = await asyncpg.connect(url)
+        await setup.execute(f"DROP TABLE IF EXISTS {table}")
+        await setup.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, a int NOT NULL)")
+        await setup.execute(f"INSERT INTO {table} VALUES (1, 10)")
+        await setup.close()
+        conns = [await asyncpg.connect(url) for _ in range(4)]
+        shapes = []
+        for _ in range(2):
+            for c in conns:
+                shapes.append(len(await c.fetchrow(sql, 1)))
+        await conns[0].execute(f"ALTER TABLE {table} ADD COLUMN b int NOT NULL DEFAULT 7")
+        after_add = [tuple(await c.fetchrow(sql, 1)) for c in conns]
+        rep.check(set(shapes) == {2} and after_add == [(1, 10, 7)] * 4,
+                  "re-prepare after ALTER TABLE through the pooler",
+                  f"rows before {sorted(set(shapes))} columns, after ADD COLUMN {after_add}")
+        direct = os.environ.get("DRV_DIRECT_URL")
+        if direct:
+            d = await asyncpg.connect(direct)
+            await d.execute(f"ALTER TABLE {table} DROP COLUMN b")
+            await d.close()
+            after_drop = [tuple(await c.fetchrow(sql, 1)) for c in conns]
+            rep.check(after_drop == [(1, 10)] * 4, "re-prepare after ALTER TABLE that bypassed the pooler",
+                      f"after DROP COLUMN on a direct connection {after_drop}")
+    except Exception as e:
+        rep.error("ddl check", e)
+    finally:
+        for c in conns:
+            await c.close(timeout=5)
 
 
 async def worker(w, url, rep, S, stats, balances):
@@ -158,6 +200,8 @@ async def main(url):
             await conn.close(timeout=5)
         except Exception as e:
             rep.error("cancel check", e)
+
+    await ddl_check(url, rep)
 
     try:
         conn = await asyncpg.connect(url)

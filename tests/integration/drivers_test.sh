@@ -128,10 +128,9 @@ EOF
 
 declare -A RESULT
 counted_pass=0 counted_fail=0
-retried=()
 # Runs one driver against one target and sets RESULT[target,driver].
 run_one() {
-  log="$TMP/logs/$target-$driver${attempt:+-$attempt}"
+  log="$TMP/logs/$target-$driver"
   echo "=== $driver on $target"
   URL=""
   case $target in
@@ -145,7 +144,7 @@ run_one() {
     RESULT[$target,$driver]="FAIL(no server)"
   else
     start=$SECONDS
-    timeout -k 5 "$DRIVER_TIMEOUT_S" "$DRV/run.sh" "$driver" "$URL" >"$log" 2>&1
+    DRV_DIRECT_URL=$DIRECT_URL timeout -k 5 "$DRIVER_TIMEOUT_S" "$DRV/run.sh" "$driver" "$URL" >"$log" 2>&1
     rc=$?
     sed 's/^/    /' "$log"
     if [ $rc = 0 ]; then
@@ -173,17 +172,7 @@ run_one() {
 
 for target in $TARGETS; do
   for driver in $DRIVERS; do
-    attempt=""
     run_one
-    # A failure against hyperpool is run once more: a second failure fails the
-    # suite; a pass on the second try is reported as RETRIED below (an
-    # intermittent bug to fix, not a pass to forget).
-    if [ "${RESULT[$target,$driver]}" != PASS ] && [ "$target" = hyperpool ]; then
-      echo "    RETRY: $driver on $target failed (${RESULT[$target,$driver]}); running it once more"
-      attempt=2
-      run_one
-      [ "${RESULT[$target,$driver]}" = PASS ] && { RESULT[$target,$driver]="PASS(retried)"; retried+=("$driver"); }
-    fi
     if [[ $UNCOUNTED_TARGETS != *" $target "* ]]; then
       if [[ ${RESULT[$target,$driver]} == PASS* ]]; then
         counted_pass=$((counted_pass + 1))
@@ -204,6 +193,5 @@ for driver in $DRIVERS; do
   echo
 done
 [[ " $TARGETS " == *" pgbouncer "* ]] && echo "(pgbouncer results are for the record and not counted)"
-[ "${#retried[@]}" -gt 0 ] && echo "RETRIED (failed once, passed on the second run; an intermittent bug): ${retried[*]}"
 echo "drivers: $counted_pass passed, $counted_fail failed"
 [ "$counted_fail" = 0 ]

@@ -250,6 +250,8 @@ class ModelBackend {
         } else if (q->query == "DEALLOCATE ALL" || q->query == "DISCARD ALL") {
           statements.clear();
           protocol::Encode(protocol::CommandComplete{q->query}, out);
+        } else if (q->query.substr(0, 6) == "ALTER ") {
+          protocol::Encode(protocol::CommandComplete{"ALTER TABLE"}, out);
         } else if (q->query.substr(0, 7) == "PREPARE") {
           protocol::Encode(protocol::CommandComplete{"PREPARE"}, out);
         } else {
@@ -473,15 +475,74 @@ TEST_CASE("an injected Parse that fails reports its error in place of the Bind's
   CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:42P05 Z");
 }
 
-TEST_CASE("cached plan must not change result type: the server statement is closed and re-prepared next time") {
+TEST_CASE("cached plan must not change result type: the stale statement is closed; a re-Parse makes a new one") {
   Harness h(1);
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Sync()) == "1 Z");
   h.conns[0]->backend.stale.insert("hp_1");  // ALTER TABLE t ...
   CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
   h.conns[0]->backend.received.clear();
-  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_1", "P hp_1", "B hp_1", "E", "S"});
+  // Until the client prepares it again, S_1 keeps failing, as on a direct connection.
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_1", "B hp_stale", "skipped E", "S"});
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "B hp_2", "E", "S"});
+}
+
+TEST_CASE("after 0A000 a driver's re-Parse of the same text gets a new server statement on every connection") {
+  // asyncpg and PgJDBC re-prepare once outside a transaction; the retry may
+  // land on another pooled connection that still holds the stale statement.
+  Harness h(2);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  h.conns[0]->backend.stale.insert("hp_1");  // ALTER TABLE t ... outside hyperpool
+  h.conns[1]->backend.stale.insert("hp_1");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");  // as on a direct connection
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(a, 1, Parse("S_2", "SELECT * FROM t") + Bind("S_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_2", "B hp_2", "E", "S"});
+  StatementSession b(h.catalog);  // another client, later
+  CHECK(h.Run(b, 1, Parse("X", "SELECT * FROM t") + Bind("X") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+}
+
+TEST_CASE("a name mapped to a statement whose result type changed fails with 0A000 on every connection") {
+  // Re-preparing it silently where the connection lacks it would hand a
+  // driver rows of another shape than it described (asyncpg: "the number of
+  // columns in the result row (3) is different from what was described (2)").
+  Harness h(2);
+  StatementSession a(h.catalog);
+  StatementSession b(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(b, 0, Parse("B_1", "SELECT * FROM t") + DescribeS("B_1") + Sync()) == "1 t n Z");
+  h.conns[0]->backend.stale.insert("hp_1");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(b, 1, Bind("B_1") + Execute() + Sync()) == "E:0A000 Z");
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"B hp_stale", "skipped E", "S"});
+  CHECK(h.Run(b, 1, DescribeS("B_1") + Sync()) == "E:0A000 Z");
+  // The driver re-prepares: a new statement, fine on both connections.
+  CHECK(h.Run(b, 1, Parse("B_2", "SELECT * FROM t") + Bind("B_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT * FROM t") + Bind("S_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+}
+
+TEST_CASE("DDL through the Endpoint: a later Parse of a known text gets a new server statement") {
+  Harness h(2);
+  StatementSession a(h.catalog);
+  StatementSession b(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(b, 1, Query("ALTER TABLE t ADD COLUMN c int")) == "C:ALTER TABLE Z");
+  h.conns[0]->backend.stale.insert("hp_1");
+  h.conns[0]->backend.received.clear();
+  // b prepares the same text after the DDL: on a direct connection it would work.
+  CHECK(h.Run(b, 0, Parse("Q_1", "SELECT * FROM t") + Bind("Q_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "B hp_2", "E", "S"});
+  // a prepared it before the DDL: it fails as it would directly.
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  // Statements parsed after the DDL are shared again.
+  CHECK(h.Run(a, 0, Parse("S_3", "SELECT * FROM t") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Bind("S_3") + Execute() + Sync()) == "2 C:SELECT 1 Z");
 }
 
 TEST_CASE("the LRU bound closes evicted statements on the connection, hidden from the client") {
