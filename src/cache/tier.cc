@@ -331,22 +331,26 @@ std::string SettingName(const std::vector<Token>& t, size_t& i) {
   return name;
 }
 
+// Settings whose SET/RESET is not a plain GUC change a capture can describe.
+bool IsIdentitySetting(std::string_view name) { return name == "role" || name == "session_authorization"; }
+
 // One statement's tokens [b, e). Returns: 0 not a SET/RESET, 1 hyperpool.*
-// setting (applied), 2 local-only SET (no lasting effect), 3 state change.
+// setting (applied), 2 local-only SET (no lasting effect), 3 state change,
+// 4 a session-level change of ordinary settings (see only_setting_changes).
 int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSettings* settings) {
   if (b >= e) return 0;
   if (!t[b].IsKeyword("reset") && !t[b].IsKeyword("set")) return 0;  // before copying the tokens
   std::vector<Token> s(t.begin() + b, t.begin() + e);
   if (s[0].IsKeyword("reset")) {
     size_t i = 1;
-    if (i < s.size() && s[i].IsKeyword("all")) return 3;
+    if (i < s.size() && s[i].IsKeyword("all")) return 4;
     std::string name = SettingName(s, i);
     if (name.rfind("hyperpool.", 0) == 0 && i == s.size()) {
       SessionCacheSettings scratch;
       ApplyCacheSetting(name, std::nullopt, settings ? *settings : scratch);
       return 1;
     }
-    return 3;
+    return name.empty() || IsIdentitySetting(name) ? 3 : 4;
   }
   if (!s[0].IsKeyword("set")) return 0;
   size_t i = 1;
@@ -358,7 +362,7 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
     if (i < s.size() && (s[i].IsKeyword("authorization") || s[i].IsKeyword("characteristics"))) return 3;
   }
   std::string name = SettingName(s, i);
-  if (name.rfind("hyperpool.", 0) != 0) return 3;
+  if (name.rfind("hyperpool.", 0) != 0) return name.empty() || IsIdentitySetting(name) ? 3 : 4;
   if (i < s.size() && (s[i].IsKeyword("to") || (s[i].kind == TokenKind::kOperator && s[i].text == "="))) ++i;
   std::optional<std::string_view> value;
   std::string joined;
@@ -393,6 +397,7 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
   bool any = false;
   bool all_cache_settings = true;
   bool has_other = false;  // statements that are not SET/RESET
+  bool setting_changes = false;  // plain session-level SET/RESET of ordinary settings
   size_t b = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
     if (i < t.size() && t[i].kind != TokenKind::kSemicolon) continue;
@@ -401,6 +406,7 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
       int c = ClassifySet(t, b, i, settings);
       if (c != 1) all_cache_settings = false;
       if (c == 3) fx.changes_session_state = true;
+      if (c == 4) setting_changes = true;
       if (c == 0) has_other = true;
     }
     b = i + 1;
@@ -424,6 +430,9 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
       if (f.name == "set_config") fx.changes_session_state = true;
     }
   }
+  // Only now: the other statements may have changed state in other ways.
+  fx.only_setting_changes = setting_changes && !fx.changes_session_state;
+  if (setting_changes) fx.changes_session_state = true;
   return fx;
 }
 

@@ -118,6 +118,11 @@ struct StatementEffects {
   // set_config(), LOAD and anything unrecognised. Also true when the text
   // does not lex.
   bool changes_session_state = false;
+  // ...and every such change is a session-level SET/RESET [ALL] of ordinary
+  // settings (not ROLE or SESSION AUTHORIZATION): what the Endpoint's
+  // settings capture describes exactly, so its tier keys by the captured
+  // settings instead of bypassing the session.
+  bool only_setting_changes = false;
   // The cache-control hint comment /* hyperpool:nocache */ is present.
   bool nocache_hint = false;
 };

@@ -485,6 +485,11 @@ class Session : public std::enable_shared_from_this<Session> {
       return false;
     }
     settings_ = endpoint::SessionSettings(hello_parameters_);
+    if (endpoint_->options.pool.mode == PoolMode::kTransaction) {
+      // The query cache keys by the captured settings (endpoint_cache.h);
+      // a change made while pinned is not captured, so it bypasses instead.
+      cache_.TrackSettings(&settings_, [this] { return pins_.empty() && !statements_.pinned(); });
+    }
     if (!session_id_.empty()) endpoint_->sessions_by_id[session_id_] = this;
     return true;
   }

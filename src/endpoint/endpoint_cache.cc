@@ -270,6 +270,43 @@ void SessionCache::Start(const std::vector<std::pair<std::string, std::string>>&
   if (client_id_.empty()) client_id_ = fmt::format("session:{}", static_cast<const void*>(this));
 }
 
+void SessionCache::TrackSettings(const SessionSettings* settings, std::function<bool()> tracked) {
+  tracked_settings_ = settings;
+  settings_tracked_ = std::move(tracked);
+  fp_captures_ = settings != nullptr ? settings->captures() : 0;
+}
+
+void SessionCache::NoteStateChange(const Effect& e) {
+  if (!e.changes_state) return;
+  if (e.settings_only && tracked_settings_ != nullptr && settings_tracked_ && settings_tracked_()) {
+    if (!pending_setting_change_) {
+      pending_setting_change_ = true;
+      pending_captures_ = tracked_settings_->captures();
+    }
+    return;
+  }
+  state_changed_ = true;
+}
+
+void SessionCache::RefreshSettingsKey() {
+  if (tracked_settings_ == nullptr) return;
+  const std::uint64_t captures = tracked_settings_->captures();
+  if (pending_setting_change_) {
+    // No capture since the change: what the session carries is unknown.
+    if (captures == pending_captures_) state_changed_ = true;
+    pending_setting_change_ = false;
+  }
+  if (captures == fp_captures_) return;
+  fp_captures_ = captures;
+  // What every connection this session borrows carries (settings replay):
+  // keyed like a hello, so sessions that ended up with the same settings
+  // share entries, and a setting a key cannot describe (search_path, ...)
+  // makes the session bypass the tier while it is set.
+  std::vector<std::pair<std::string, std::string>> params(tracked_settings_->desired().begin(),
+                                                          tracked_settings_->desired().end());
+  hello_fp_ = cache::HelloFingerprint(params, &hello_unsupported_);
+}
+
 std::chrono::milliseconds SessionCache::Ttl() const {
   // hyperpool.cache_ttl may shorten or lengthen the tier's max_age, up to an hour.
   if (settings_.ttl) return std::min<std::chrono::milliseconds>(*settings_.ttl, std::chrono::hours(1));
@@ -327,6 +364,7 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     txn_written_ = cache::WriteEffect{};
   }
   if (!idle || (frame.tag != 'Q' && frame.tag != 'P')) co_return false;
+  RefreshSettingsKey();
   if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
     cache_->NoteBypassed();
     co_return false;
@@ -427,7 +465,8 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
   Effect e;
   cache::StatementEffects fx = cache::ClassifyStatements(sql, apply_settings ? &settings_ : nullptr);
   e.changes_state = fx.changes_session_state;
-  const bool precise = !state_changed_ && !hello_unsupported_ && !e.changes_state;
+  e.settings_only = fx.only_setting_changes;
+  const bool precise = !state_changed_ && !hello_unsupported_ && !pending_setting_change_ && !e.changes_state;
   e.write = cache::WriteEffectOf(sql, cache_->Oracle(), precise);
   if (e.write.any()) cache_->WantCatalog();
   std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
@@ -457,7 +496,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       } else {
         e = EffectOf(q->query, /*apply_settings=*/true);
       }
-      if (e.changes_state) state_changed_ = true;
+      NoteStateChange(e);
       if (e.write.any()) {
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
@@ -487,7 +526,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
           if (st != statements_.end()) e = st->second;
         }
       }
-      if (e.changes_state) state_changed_ = true;
+      NoteStateChange(e);
       if (e.write.any()) {
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
@@ -580,7 +619,9 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
       // by a session whose state a key cannot describe, or whose state
       // changed, never stores again; nor does one shared by sessions with
       // different startup fingerprints.
-      if (e.changes_state || state_changed_ || hello_unsupported_) {
+      // A change of ordinary settings is not carried to the next borrower:
+      // settings replay gives each unit exactly its own session's settings.
+      if ((e.changes_state && !e.settings_only) || state_changed_ || hello_unsupported_) {
         cache_->MarkConnectionDirty(conn);
       } else {
         (void)cache_->ConnectionUsable(conn, hello_fp_);

@@ -45,6 +45,7 @@
 #include "cache/memory_cache.h"
 #include "cache/result_store.h"
 #include "cache/tier.h"
+#include "endpoint/session_settings.h"
 #include "hyperpool/options.h"
 #include "pool/pool.h"
 #include "protocol/frame_reader.h"
@@ -162,6 +163,14 @@ class SessionCache {
   // Call once the hello is known (before the first frame).
   void Start(const std::vector<std::pair<std::string, std::string>>& hello);
 
+  // The session's settings as the Endpoint captures them (transaction mode,
+  // session_settings.h). With a source, a session whose own SET / RESET
+  // changes only ordinary settings keeps using the tier, keyed by its
+  // captured settings, instead of bypassing it for the rest of its life.
+  // `tracked()` says whether a change made now will be captured (false
+  // while the session is pinned). Both must outlive this object.
+  void TrackSettings(const SessionSettings* settings, std::function<bool()> tracked);
+
   // `frame` starts a unit of work; `rest` are the input bytes after it.
   // `idle`: nothing outstanding, transaction status 'I', nothing buffered
   // for the origin. True when the unit was answered into `local_out`
@@ -181,10 +190,13 @@ class SessionCache {
   struct Effect {
     cache::WriteEffect write;
     bool changes_state = false;
+    bool settings_only = false;  // every state change is an ordinary SET/RESET
     bool ddl = false;
     void Merge(const Effect& o) {
       write.Merge(o.write);
+      settings_only = (!changes_state || settings_only) && (!o.changes_state || o.settings_only);
       changes_state = changes_state || o.changes_state;
+      settings_only = settings_only && changes_state;
       ddl = ddl || o.ddl;
     }
   };
@@ -202,6 +214,10 @@ class SessionCache {
   };
 
   Effect EffectOf(std::string_view sql, bool apply_settings);
+  // A unit that changes session state was forwarded.
+  void NoteStateChange(const Effect& e);
+  // Before a unit starts idle: re-keys by the captured settings.
+  void RefreshSettingsKey();
   bool Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit, uint64_t digest,
              std::string& local_out, bool& skip_until_sync, char& skip_status);
   void EndLeader(bool abandon);
@@ -218,6 +234,14 @@ class SessionCache {
   std::string client_id_;
   cache::SessionCacheSettings settings_;
   bool state_changed_ = false;
+  // TrackSettings: the source, and the capture count hello_fp_ was built at.
+  const SessionSettings* tracked_settings_ = nullptr;
+  std::function<bool()> settings_tracked_;
+  std::uint64_t fp_captures_ = 0;
+  // A settings change was forwarded at capture count `pending_captures_`;
+  // until a capture follows, the key is not known (and writes are imprecise).
+  bool pending_setting_change_ = false;
+  std::uint64_t pending_captures_ = 0;
 
   std::unique_ptr<Leader> leader_;
   // A follower's wait.

@@ -391,6 +391,7 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload)
 
 void SessionSettings::OnCaptured(const SettingMap& captured) {
   desired_ = MergeWithStartup(captured, startup_);
+  ++captures_;
   capture_owed_ = false;
 }
 

@@ -137,6 +137,10 @@ class SessionSettings {
   std::string CaptureQuery() const { return BuildCaptureQuery(custom_names_); }
   // Stores a capture: `captured` is what the connection now carries.
   void OnCaptured(const SettingMap& captured);
+  // Counts captures: changes whenever desired() has been re-read from a
+  // connection (the query cache keys by desired() and checks that a
+  // settings change it saw forwarded was followed by a capture).
+  std::uint64_t captures() const { return captures_; }
 
  private:
   void Absorb(const SessionEffects& effects);
@@ -146,6 +150,7 @@ class SessionSettings {
   std::set<std::string> custom_names_;
   std::unordered_map<std::string, SessionEffects> statements_;  // named statements with effects
   bool capture_owed_ = false;
+  std::uint64_t captures_ = 0;
 };
 
 }  // namespace hyperpool::endpoint

@@ -229,6 +229,32 @@ TEST_CASE("different search_path settings never share cached rows") {
   }
 }
 
+TEST_CASE("a session's own SET TimeZone keys its cached rows: shared only with sessions whose settings match") {
+  // Django and Rails set TimeZone (and more) on every new connection; such
+  // sessions still use the Endpoint tier, keyed by their captured settings.
+  const auto& c = testing::SharedPgCluster();
+  Admin(c, "DROP TABLE IF EXISTS cache_tz; CREATE TABLE cache_tz(id int, t timestamptz); "
+           "INSERT INTO cache_tz VALUES (1, '2020-01-01 00:00:00+00')");
+  Pooler p = Start(c, Origin(c, c.host, c.port));
+  const std::string q = "SELECT t::text FROM cache_tz WHERE id = 1";
+  const std::string tokyo = "2020-01-01 09:00:00+09";
+  size_t before = p.origin_units();
+  CHECK(Psql(c, p.url, {"SET TimeZone = 'Asia/Tokyo'", q, q}) == tokyo + "\n" + tokyo);
+  CHECK(p.origin_units() - before == 2);  // the SET and the first read; the second is a hit
+  before = p.origin_units();
+  CHECK(Psql(c, p.url, {"SET TimeZone = 'America/New_York'", q}) == "2019-12-31 19:00:00-05");
+  CHECK(p.origin_units() - before == 2);  // other settings: a miss
+  before = p.origin_units();
+  CHECK(Psql(c, p.url, {"SET TimeZone = 'Asia/Tokyo'", q}) == tokyo);
+  CHECK(p.origin_units() - before == 1);  // same settings as the first session: a hit
+  // No SET: the origin's default, never another session's rendering.
+  CHECK(Psql(c, p.url, {q, q}) == Admin(c, q) + "\n" + Admin(c, q));
+  // SET then RESET: back to the defaults' key; a SET inside a rolled-back
+  // transaction changes nothing.
+  CHECK(Psql(c, p.url, {"SET TimeZone = 'Asia/Tokyo'", "RESET TimeZone", q}) == Admin(c, q));
+  CHECK(Psql(c, p.url, {"BEGIN", "SET TimeZone = 'Asia/Tokyo'", "ROLLBACK", q}) == Admin(c, q));
+}
+
 TEST_CASE("roles switched with SET ROLE never see each other's rows under row-level security") {
   const auto& c = testing::SharedPgCluster();
   Admin(c, "DROP TABLE IF EXISTS cache_rls; "

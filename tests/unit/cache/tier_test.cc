@@ -126,6 +126,25 @@ TEST_CASE("session controls and state changes are classified on tokens") {
   CHECK(ClassifyStatements("SELECT 1; SET search_path = b", nullptr).changes_session_state);
   CHECK(ClassifyStatements("SELECT 1 /* hyperpool:nocache */", nullptr).nocache_hint);
   CHECK(ClassifyStatements("SELECT 'unterminated", nullptr).changes_session_state);
+
+  // Ordinary settings only: the Endpoint keys by what it captures afterwards.
+  auto only_settings = [](std::string_view sql) { return ClassifyStatements(sql, nullptr).only_setting_changes; };
+  CHECK(only_settings("SET TimeZone = 'Asia/Tokyo'"));
+  CHECK(only_settings("set session datestyle to 'ISO, DMY'"));
+  CHECK(only_settings("SET search_path = a"));  // captured; the key then says "not keyable"
+  CHECK(only_settings("RESET extra_float_digits"));
+  CHECK(only_settings("RESET ALL"));
+  CHECK(only_settings("SET TimeZone = 'UTC'; SET hyperpool.cache_ttl = 5"));
+  CHECK(only_settings("SELECT 1; SET TimeZone = 'UTC'"));
+  CHECK_FALSE(only_settings("SET ROLE alice"));
+  CHECK_FALSE(only_settings("RESET ROLE"));
+  CHECK_FALSE(only_settings("SET SESSION AUTHORIZATION alice"));
+  CHECK_FALSE(only_settings("SET session_authorization = alice"));
+  CHECK_FALSE(only_settings("SET TimeZone = 'UTC'; DISCARD ALL"));
+  CHECK_FALSE(only_settings("SET TimeZone = 'UTC'; SELECT set_config('a.b', 'c', false)"));
+  CHECK_FALSE(only_settings("SET LOCAL TimeZone = 'UTC'"));  // no lasting change at all
+  CHECK_FALSE(only_settings("SELECT 1"));
+  CHECK(ClassifyStatements("SET TimeZone = 'UTC'", nullptr).changes_session_state);  // the Client tier still bypasses
 }
 
 TEST_CASE("startup parameters: keyed, ignored, or not safely keyable") {
