@@ -38,6 +38,10 @@ struct EndpointStats {
   // and ignored (the session was idle, or unknown).
   std::size_t cancels_forwarded = 0;
   std::size_t cancels_ignored = 0;
+  // The Endpoint's round trip to its origin: the smallest of the last few
+  // measured (empty-query pings: health checks and placement probes), in
+  // microseconds; 0 until one has been measured.
+  std::size_t origin_rtt_us = 0;
   // The Endpoint's query-cache tier (docs/architecture.md, "Query cache").
   std::size_t cache_hits = 0;          // fresh entries served
   std::size_t cache_stale_hits = 0;    // stale entries served while one refresh ran

@@ -186,8 +186,40 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::mutex mutex;
   std::condition_variable sessions_done;
 
+  // Origin round trips (executor only), and their minimum for Stats().
+  static constexpr std::size_t kRttWindow = 8;
+  std::array<std::chrono::microseconds, kRttWindow> rtt_samples{};
+  std::size_t rtt_count = 0;
+  std::chrono::steady_clock::time_point rtt_measured_at{};
+  std::atomic<std::size_t> origin_rtt_us{0};
+
   void NoteThread() { executor_thread.store(std::this_thread::get_id(), std::memory_order_relaxed); }
+
+  void RecordOriginRtt(std::chrono::microseconds rtt) {
+    rtt_samples[rtt_count++ % kRttWindow] = rtt;
+    rtt_measured_at = std::chrono::steady_clock::now();
+    const std::size_t n = std::min(rtt_count, kRttWindow);
+    auto best = *std::min_element(rtt_samples.begin(), rtt_samples.begin() + static_cast<std::ptrdiff_t>(n));
+    origin_rtt_us.store(static_cast<std::size_t>(std::max<std::int64_t>(1, best.count())));
+  }
 };
+
+namespace {
+
+// An empty-query round trip on `conn`, recorded as an origin RTT sample.
+asio::awaitable<absl::Status> TimedPing(std::weak_ptr<Endpoint::Impl> weak, OriginConnection& conn) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = co_await conn.Ping();
+  if (status.ok()) {
+    if (auto self = weak.lock()) {
+      self->RecordOriginRtt(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start));
+    }
+  }
+  co_return status;
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------
 // Session
@@ -233,7 +265,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   asio::awaitable<void> Run() {
     endpoint_->NoteThread();
-    if (co_await ReadHello() && co_await SendLinkReady()) {
+    const bool hello = co_await ReadHello();
+    if (hello && probe_) {
+      co_await AnswerProbe();
+    } else if (hello && co_await SendLinkReady()) {
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Pump(); }, asio::detached);
       pump_started_ = true;
       co_await WorkLoop();
@@ -295,6 +330,39 @@ class Session : public std::enable_shared_from_this<Session> {
     AppendReadyForQuery(out, 'I');
     absl::Status sent = co_await link_->Send(std::move(out));
     co_return sent.ok() && !stopping_;
+  }
+
+  // A placement probe (docs/architecture.md, "The link protocol"): answers
+  // the origin round trip, measured now unless a recent sample exists, as
+  // ParameterStatus hyperpool.origin_rtt_us, then ReadyForQuery; or a FATAL
+  // error when the origin cannot be reached. The link closes after.
+  asio::awaitable<void> AnswerProbe() {
+    constexpr auto kFresh = std::chrono::seconds(10);
+    std::shared_ptr<Endpoint::Impl> ep = endpoint_;
+    if (ep->rtt_count == 0 || std::chrono::steady_clock::now() - ep->rtt_measured_at > kFresh) {
+      auto lease = co_await ep->pool->Acquire();
+      if (!lease.ok()) {
+        co_await SendFatal(SqlStateOf(lease.status()), AcquireErrorMessage(lease.status()));
+        co_return;
+      }
+      auto& conn = lease->As<OriginConnection>();
+      absl::Status pinged = co_await TimedPing(ep, conn);
+      lease->Release(DecideRelease({.mode = ep->options.pool.mode,
+                                    .status = ToPoolStatus(conn.transaction_status()),
+                                    .client_gone = true,
+                                    .broken = conn.broken() || !pinged.ok(),
+                                    .lifetime_exceeded = lease->lifetime_exceeded()}));
+      if (!pinged.ok()) {
+        co_await SendFatal(endpoint::kSqlStateConnectionFailure,
+                           fmt::format("hyperpool: the origin did not answer: {}", std::string(pinged.message())));
+        co_return;
+      }
+    }
+    std::string out;
+    protocol::Encode(protocol::ParameterStatus{"hyperpool.origin_rtt_us", std::to_string(ep->origin_rtt_us.load())},
+                     out);
+    AppendReadyForQuery(out, 'I');
+    (void)co_await link_->Send(std::move(out));
   }
 
   // Sends an ErrorResponse with severity FATAL before the pump runs (or after
@@ -478,6 +546,11 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& [name, value] : hello_parameters_) {
       if (name == "hyperpool.cancel_session") cancel_id = value;
       if (name == "hyperpool.session_id") session_id_ = value;
+      if (name == "hyperpool.probe") probe_ = true;
+    }
+    if (probe_) {
+      session_id_.clear();
+      return true;  // answered by AnswerProbe
     }
     if (!cancel_id.empty()) {
       session_id_.clear();
@@ -1032,6 +1105,7 @@ class Session : public std::enable_shared_from_this<Session> {
   char skip_status_ = 'I';
 
   bool pump_started_ = false;
+  bool probe_ = false;                // a placement probe link
   bool cancel_sent_ = false;          // a CancelRequest went out for this session's connection
   bool terminated_ = false;           // Terminate received
   bool session_done_ = false;         // Run has finished
@@ -1080,7 +1154,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
     if (auto self = weak.lock()) self->origin_parameters = r.connection->parameters();
     co_return std::unique_ptr<PooledConnection>(std::move(r.connection));
   };
-  callbacks.health_check = [](PooledConnection& c) { return static_cast<OriginConnection&>(c).Ping(); };
+  callbacks.health_check = [weak](PooledConnection& c) { return TimedPing(weak, static_cast<OriginConnection&>(c)); };
   // Session mode: DISCARD ALL before the next session (release_policy.h).
   callbacks.reset = [](PooledConnection& c) { return endpoint::ResetConnection(static_cast<OriginConnection&>(c)); };
   auto pool = Pool::Create(executor, impl->options.pool, std::move(callbacks));
@@ -1164,6 +1238,7 @@ EndpointStats Endpoint::Stats() const {
   s.pins_set_role = pins(PinReason::kSetRole);
   s.cancels_forwarded = impl_->cancels_forwarded.load();
   s.cancels_ignored = impl_->cancels_ignored.load();
+  s.origin_rtt_us = impl_->origin_rtt_us.load();
   if (impl_->cache) {
     const endpoint::EndpointCacheReport c = impl_->cache->Report(0);
     s.cache_hits = c.tier.hits;

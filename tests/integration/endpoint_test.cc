@@ -556,6 +556,47 @@ TEST_CASE("an origin that cannot be reached fails link-ready with an ErrorRespon
   ep->Stop();
 }
 
+TEST_CASE("a placement probe is answered with the origin round trip, then the link closes") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, pg.scram, "sslmode=disable"));
+  CHECK(ep->Stats().origin_rtt_us == 0);
+  auto client = Connect(io, *ep);
+  Result r = Await(io, client->Probe());
+  REQUIRE(r.status == 'I');
+  std::string rtt;
+  for (const auto& m : r.messages) {
+    if (m.tag == 'S' && m.payload.starts_with("hyperpool.origin_rtt_us")) {
+      rtt = m.payload.substr(sizeof("hyperpool.origin_rtt_us"));
+      rtt = rtt.substr(0, rtt.find('\0'));
+    }
+  }
+  REQUIRE_FALSE(rtt.empty());
+  const long long us = std::stoll(rtt);
+  CHECK(us > 0);
+  CHECK(us < 1000000);  // loopback
+  CHECK(static_cast<long long>(ep->Stats().origin_rtt_us) == us);
+  CHECK(Await(io, client->ClosedByPeer()));
+  // No session was started, no transaction counted, the pinged connection is idle.
+  for (int i = 0; i < 200 && ep->Stats().sessions > 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(ep->Stats().sessions == 0);
+  CHECK(ep->Stats().origin_idle == 1);
+  ep->Stop();
+}
+
+TEST_CASE("a placement probe of an Endpoint whose origin refuses it gets a FATAL error") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, PgRole{pg.scram.user, "wrong-password"}, "sslmode=disable"));
+  auto client = Connect(io, *ep);
+  Result r = Await(io, client->Probe());
+  CHECK(r.sqlstate == "28P01");
+  CHECK(r.severity == "FATAL");
+  CHECK(r.closed);
+  CHECK(ep->Stats().origin_rtt_us == 0);
+  ep->Stop();
+}
+
 TEST_CASE("Stop ends sessions mid-query and closes every origin connection") {
   const PgCluster& pg = SharedPgCluster();
   IoThread io;

@@ -188,6 +188,27 @@ class LinkClient {
     co_return co_await ReadUntilReady();
   }
 
+  // A placement probe link: the probe hello, then its answer.
+  asio::awaitable<Result> Probe() {
+    protocol::StartupMessage hello;
+    hello.parameters.emplace_back("hyperpool.probe", "1");
+    std::string out;
+    protocol::Encode(hello, out);
+    absl::Status sent = co_await link_->Send(std::move(out));
+    if (!sent.ok()) {
+      Result r;
+      r.closed = true;
+      co_return r;
+    }
+    co_return co_await ReadUntilReady();
+  }
+
+  // True once the peer has closed the link (and nothing more arrived).
+  asio::awaitable<bool> ClosedByPeer() {
+    auto n = co_await link_->Receive(buffer_);
+    co_return !n.ok();
+  }
+
   void Close() { link_->Close(); }
   Link& link() { return *link_; }
 
