@@ -1,11 +1,17 @@
 #pragma once
 // The Placement plug-in: which Endpoint a Client should use for an origin.
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hyperpool/transport.h"
 
 namespace hyperpool {
 
@@ -25,5 +31,29 @@ class Placement {
 
 // Always answers with the one Endpoint it was given.
 std::unique_ptr<Placement> MakeStaticPlacement(EndpointAddress endpoint);
+
+// One Endpoint as a Client measured it with a probe link
+// (docs/architecture.md, "The link protocol", 7).
+struct EndpointMeasurement {
+  EndpointAddress endpoint;
+  absl::Status status;                        // why it could not be measured
+  std::chrono::microseconds client_rtt{0};    // Client <-> Endpoint: the probe's round trip
+  std::chrono::microseconds origin_rtt{0};    // Endpoint <-> origin, as the Endpoint measured it
+};
+
+// Opens a probe link to one Endpoint through `transport` and times it.
+// Never throws; failures are in the result's status.
+asio::awaitable<EndpointMeasurement> MeasureEndpoint(asio::any_io_executor executor, Transport& transport,
+                                                     EndpointAddress endpoint);
+
+// Picks the measured Endpoint with the lowest
+//   client_rtt + origin_weight * origin_rtt
+// (a unit of work crosses the Client <-> Endpoint hop once but may need
+// several origin round trips, and every new origin connection needs
+// several more: being near the origin weighs more). Endpoints whose
+// measurement failed are never chosen; Choose fails with kUnavailable
+// (naming each failure) if none was measured. Ties keep the given order.
+std::unique_ptr<Placement> MakeLatencyPlacement(std::vector<EndpointMeasurement> measurements,
+                                                double origin_weight = 2.0);
 
 }  // namespace hyperpool

@@ -77,15 +77,6 @@ std::string BuildCancelHello(std::string_view session_id) {
   return out;
 }
 
-std::string BuildProbeHello() {
-  protocol::StartupMessage hello;
-  hello.protocol_version = protocol::kProtocolVersion30;
-  hello.parameters.emplace_back(kProbeParam, "1");
-  std::string out;
-  protocol::Encode(hello, out);
-  return out;
-}
-
 ParamList OverlayParams(const ParamList& origin, const ParamList& app_params) {
   auto app_value = [&](std::string_view name) -> const std::string* {
     for (const auto& [n, v] : app_params) {

@@ -29,11 +29,6 @@ inline constexpr std::string_view kAppOverlayParams[] = {
 inline constexpr std::string_view kSessionIdParam = "hyperpool.session_id";
 // Name of the hello parameter that makes a link a cancel link.
 inline constexpr std::string_view kCancelSessionParam = "hyperpool.cancel_session";
-// A placement probe link (docs/architecture.md, "The link protocol", 7).
-inline constexpr std::string_view kProbeParam = "hyperpool.probe";
-// The ParameterStatus a probe is answered with: the Endpoint's round trip to
-// its origin in microseconds.
-inline constexpr std::string_view kOriginRttParam = "hyperpool.origin_rtt_us";
 
 // RFC 3986 percent-encoding of everything except unreserved characters.
 std::string PercentEncode(std::string_view text);
@@ -59,9 +54,6 @@ std::string BuildLinkHello(const ParamList& app_params, std::string_view session
 // The hello of a cancel link: a StartupMessage whose only parameter is
 // hyperpool.cancel_session = `session_id`.
 std::string BuildCancelHello(std::string_view session_id);
-
-// The hello of a placement probe link: hyperpool.probe = 1 and nothing else.
-std::string BuildProbeHello();
 
 // The ParameterStatus set to report to an app: the origin's `origin` values,
 // with client_encoding, DateStyle, TimeZone, IntervalStyle and

@@ -52,6 +52,7 @@
 #include "endpoint/session_settings.h"
 #include "endpoint/settings_replay.h"
 #include "endpoint/statement_session.h"
+#include "placement/probe.h"
 #include "pool/pool.h"
 #include "pool/release_policy.h"
 #include "protocol/codec.h"
@@ -359,7 +360,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     }
     std::string out;
-    protocol::Encode(protocol::ParameterStatus{"hyperpool.origin_rtt_us", std::to_string(ep->origin_rtt_us.load())},
+    protocol::Encode(protocol::ParameterStatus{placement::kOriginRttParam, std::to_string(ep->origin_rtt_us.load())},
                      out);
     AppendReadyForQuery(out, 'I');
     (void)co_await link_->Send(std::move(out));
@@ -546,7 +547,7 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& [name, value] : hello_parameters_) {
       if (name == "hyperpool.cancel_session") cancel_id = value;
       if (name == "hyperpool.session_id") session_id_ = value;
-      if (name == "hyperpool.probe") probe_ = true;
+      if (name == placement::kProbeParam) probe_ = true;
     }
     if (probe_) {
       session_id_.clear();

@@ -16,6 +16,7 @@
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "hyperpool/endpoint.h"
+#include "hyperpool/placement.h"
 #include "hyperpool/validate.h"
 #include "support/pg_fixture.h"
 #include "unit/endpoint/endpoint_test_util.h"
@@ -581,6 +582,26 @@ TEST_CASE("a placement probe is answered with the origin round trip, then the li
   for (int i = 0; i < 200 && ep->Stats().sessions > 0; ++i) std::this_thread::sleep_for(10ms);
   CHECK(ep->Stats().sessions == 0);
   CHECK(ep->Stats().origin_idle == 1);
+  ep->Stop();
+}
+
+TEST_CASE("latency placement measures a real Endpoint through a transport") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, pg.scram, "sslmode=disable"));
+  auto transport = MakeInProcessTransport(*ep);
+  EndpointMeasurement m = Await(io, MeasureEndpoint(io.executor(), *transport, {"local", "in-process"}));
+  REQUIRE(m.status.ok());
+  CHECK(m.origin_rtt.count() > 0);
+  CHECK(m.client_rtt.count() > 0);
+  auto broken = MakeEndpoint(io, Origin(pg, PgRole{pg.scram.user, "wrong-password"}, "sslmode=disable"));
+  auto broken_transport = MakeInProcessTransport(*broken);
+  EndpointMeasurement b = Await(io, MeasureEndpoint(io.executor(), *broken_transport, {"broken", "in-process"}));
+  CHECK_FALSE(b.status.ok());
+  auto chosen = MakeLatencyPlacement({b, m})->Choose("db");
+  REQUIRE(chosen.ok());
+  CHECK(chosen->name == "local");
+  broken->Stop();
   ep->Stop();
 }
 
