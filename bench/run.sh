@@ -268,13 +268,27 @@ for (( rep = 1; rep <= REPS; rep++ )); do
   done
 done
 
+# Peak RSS of the poolers over the pgbench runs (before the idle-client test restarts hyperpool).
+for t in pgbouncer hyperpool; do
+  pid=${T_PID[$t]:-0}
+  if [ "$pid" != 0 ] && [ -r "/proc/$pid/status" ]; then
+    echo "$t $(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >> "$OUT/peak_rss.txt"
+  fi
+done
+
 # --- memory per idle client ---------------------------------------------------
 if [ "$IDLE_N" -gt 0 ]; then
   log "memory per idle client ($IDLE_N connections each)"
   for t in "${TARGETS[@]}"; do
     n=$IDLE_N
     if [ "$t" = direct ]; then n=$(( IDLE_N < 100 ? IDLE_N : 100 )); fi  # max_connections = 200
-    if [ "$t" = hyperpool ]; then ensure_hyperpool idle idle || { echo "{\"target\": \"hyperpool\", \"error\": \"$HP_START_ERROR\"}" >> "$OUT/idle.jsonl"; continue; }; fi
+    if [ "$t" = hyperpool ]; then
+      # A fresh process: after the pgbench runs the cache's freed memory
+      # would absorb the clients' and hide them (the 0.00 kB of an earlier run).
+      if [ -n "$HP_PID" ]; then kill "$HP_PID" 2>/dev/null; wait "$HP_PID" 2>/dev/null; HP_PID=""; fi
+      if start_hyperpool; then T_PORT[hyperpool]=$HP_PORT; T_PID[hyperpool]=$HP_PID
+      else echo "{\"target\": \"hyperpool\", \"error\": \"$HP_START_ERROR\"}" >> "$OUT/idle.jsonl"; continue; fi
+    fi
     res=$(timeout 300 $PY "$BENCH/idle_clients.py" --host 127.0.0.1 --port "${T_PORT[$t]}" --user "$BUSER" \
       --password "$BPASS" --database "$DB" -n "$n" --pid "${T_PID[$t]}" 2>"$OUT/logs/idle-$t.err") \
       || res="{\"error\": \"idle_clients.py failed: $(tail -n 1 "$OUT/logs/idle-$t.err" | tr '"' "'" | cut -c1-300)\"}"
@@ -283,13 +297,6 @@ if [ "$IDLE_N" -gt 0 ]; then
   done
 fi
 
-# Peak RSS of the poolers over the whole suite.
-for t in pgbouncer hyperpool; do
-  pid=${T_PID[$t]:-0}
-  if [ "$pid" != 0 ] && [ -r "/proc/$pid/status" ]; then
-    echo "$t $(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >> "$OUT/peak_rss.txt"
-  fi
-done
 
 # --- microbenchmarks ----------------------------------------------------------
 if [ "$MICRO" = 1 ]; then
