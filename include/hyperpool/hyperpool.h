@@ -49,4 +49,20 @@ class Connection {
 // the origin itself is reached lazily (use ValidateOrigin to check it first).
 absl::StatusOr<std::unique_ptr<Connection>> connect(ConnectOptions options);
 
+// A Client whose Endpoint runs elsewhere (`hyperpool endpoint`, or a
+// LinkListener in front of an Endpoint), reached over TLS.
+struct RemoteConnectOptions {
+  SocketTransportOptions endpoint;
+  ClientOptions client;
+  // As in ConnectOptions.
+  asio::io_context* io_context = nullptr;
+  unsigned threads = 0;
+};
+
+// Starts only a Client, whose links go to the remote Endpoint through a
+// SocketTransport. Fails on bad options or if the listener cannot bind; the
+// Endpoint is reached lazily (in the background, to open links ahead).
+// endpoint_stats() of the result is empty: the Endpoint is elsewhere.
+absl::StatusOr<std::unique_ptr<Connection>> connect_remote(RemoteConnectOptions options);
+
 }  // namespace hyperpool

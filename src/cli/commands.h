@@ -9,9 +9,15 @@ int Serve(int argc, char** argv);
 int Validate(int argc, char** argv);
 // `hyperpool demo ...`: the seed's benchmark across a simulated WAN (demo.cc).
 int Demo(int argc, char** argv);
+// `hyperpool endpoint ...` / `hyperpool client ...`: one half each, joined
+// over TLS by the socket transport (remote.cc).
+int RunEndpoint(int argc, char** argv);
+int RunClient(int argc, char** argv);
 
 extern const char* const kServeUsage;
 extern const char* const kValidateUsage;
 extern const char* const kDemoUsage;
+extern const char* const kEndpointUsage;
+extern const char* const kClientUsage;
 
 }  // namespace hyperpool::cli

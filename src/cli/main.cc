@@ -17,6 +17,10 @@ constexpr const char* kUsage = R"(usage: hyperpool <command> [options]
 Commands:
   serve         run a local endpoint for applications, pooling one origin database
                 (hyperpool serve --help for every option)
+  endpoint      run only the Endpoint half near the origin database, for remote Clients
+                over TLS (hyperpool endpoint --help)
+  client        run only the Client half beside the application, its links going to a
+                remote `hyperpool endpoint` (hyperpool client --help)
   validate      check that an origin database is reachable and accepts the login
                 (hyperpool validate --help)
   demo          the Hyperdrive write-up's benchmark on this machine: direct vs pooled vs
@@ -48,6 +52,10 @@ int main(int argc, char** argv) {
     std::fputs("\n", stdout);
     std::fputs(hyperpool::cli::kServeUsage, stdout);
     std::fputs("\n", stdout);
+    std::fputs(hyperpool::cli::kEndpointUsage, stdout);
+    std::fputs("\n", stdout);
+    std::fputs(hyperpool::cli::kClientUsage, stdout);
+    std::fputs("\n", stdout);
     std::fputs(hyperpool::cli::kValidateUsage, stdout);
     std::fputs("\n", stdout);
     std::fputs(hyperpool::cli::kDemoUsage, stdout);
@@ -55,6 +63,8 @@ int main(int argc, char** argv) {
   }
   if (cmd == "--version" || cmd == "-V") return PrintVersion();
   if (cmd == "serve") return hyperpool::cli::Serve(argc, argv);
+  if (cmd == "endpoint") return hyperpool::cli::RunEndpoint(argc, argv);
+  if (cmd == "client") return hyperpool::cli::RunClient(argc, argv);
   if (cmd == "validate") return hyperpool::cli::Validate(argc, argv);
   if (cmd == "demo") return hyperpool::cli::Demo(argc, argv);
   if (cmd == "wan") return hyperpool::wan::RunWanCommand(argc - 1, argv + 1);

@@ -1,5 +1,7 @@
 // hyperpool::connect(): one Client and one in-process Endpoint, on worker
 // threads hyperpool owns (one io_context each) or on the host's io_context.
+// hyperpool::connect_remote(): the same with only the Client, whose links go
+// to a remote Endpoint through a SocketTransport.
 
 #include <algorithm>
 #include <chrono>
@@ -47,6 +49,7 @@ class ConnectionImpl final : public Connection {
     if (closed_) return;
     closed_ = true;
     if (client_) client_->Stop();
+    if (socket_transport_) socket_transport_->Stop();  // its background work keeps the workers busy
     if (endpoint_) endpoint_->Stop();
     guards_.clear();  // worker threads return once their work has unwound
     if (!threads_.empty()) {
@@ -66,16 +69,39 @@ class ConnectionImpl final : public Connection {
       threads_.clear();
     }
     client_.reset();
+    socket_transport_ = nullptr;
     transport_.reset();
     endpoint_.reset();
   }
 
   absl::Status Start(ConnectOptions options) {
+    std::vector<asio::any_io_executor> executors = StartWorkers(options.io_context, options.threads);
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(executors[0], std::move(options.endpoint));
+    if (!endpoint.ok()) return endpoint.status();
+    endpoint_ = *std::move(endpoint);
+    transport_ = MakeInProcessTransport(*endpoint_);
+    return StartClient(std::move(executors), std::move(options.client));
+  }
+
+  absl::Status StartRemote(RemoteConnectOptions options) {
+    std::vector<asio::any_io_executor> executors = StartWorkers(options.io_context, options.threads);
+    absl::StatusOr<std::unique_ptr<SocketTransport>> transport =
+        MakeSocketTransport(executors, std::move(options.endpoint));
+    if (!transport.ok()) return transport.status();
+    socket_transport_ = transport->get();
+    transport_ = *std::move(transport);
+    return StartClient(std::move(executors), std::move(options.client));
+  }
+
+ private:
+  // The executors to run on: the host's io_context, or worker threads of
+  // our own (one io_context each).
+  std::vector<asio::any_io_executor> StartWorkers(asio::io_context* host, unsigned threads) {
     std::vector<asio::any_io_executor> executors;
-    if (options.io_context != nullptr) {
-      executors.push_back(options.io_context->get_executor());
+    if (host != nullptr) {
+      executors.push_back(host->get_executor());
     } else {
-      unsigned n = options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+      unsigned n = threads != 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
       for (unsigned i = 0; i < n; ++i) {
         ios_.push_back(std::make_unique<asio::io_context>(1));
         guards_.emplace_back(ios_.back()->get_executor());
@@ -93,18 +119,17 @@ class ConnectionImpl final : public Connection {
         running_cv_.notify_all();
       });
     }
-    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(executors[0], std::move(options.endpoint));
-    if (!endpoint.ok()) return endpoint.status();
-    endpoint_ = *std::move(endpoint);
-    transport_ = MakeInProcessTransport(*endpoint_);
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(executors, *transport_, std::move(options.client));
+    return executors;
+  }
+
+  absl::Status StartClient(std::vector<asio::any_io_executor> executors, ClientOptions options) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(std::move(executors), *transport_, std::move(options));
     if (!client.ok()) return client.status();
     client_ = *std::move(client);
     url_ = client_->connection_string();
     return absl::OkStatus();
   }
 
- private:
   // Destroyed last: everything below may hold handles into these.
   std::vector<std::unique_ptr<asio::io_context>> ios_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
@@ -115,6 +140,7 @@ class ConnectionImpl final : public Connection {
 
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<Transport> transport_;
+  SocketTransport* socket_transport_ = nullptr;  // transport_, when the Endpoint is remote
   std::unique_ptr<Client> client_;
   std::string url_;
   mutable std::mutex mu_;
@@ -126,6 +152,16 @@ class ConnectionImpl final : public Connection {
 absl::StatusOr<std::unique_ptr<Connection>> connect(ConnectOptions options) {
   auto connection = std::make_unique<ConnectionImpl>();
   absl::Status started = connection->Start(std::move(options));
+  if (!started.ok()) {
+    connection->Close();
+    return started;
+  }
+  return std::unique_ptr<Connection>(std::move(connection));
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> connect_remote(RemoteConnectOptions options) {
+  auto connection = std::make_unique<ConnectionImpl>();
+  absl::Status started = connection->StartRemote(std::move(options));
   if (!started.ok()) {
     connection->Close();
     return started;

@@ -1,0 +1,566 @@
+// `hyperpool endpoint` and `hyperpool client`: the two halves in separate
+// processes (usually on separate machines), joined by the socket transport
+// (docs/architecture.md, "Socket transport").
+//
+//   endpoint: an Endpoint behind a LinkListener (TLS + link secret), near the
+//             origin database. Prints the address it listens on first.
+//   client:   a Client whose links go to that Endpoint, beside the
+//             application. Prints the local connection string first.
+//
+// Both log to stderr, drain and exit 0 on SIGINT/SIGTERM, like `serve`.
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/use_future.hpp>
+#include <fmt/format.h>
+
+#include "absl/strings/numbers.h"
+#include "cli/commands.h"
+#include "client/client_util.h"
+#include "hyperpool/hyperpool.h"
+#include "hyperpool/placement.h"
+
+namespace hyperpool::cli {
+
+const char* const kEndpointUsage = R"(usage: hyperpool endpoint --listen HOST:PORT --origin URL --tls-cert FILE --tls-key FILE
+                          --link-secret-file FILE [options]
+
+Runs only the Endpoint half, near the origin database: it pools origin
+connections for the Clients (`hyperpool client`) that connect to it over TLS
+and prove they know the link secret. Prints the address it listens on
+(HOST:PORT) as the first line of stdout, logs to stderr, drains and exits 0 on
+SIGINT or SIGTERM.
+
+Options:
+  --listen HOST:PORT      address for Clients' links (an IP address; 0.0.0.0 for all;
+                          port 0 picks a free port, printed)
+  --origin URL            origin database: postgresql://user:pass@host:port/db?sslmode=...
+                          or a key=value string (default: $HYPERPOOL_ORIGIN)
+  --tls-cert FILE         PEM certificate chain presented to Clients (leaf first); its
+                          subjectAltName must name the host Clients connect to
+  --tls-key FILE          its PEM private key
+  --link-secret-file FILE the secret Clients must know (at least 16 bytes; a trailing
+                          newline is ignored), e.g. from `openssl rand -hex 32`
+  --handshake-timeout MS  limit for a new link's TLS handshake and secret (default 10000)
+  --pool-size N           most origin connections open at once (default 10)
+  --min-idle N            origin connections kept open while idle (default 0)
+  --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
+  --idle-timeout S        close idle origin connections above min-idle after S seconds (default 600)
+  --max-lifetime S        close origin connections older than S seconds (default 3600)
+  --pool-mode MODE        transaction (default) or session
+  --no-cache              turn the Endpoint's query-cache tier off
+  --cache-max-age S       seconds a cached result is served fresh (default 60, at most 3600)
+  --cache-swr S           seconds a stale result is served while one refresh runs (default 15)
+  --help                  print this help
+)";
+
+const char* const kClientUsage = R"(usage: hyperpool client --endpoint HOST:PORT --tls-ca FILE --link-secret-file FILE [options]
+
+Runs only the Client half, beside the application: a local PostgreSQL
+endpoint whose sessions go to a remote `hyperpool endpoint` over TLS. Prints
+the local connection string as the first line of stdout, logs to stderr,
+drains and exits 0 on SIGINT or SIGTERM. Links are opened ahead, so a new
+session costs no round trip to the Endpoint before its first query goes out.
+
+Options:
+  --endpoint HOST:PORT    the Endpoint's link address (host name or IP address). Give it
+                          more than once and the Client probes each at start and uses
+                          the one with the lowest client + 2 x origin round trip
+                          (latency placement; each answers its own origin round trip)
+  --tls-ca FILE           PEM CA certificates that may sign the Endpoint's certificate
+                          ("system": the system trust store)
+  --tls-server-name NAME  name the Endpoint's certificate must carry (default: the
+                          --endpoint host)
+  --link-secret-file FILE the secret shared with the Endpoint (at least 16 bytes; a
+                          trailing newline is ignored)
+  --preopen N             links kept open ahead of need (default 4; 0 = none)
+  --preopen-max-idle S    replace a link opened ahead after S seconds unused (default 30)
+  --connect-timeout MS    limit for reaching the Endpoint (TCP + TLS) (default 5000)
+  --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
+  --user U                user name applications log in with (default hyperpool)
+  --password P            their password (default: a random one, shown in the connection string)
+  --database D            database name applications use (default hyperpool)
+  --threads N             worker threads (default 0 = one per core)
+  --no-cache              turn the Client's query-cache tier off
+  --cache-max-age S       at most this many seconds for a locally cached result (default 60)
+  --cache-swr S           as for serve (default 15)
+  --help                  print this help
+)";
+
+namespace {
+
+// How long shutdown lets links and sessions unwind before stopping outright.
+constexpr std::chrono::seconds kDrainLimit{5};
+// A secret file is a few dozen bytes; refuse anything that is clearly not one.
+constexpr std::size_t kMaxSecretFileBytes = 4096;
+
+void LogLine(std::string_view command, const std::string& line) {
+  std::string text = fmt::format("hyperpool {}: {}\n", command, line);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+int UsageError(std::string_view command, const char* usage, const std::string& message) {
+  std::fprintf(stderr, "hyperpool %s: %s\n\n%s", std::string(command).c_str(), message.c_str(), usage);
+  return 2;
+}
+
+template <typename T>
+bool ParseNumber(std::string_view text, T& out) {
+  uint64_t value;
+  if (!absl::SimpleAtoi(std::string(text), &value)) return false;
+  out = static_cast<T>(value);
+  return static_cast<uint64_t>(out) == value;
+}
+
+// "HOST:PORT" or "[v6]:PORT".
+bool ParseHostPort(const std::string& value, std::string& host, uint16_t& port) {
+  size_t colon = value.rfind(':');
+  if (colon == std::string::npos) return false;
+  host = value.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return ParseNumber(std::string_view(value).substr(colon + 1), port);
+}
+
+std::string FormatHostPort(const std::string& host, uint16_t port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+}
+
+// The link secret: the file's bytes without trailing whitespace (so that
+// `openssl rand -hex 32 > f` and `printf %s ... > f` give the same secret).
+absl::StatusOr<std::string> ReadSecretFile(std::string_view command, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(fmt::format("cannot read the link secret file '{}'", path));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  std::string secret = buffer.str();
+  if (secret.size() > kMaxSecretFileBytes) {
+    return absl::InvalidArgumentError(fmt::format("the link secret file '{}' is larger than {} bytes", path,
+                                                  kMaxSecretFileBytes));
+  }
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r' || secret.back() == ' ' ||
+                             secret.back() == '\t')) {
+    secret.pop_back();
+  }
+  if (secret.size() < 16) {
+    return absl::InvalidArgumentError(
+        fmt::format("the link secret in '{}' is shorter than 16 bytes (try `openssl rand -hex 32`)", path));
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    LogLine(command, fmt::format("warning: the link secret file '{}' is readable by other users", path));
+  }
+  return secret;
+}
+
+// One "--name value" or "--name=value" argument at a time.
+class Args {
+ public:
+  Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  // Advances to the next argument; false at the end.
+  bool Next() {
+    if (i_ >= argc_) return false;
+    std::string_view arg = argv_[i_++];
+    has_inline_ = false;
+    name_ = arg;
+    if (arg.substr(0, 2) == "--") {
+      size_t eq = arg.find('=');
+      if (eq != std::string_view::npos) {
+        name_ = arg.substr(0, eq);
+        value_ = std::string(arg.substr(eq + 1));
+        has_inline_ = true;
+      }
+    }
+    return true;
+  }
+  std::string_view name() const { return name_; }
+  // The option's value; false if there is none.
+  bool Value(std::string& out) {
+    if (has_inline_) {
+      out = value_;
+      return true;
+    }
+    if (i_ >= argc_) return false;
+    out = argv_[i_++];
+    return true;
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int i_ = 2;  // after "hyperpool <command>"
+  std::string_view name_;
+  std::string value_;
+  bool has_inline_ = false;
+};
+
+// Options `hyperpool endpoint` shares with `serve` (pool and cache). Returns
+// an error message, "" when applied, or nullopt when `name` is not one of them.
+std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
+                                               EndpointOptions& options) {
+  uint64_t number = 0;
+  const bool numeric = ParseNumber(value, number);
+  if (name == "--origin") {
+    options.origin = value;
+  } else if (name == "--pool-size") {
+    if (!numeric || number == 0) return "--pool-size needs a positive number";
+    options.pool.max_size = number;
+  } else if (name == "--min-idle") {
+    if (!numeric) return "--min-idle needs a number";
+    options.pool.min_idle = number;
+  } else if (name == "--acquire-timeout") {
+    if (!numeric) return "--acquire-timeout needs milliseconds";
+    options.pool.acquire_timeout = std::chrono::milliseconds(number);
+  } else if (name == "--idle-timeout") {
+    if (!numeric) return "--idle-timeout needs seconds";
+    options.pool.idle_timeout = std::chrono::seconds(number);
+  } else if (name == "--max-lifetime") {
+    if (!numeric) return "--max-lifetime needs seconds";
+    options.pool.max_lifetime = std::chrono::seconds(number);
+  } else if (name == "--pool-mode") {
+    if (value == "transaction") {
+      options.pool.mode = PoolMode::kTransaction;
+    } else if (value == "session") {
+      options.pool.mode = PoolMode::kSession;
+    } else {
+      return "--pool-mode is transaction or session";
+    }
+  } else if (name == "--cache-max-age") {
+    if (!numeric || number > 3600) return "--cache-max-age needs seconds (at most 3600)";
+    options.cache.max_age = std::chrono::seconds(number);
+  } else if (name == "--cache-swr") {
+    if (!numeric || number > 3600) return "--cache-swr needs seconds (at most 3600)";
+    options.cache.stale_while_revalidate = std::chrono::seconds(number);
+  } else {
+    return std::nullopt;
+  }
+  return std::string();
+}
+
+// Blocks until SIGINT or SIGTERM; returns which. The signal set must exist
+// before any worker thread starts (so none sees the default disposition).
+int WaitForSignal(asio::io_context& signals_io, asio::signal_set& signals) {
+  int received = 0;
+  signals.async_wait([&](const asio::error_code& ec, int signo) {
+    if (!ec) received = signo;
+  });
+  signals_io.run();
+  return received;
+}
+
+}  // namespace
+
+int RunEndpoint(int argc, char** argv) {
+  constexpr std::string_view kCommand = "endpoint";
+  auto usage_error = [&](const std::string& message) { return UsageError(kCommand, kEndpointUsage, message); };
+  EndpointOptions options;
+  if (const char* env = std::getenv("HYPERPOOL_ORIGIN")) options.origin = env;
+  LinkListenerOptions listen;
+  listen.host.clear();
+  bool have_listen = false;
+  std::string secret_file;
+  Args args(argc, argv);
+  while (args.Next()) {
+    std::string_view name = args.name();
+    if (name == "--help" || name == "-h") {
+      std::fputs(kEndpointUsage, stdout);
+      return 0;
+    }
+    if (name == "--no-cache") {
+      options.cache.enabled = false;
+      continue;
+    }
+    std::string value;
+    if (!args.Value(value)) return usage_error(fmt::format("option {} needs a value", std::string(name)));
+    if (auto applied = ApplyEndpointOption(name, value, options)) {
+      if (!applied->empty()) return usage_error(*applied);
+      continue;
+    }
+    uint64_t number = 0;
+    if (name == "--listen") {
+      if (!ParseHostPort(value, listen.host, listen.port)) return usage_error("--listen needs HOST:PORT");
+      if (listen.host.empty()) listen.host = "0.0.0.0";
+      have_listen = true;
+    } else if (name == "--tls-cert") {
+      listen.tls_cert_file = value;
+    } else if (name == "--tls-key") {
+      listen.tls_key_file = value;
+    } else if (name == "--link-secret-file") {
+      secret_file = value;
+    } else if (name == "--handshake-timeout") {
+      if (!ParseNumber(value, number) || number == 0) return usage_error("--handshake-timeout needs milliseconds");
+      listen.handshake_timeout = std::chrono::milliseconds(number);
+    } else {
+      return usage_error(fmt::format("unknown option {}", std::string(name)));
+    }
+  }
+  if (!have_listen) return usage_error("--listen is required");
+  if (options.origin.empty()) return usage_error("--origin is required");
+  if (listen.tls_cert_file.empty() || listen.tls_key_file.empty()) {
+    return usage_error("--tls-cert and --tls-key are required (links are always encrypted)");
+  }
+  if (secret_file.empty()) return usage_error("--link-secret-file is required");
+  if (options.pool.min_idle > options.pool.max_size) return usage_error("--min-idle cannot exceed --pool-size");
+  absl::StatusOr<std::string> secret = ReadSecretFile(kCommand, secret_file);
+  if (!secret.ok()) return usage_error(std::string(secret.status().message()));
+  listen.link_secret = *std::move(secret);
+  listen.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
+
+  asio::io_context signals_io(1);
+  asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::string redacted = client::RedactOrigin(options.origin);
+  const size_t pool_size = options.pool.max_size;
+  const char* mode = options.pool.mode == PoolMode::kTransaction ? "transaction" : "session";
+
+  // The Endpoint runs on one executor (its sessions and pool share it), and
+  // so do its links: one worker thread.
+  asio::io_context io(1);
+  auto guard = asio::make_work_guard(io);
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::thread worker([&] {
+    io.run();
+    std::lock_guard lock(done_mu);
+    done = true;
+    done_cv.notify_all();
+  });
+  std::unique_ptr<Endpoint> endpoint;
+  std::unique_ptr<LinkListener> listener;
+  auto shut_down = [&] {
+    if (listener) listener->Stop();
+    if (endpoint) endpoint->Stop();
+    guard.reset();
+    {
+      std::unique_lock lock(done_mu);
+      if (!done_cv.wait_for(lock, kDrainLimit, [&] { return done; })) io.stop();
+    }
+    worker.join();
+    listener.reset();
+    endpoint.reset();
+  };
+
+  absl::StatusOr<std::unique_ptr<Endpoint>> created = Endpoint::Create(io.get_executor(), std::move(options));
+  if (!created.ok()) {
+    LogLine(kCommand, fmt::format("cannot start: {}", std::string(created.status().message())));
+    shut_down();
+    return 1;
+  }
+  endpoint = *std::move(created);
+  const std::string listen_host = listen.host;
+  absl::StatusOr<std::unique_ptr<LinkListener>> made = MakeLinkListener(io.get_executor(), *endpoint, std::move(listen));
+  if (!made.ok()) {
+    LogLine(kCommand, fmt::format("cannot start: {}", std::string(made.status().message())));
+    shut_down();
+    return 1;
+  }
+  listener = *std::move(made);
+  const std::string address = FormatHostPort(listen_host, listener->port());
+  std::fputs((address + "\n").c_str(), stdout);
+  std::fflush(stdout);
+  LogLine(kCommand, fmt::format("ready; links on {} (TLS), origin {} (pool {} connections, {} mode)", address,
+                                redacted, pool_size, mode));
+
+  int received = WaitForSignal(signals_io, signals);
+  LogLine(kCommand, fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
+  const EndpointStats stats = endpoint->Stats();
+  const LinkListenerStats links = listener->Stats();
+  const std::string cache_report = endpoint->CacheReport(10);
+  shut_down();
+  LogLine(kCommand, fmt::format("stopped after {} transactions; links: {} accepted, {} rejected (secret), "
+                                "{} failed TLS, {} timed out",
+                                stats.transactions, links.accepted, links.rejected, links.tls_failures,
+                                links.timeouts));
+  if (!cache_report.empty()) LogLine(kCommand, fmt::format("query cache:\n{}", cache_report));
+  return 0;
+}
+
+// Several --endpoint: probes each once through its own transport (no links
+// opened ahead) and returns the index of the one latency placement picks.
+absl::StatusOr<std::size_t> ChooseEndpoint(std::string_view command,
+                                           const std::vector<std::pair<std::string, uint16_t>>& candidates,
+                                           const SocketTransportOptions& base) {
+  asio::io_context io(1);
+  std::vector<EndpointMeasurement> measured;
+  for (const auto& [host, port] : candidates) {
+    SocketTransportOptions o = base;
+    o.host = host;
+    o.port = port;
+    o.preopen = 0;
+    o.log = nullptr;
+    const std::string where = FormatHostPort(host, port);
+    EndpointMeasurement m;
+    m.endpoint = {where, where};
+    absl::StatusOr<std::unique_ptr<SocketTransport>> transport = MakeSocketTransport({io.get_executor()}, o);
+    if (!transport.ok()) {
+      m.status = transport.status();
+    } else {
+      // Twice: the first probe may wait for the Endpoint to measure its origin.
+      for (int i = 0; i < 2; ++i) {
+        auto future = asio::co_spawn(io, MeasureEndpoint(io.get_executor(), **transport, m.endpoint), asio::use_future);
+        io.run();
+        io.restart();
+        EndpointMeasurement next = future.get();
+        if (i == 0 || !next.status.ok() || next.client_rtt < m.client_rtt) m = std::move(next);
+        if (!m.status.ok()) break;
+      }
+      (*transport)->Stop();
+      transport->reset();
+      io.run();  // lets the closed links unwind
+      io.restart();
+    }
+    if (m.status.ok()) {
+      LogLine(command, fmt::format("placement: endpoint {}: round trip {:.2f} ms, its origin round trip {:.2f} ms",
+                                   where, m.client_rtt.count() / 1000.0, m.origin_rtt.count() / 1000.0));
+    } else {
+      LogLine(command, fmt::format("placement: endpoint {}: not usable: {}", where, std::string(m.status.message())));
+    }
+    measured.push_back(std::move(m));
+  }
+  absl::StatusOr<EndpointAddress> chosen = MakeLatencyPlacement(measured)->Choose("");
+  if (!chosen.ok()) return chosen.status();
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    if (measured[i].endpoint.address == chosen->address) return i;
+  }
+  return absl::InternalError("placement chose an unknown endpoint");
+}
+
+int RunClient(int argc, char** argv) {
+  constexpr std::string_view kCommand = "client";
+  auto usage_error = [&](const std::string& message) { return UsageError(kCommand, kClientUsage, message); };
+  RemoteConnectOptions options;
+  std::string secret_file;
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  Args args(argc, argv);
+  while (args.Next()) {
+    std::string_view name = args.name();
+    if (name == "--help" || name == "-h") {
+      std::fputs(kClientUsage, stdout);
+      return 0;
+    }
+    if (name == "--no-cache") {
+      options.client.cache.enabled = false;
+      continue;
+    }
+    std::string value;
+    if (!args.Value(value)) return usage_error(fmt::format("option {} needs a value", std::string(name)));
+    uint64_t number = 0;
+    const bool numeric = ParseNumber(value, number);
+    if (name == "--endpoint") {
+      std::string host;
+      uint16_t port = 0;
+      if (!ParseHostPort(value, host, port) || host.empty() || port == 0) {
+        return usage_error("--endpoint needs HOST:PORT");
+      }
+      endpoints.emplace_back(std::move(host), port);
+    } else if (name == "--tls-ca") {
+      options.endpoint.tls_ca_file = value;
+    } else if (name == "--tls-server-name") {
+      options.endpoint.tls_server_name = value;
+    } else if (name == "--link-secret-file") {
+      secret_file = value;
+    } else if (name == "--preopen") {
+      if (!numeric || number > 1000) return usage_error("--preopen needs a number (at most 1000)");
+      options.endpoint.preopen = number;
+    } else if (name == "--preopen-max-idle") {
+      if (!numeric || number == 0) return usage_error("--preopen-max-idle needs seconds");
+      options.endpoint.preopen_max_idle = std::chrono::seconds(number);
+    } else if (name == "--connect-timeout") {
+      if (!numeric || number == 0) return usage_error("--connect-timeout needs milliseconds");
+      options.endpoint.connect_timeout = std::chrono::milliseconds(number);
+    } else if (name == "--listen") {
+      std::string host;
+      uint16_t port;
+      if (!ParseHostPort(value, host, port)) return usage_error("--listen needs HOST:PORT");
+      options.client.listen_host = host.empty() ? "127.0.0.1" : host;
+      options.client.listen_port = port;
+    } else if (name == "--user") {
+      options.client.user = value;
+    } else if (name == "--password") {
+      options.client.password = value;
+    } else if (name == "--database") {
+      options.client.database = value;
+    } else if (name == "--threads") {
+      if (!numeric) return usage_error("--threads needs a number");
+      options.threads = static_cast<unsigned>(number);
+    } else if (name == "--cache-max-age") {
+      if (!numeric || number > 3600) return usage_error("--cache-max-age needs seconds (at most 3600)");
+      options.client.cache.max_age = std::chrono::seconds(number);
+    } else if (name == "--cache-swr") {
+      if (!numeric || number > 3600) return usage_error("--cache-swr needs seconds (at most 3600)");
+      options.client.cache.stale_while_revalidate = std::chrono::seconds(number);
+    } else {
+      return usage_error(fmt::format("unknown option {}", std::string(name)));
+    }
+  }
+  if (endpoints.empty()) return usage_error("--endpoint is required");
+  if (options.endpoint.tls_ca_file.empty()) {
+    return usage_error("--tls-ca is required (the Endpoint's certificate is always verified)");
+  }
+  if (secret_file.empty()) return usage_error("--link-secret-file is required");
+  absl::StatusOr<std::string> secret = ReadSecretFile(kCommand, secret_file);
+  if (!secret.ok()) return usage_error(std::string(secret.status().message()));
+  options.endpoint.link_secret = *std::move(secret);
+  std::size_t pick = 0;
+  if (endpoints.size() > 1) {
+    absl::StatusOr<std::size_t> chosen = ChooseEndpoint(kCommand, endpoints, options.endpoint);
+    if (!chosen.ok()) {
+      LogLine(kCommand, fmt::format("cannot start: {}", std::string(chosen.status().message())));
+      return 1;
+    }
+    pick = *chosen;
+    LogLine(kCommand, fmt::format("placement: chose endpoint {}", FormatHostPort(endpoints[pick].first,
+                                                                               endpoints[pick].second)));
+  }
+  options.endpoint.host = endpoints[pick].first;
+  options.endpoint.port = endpoints[pick].second;
+  options.endpoint.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
+  const std::string where = FormatHostPort(options.endpoint.host, options.endpoint.port);
+  const size_t preopen = options.endpoint.preopen;
+
+  asio::io_context signals_io(1);
+  asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<Connection>> connection = connect_remote(std::move(options));
+  if (!connection.ok()) {
+    LogLine(kCommand, fmt::format("cannot start: {}", std::string(connection.status().message())));
+    return 1;
+  }
+  std::fputs(((*connection)->connection_string() + "\n").c_str(), stdout);
+  std::fflush(stdout);
+  LogLine(kCommand, fmt::format("ready; endpoint {} (TLS, {} links opened ahead)", where, preopen));
+
+  int received = WaitForSignal(signals_io, signals);
+  LogLine(kCommand, fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
+  std::string cache_report = (*connection)->cache_report();
+  (*connection)->Close();
+  LogLine(kCommand, "stopped");
+  if (!cache_report.empty()) LogLine(kCommand, fmt::format("query cache:\n{}", cache_report));
+  return 0;
+}
+
+}  // namespace hyperpool::cli
