@@ -181,7 +181,10 @@ int Serve(int argc, char** argv) {
   EndpointStats stats = (*connection)->endpoint_stats();
   std::string cache_report = (*connection)->cache_report();
   (*connection)->Close();
-  LogLine(fmt::format("stopped after {} transactions", stats.transactions));
+  LogLine(fmt::format("stopped after {} transactions; origin connections discarded {}, acquire timeouts {}, "
+                      "cancels forwarded {} ignored {}, pins {}",
+                      stats.transactions, stats.discarded, stats.acquire_timeouts, stats.cancels_forwarded,
+                      stats.cancels_ignored, stats.pins_total));
   if (!cache_report.empty()) LogLine(fmt::format("query cache:\n{}", cache_report));
   return 0;
 }

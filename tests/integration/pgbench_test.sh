@@ -63,6 +63,12 @@ for mode in simple extended; do
   grep -q "processed: 1000/1000" "$tmp/tpcb_$mode.out" || fail "TPC-B ($mode) did not process 1000 transactions"
 done
 
+# The monitor stops before anything else logs in as the role (the check below
+# connects directly, and its scans may start parallel workers of that role).
+kill "$monitor" 2>/dev/null || true
+wait "$monitor" 2>/dev/null || true
+monitor=
+
 # TPC-B's invariants: every balance sum equals the sum of the history deltas.
 sums=$("$PGBIN/psql" -XAtq -d "$DIRECT" -c "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(bbalance) FROM pgbench_branches),
   (SELECT sum(tbalance) FROM pgbench_tellers), (SELECT sum(delta) FROM pgbench_history), (SELECT count(*) FROM pgbench_history)")
@@ -71,22 +77,19 @@ IFS='|' read -r a b t h rows <<<"$sums"
 [ "$a" = "$h" ] && [ "$b" = "$h" ] && [ "$t" = "$h" ] || fail "TPC-B invariants broken: $sums"
 [ "$rows" = 2000 ] || fail "expected 2000 history rows, found $rows"
 
-kill "$monitor" 2>/dev/null || true
-wait "$monitor" 2>/dev/null || true
-monitor=
 max=$(cat "$tmp/max" 2>/dev/null || echo 0)
 echo "most origin backends of $ROLE seen at once: $max"
 [ "$max" -le 5 ] || fail "saw $max origin backends of hyperpool's role (pool size 5)"
 [ "$max" -ge 1 ] || fail "never saw an origin backend of hyperpool's role (is the monitor working?)"
 
+# SIGTERM: a bounded wait for a clean exit (no background guard: its sleep
+# would hold ctest's output pipe open and it would inherit the EXIT trap).
 kill -TERM "$pid"
-( sleep 15; kill -KILL "$pid" 2>/dev/null ) &
-guard=$!
+wait_for 15 bash -c "! kill -0 $pid 2>/dev/null" || { kill -KILL "$pid"; fail "serve did not stop within 15 s of SIGTERM"; }
 set +e
 wait "$pid"
 rc=$?
 set -e
-kill "$guard" 2>/dev/null || true
 pid=
 [ "$rc" = 0 ] || fail "serve exited with $rc after SIGTERM"
 echo "pgbench_test: ok"
