@@ -36,6 +36,7 @@
 #include <fmt/format.h>
 
 #include "absl/strings/numbers.h"
+#include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "client/client_util.h"
 #include "hyperpool/hyperpool.h"
@@ -126,27 +127,6 @@ int UsageError(std::string_view command, const char* usage, const std::string& m
   return 2;
 }
 
-template <typename T>
-bool ParseNumber(std::string_view text, T& out) {
-  uint64_t value;
-  if (!absl::SimpleAtoi(std::string(text), &value)) return false;
-  out = static_cast<T>(value);
-  return static_cast<uint64_t>(out) == value;
-}
-
-// "HOST:PORT" or "[v6]:PORT".
-bool ParseHostPort(const std::string& value, std::string& host, uint16_t& port) {
-  size_t colon = value.rfind(':');
-  if (colon == std::string::npos) return false;
-  host = value.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return ParseNumber(std::string_view(value).substr(colon + 1), port);
-}
-
-std::string FormatHostPort(const std::string& host, uint16_t port) {
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
-}
-
 // The link secret: the file's bytes without trailing whitespace (so that
 // `openssl rand -hex 32 > f` and `printf %s ... > f` give the same secret).
 absl::StatusOr<std::string> ReadSecretFile(std::string_view command, const std::string& path) {
@@ -214,49 +194,6 @@ class Args {
   std::string value_;
   bool has_inline_ = false;
 };
-
-// Options `hyperpool endpoint` shares with `serve` (pool and cache). Returns
-// an error message, "" when applied, or nullopt when `name` is not one of them.
-std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
-                                               EndpointOptions& options) {
-  uint64_t number = 0;
-  const bool numeric = ParseNumber(value, number);
-  if (name == "--origin") {
-    options.origin = value;
-  } else if (name == "--pool-size") {
-    if (!numeric || number == 0) return "--pool-size needs a positive number";
-    options.pool.max_size = number;
-  } else if (name == "--min-idle") {
-    if (!numeric) return "--min-idle needs a number";
-    options.pool.min_idle = number;
-  } else if (name == "--acquire-timeout") {
-    if (!numeric) return "--acquire-timeout needs milliseconds";
-    options.pool.acquire_timeout = std::chrono::milliseconds(number);
-  } else if (name == "--idle-timeout") {
-    if (!numeric) return "--idle-timeout needs seconds";
-    options.pool.idle_timeout = std::chrono::seconds(number);
-  } else if (name == "--max-lifetime") {
-    if (!numeric) return "--max-lifetime needs seconds";
-    options.pool.max_lifetime = std::chrono::seconds(number);
-  } else if (name == "--pool-mode") {
-    if (value == "transaction") {
-      options.pool.mode = PoolMode::kTransaction;
-    } else if (value == "session") {
-      options.pool.mode = PoolMode::kSession;
-    } else {
-      return "--pool-mode is transaction or session";
-    }
-  } else if (name == "--cache-max-age") {
-    if (!numeric || number > 3600) return "--cache-max-age needs seconds (at most 3600)";
-    options.cache.max_age = std::chrono::seconds(number);
-  } else if (name == "--cache-swr") {
-    if (!numeric || number > 3600) return "--cache-swr needs seconds (at most 3600)";
-    options.cache.stale_while_revalidate = std::chrono::seconds(number);
-  } else {
-    return std::nullopt;
-  }
-  return std::string();
-}
 
 // Blocks until SIGINT or SIGTERM; returns which. The signal set must exist
 // before any worker thread starts (so none sees the default disposition).
@@ -491,27 +428,8 @@ int RunClient(int argc, char** argv) {
     } else if (name == "--connect-timeout") {
       if (!numeric || number == 0) return usage_error("--connect-timeout needs milliseconds");
       options.endpoint.connect_timeout = std::chrono::milliseconds(number);
-    } else if (name == "--listen") {
-      std::string host;
-      uint16_t port;
-      if (!ParseHostPort(value, host, port)) return usage_error("--listen needs HOST:PORT");
-      options.client.listen_host = host.empty() ? "127.0.0.1" : host;
-      options.client.listen_port = port;
-    } else if (name == "--user") {
-      options.client.user = value;
-    } else if (name == "--password") {
-      options.client.password = value;
-    } else if (name == "--database") {
-      options.client.database = value;
-    } else if (name == "--threads") {
-      if (!numeric) return usage_error("--threads needs a number");
-      options.threads = static_cast<unsigned>(number);
-    } else if (name == "--cache-max-age") {
-      if (!numeric || number > 3600) return usage_error("--cache-max-age needs seconds (at most 3600)");
-      options.client.cache.max_age = std::chrono::seconds(number);
-    } else if (name == "--cache-swr") {
-      if (!numeric || number > 3600) return usage_error("--cache-swr needs seconds (at most 3600)");
-      options.client.cache.stale_while_revalidate = std::chrono::seconds(number);
+    } else if (auto applied = ApplyClientOption(name, value, options.client, options.threads)) {
+      if (!applied->empty()) return usage_error(*applied);
     } else {
       return usage_error(fmt::format("unknown option {}", std::string(name)));
     }

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "absl/strings/numbers.h"
+#include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "client/client_util.h"
 #include "hyperpool/hyperpool.h"
@@ -59,14 +61,6 @@ void LogLine(const std::string& line) {
   std::fflush(stderr);
 }
 
-template <typename T>
-bool ParseNumber(std::string_view text, T& out) {
-  uint64_t value;
-  if (!absl::SimpleAtoi(std::string(text), &value)) return false;
-  out = static_cast<T>(value);
-  return static_cast<uint64_t>(out) == value;
-}
-
 }  // namespace
 
 int Serve(int argc, char** argv) {
@@ -93,61 +87,12 @@ int Serve(int argc, char** argv) {
       if (i + 1 >= argc) return UsageError(fmt::format("option {} needs a value", std::string(arg)));
       value = argv[++i];
     }
-    uint64_t number = 0;
-    auto need_number = [&]() { return ParseNumber(value, number); };
-    if (name == "--origin") {
-      options.endpoint.origin = value;
-    } else if (name == "--listen") {
-      size_t colon = value.rfind(':');
-      if (colon == std::string::npos) return UsageError("--listen needs HOST:PORT");
-      std::string host = value.substr(0, colon);
-      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-      uint16_t port;
-      if (!ParseNumber(std::string_view(value).substr(colon + 1), port)) return UsageError("bad port in --listen");
-      options.client.listen_host = host.empty() ? "127.0.0.1" : host;
-      options.client.listen_port = port;
-    } else if (name == "--pool-size") {
-      if (!need_number() || number == 0) return UsageError("--pool-size needs a positive number");
-      options.endpoint.pool.max_size = number;
-    } else if (name == "--min-idle") {
-      if (!need_number()) return UsageError("--min-idle needs a number");
-      options.endpoint.pool.min_idle = number;
-    } else if (name == "--acquire-timeout") {
-      if (!need_number()) return UsageError("--acquire-timeout needs milliseconds");
-      options.endpoint.pool.acquire_timeout = std::chrono::milliseconds(number);
-    } else if (name == "--idle-timeout") {
-      if (!need_number()) return UsageError("--idle-timeout needs seconds");
-      options.endpoint.pool.idle_timeout = std::chrono::seconds(number);
-    } else if (name == "--max-lifetime") {
-      if (!need_number()) return UsageError("--max-lifetime needs seconds");
-      options.endpoint.pool.max_lifetime = std::chrono::seconds(number);
-    } else if (name == "--pool-mode") {
-      if (value == "transaction") {
-        options.endpoint.pool.mode = PoolMode::kTransaction;
-      } else if (value == "session") {
-        options.endpoint.pool.mode = PoolMode::kSession;
-      } else {
-        return UsageError("--pool-mode is transaction or session");
-      }
-    } else if (name == "--user") {
-      options.client.user = value;
-    } else if (name == "--password") {
-      options.client.password = value;
-    } else if (name == "--database") {
-      options.client.database = value;
-    } else if (name == "--cache-max-age") {
-      if (!need_number() || number > 3600) return UsageError("--cache-max-age needs seconds (at most 3600)");
-      options.endpoint.cache.max_age = options.client.cache.max_age = std::chrono::seconds(number);
-    } else if (name == "--cache-swr") {
-      if (!need_number() || number > 3600) return UsageError("--cache-swr needs seconds (at most 3600)");
-      options.endpoint.cache.stale_while_revalidate = options.client.cache.stale_while_revalidate =
-          std::chrono::seconds(number);
-    } else if (name == "--threads") {
-      if (!need_number()) return UsageError("--threads needs a number");
-      options.threads = static_cast<unsigned>(number);
-    } else {
-      return UsageError(fmt::format("unknown option {}", std::string(name)));
-    }
+    // Both halves run here: a cache option sets both tiers.
+    std::optional<std::string> endpoint_error = ApplyEndpointOption(name, value, options.endpoint);
+    std::optional<std::string> client_error = ApplyClientOption(name, value, options.client, options.threads);
+    if (!endpoint_error && !client_error) return UsageError(fmt::format("unknown option {}", std::string(name)));
+    if (endpoint_error && !endpoint_error->empty()) return UsageError(*endpoint_error);
+    if (client_error && !client_error->empty()) return UsageError(*client_error);
   }
   if (options.endpoint.origin.empty()) return UsageError("--origin is required");
   if (options.endpoint.pool.min_idle > options.endpoint.pool.max_size) {

@@ -1,0 +1,98 @@
+#include "cli/cli_options.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+namespace hyperpool::cli {
+
+bool ParseHostPort(const std::string& value, std::string& host, uint16_t& port) {
+  size_t colon = value.rfind(':');
+  if (colon == std::string::npos) return false;
+  host = value.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return ParseNumber(std::string_view(value).substr(colon + 1), port);
+}
+
+std::string FormatHostPort(const std::string& host, uint16_t port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+}
+
+namespace {
+
+// --cache-max-age / --cache-swr for either half's tier.
+std::optional<std::string> ApplyCacheOption(std::string_view name, const std::string& value, CacheOptions& cache) {
+  uint64_t number = 0;
+  const bool numeric = ParseNumber(value, number);
+  if (name == "--cache-max-age") {
+    if (!numeric || number > 3600) return "--cache-max-age needs seconds (at most 3600)";
+    cache.max_age = std::chrono::seconds(number);
+  } else if (name == "--cache-swr") {
+    if (!numeric || number > 3600) return "--cache-swr needs seconds (at most 3600)";
+    cache.stale_while_revalidate = std::chrono::seconds(number);
+  } else {
+    return std::nullopt;
+  }
+  return std::string();
+}
+
+}  // namespace
+
+std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
+                                               EndpointOptions& options) {
+  uint64_t number = 0;
+  const bool numeric = ParseNumber(value, number);
+  if (name == "--origin") {
+    options.origin = value;
+  } else if (name == "--pool-size") {
+    if (!numeric || number == 0) return "--pool-size needs a positive number";
+    options.pool.max_size = number;
+  } else if (name == "--min-idle") {
+    if (!numeric) return "--min-idle needs a number";
+    options.pool.min_idle = number;
+  } else if (name == "--acquire-timeout") {
+    if (!numeric) return "--acquire-timeout needs milliseconds";
+    options.pool.acquire_timeout = std::chrono::milliseconds(number);
+  } else if (name == "--idle-timeout") {
+    if (!numeric) return "--idle-timeout needs seconds";
+    options.pool.idle_timeout = std::chrono::seconds(number);
+  } else if (name == "--max-lifetime") {
+    if (!numeric) return "--max-lifetime needs seconds";
+    options.pool.max_lifetime = std::chrono::seconds(number);
+  } else if (name == "--pool-mode") {
+    if (value == "transaction") {
+      options.pool.mode = PoolMode::kTransaction;
+    } else if (value == "session") {
+      options.pool.mode = PoolMode::kSession;
+    } else {
+      return "--pool-mode is transaction or session";
+    }
+  } else {
+    return ApplyCacheOption(name, value, options.cache);
+  }
+  return std::string();
+}
+
+std::optional<std::string> ApplyClientOption(std::string_view name, const std::string& value,
+                                             ClientOptions& options, unsigned& threads) {
+  if (name == "--listen") {
+    std::string host;
+    uint16_t port = 0;
+    if (!ParseHostPort(value, host, port)) return "--listen needs HOST:PORT";
+    options.listen_host = host.empty() ? "127.0.0.1" : host;
+    options.listen_port = port;
+  } else if (name == "--user") {
+    options.user = value;
+  } else if (name == "--password") {
+    options.password = value;
+  } else if (name == "--database") {
+    options.database = value;
+  } else if (name == "--threads") {
+    if (!ParseNumber(value, threads)) return "--threads needs a number";
+  } else {
+    return ApplyCacheOption(name, value, options.cache);
+  }
+  return std::string();
+}
+
+}  // namespace hyperpool::cli

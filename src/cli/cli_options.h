@@ -1,0 +1,42 @@
+#pragma once
+// Command-line pieces the hyperpool commands share (serve, endpoint,
+// client): numbers, HOST:PORT, and the options of each half, so that one
+// option means the same in every command.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/numbers.h"
+#include "hyperpool/options.h"
+
+namespace hyperpool::cli {
+
+// A non-negative decimal that fits `T`.
+template <typename T>
+bool ParseNumber(std::string_view text, T& out) {
+  uint64_t value;
+  if (!absl::SimpleAtoi(std::string(text), &value)) return false;
+  out = static_cast<T>(value);
+  return static_cast<uint64_t>(out) == value;
+}
+
+// "HOST:PORT" or "[v6]:PORT" (HOST may be empty).
+bool ParseHostPort(const std::string& value, std::string& host, uint16_t& port);
+// The inverse, bracketing IPv6 literals.
+std::string FormatHostPort(const std::string& host, uint16_t port);
+
+// Each returns nullopt when `name` is not one of its options, "" when it
+// applied `value`, or the usage error to print.
+//
+// The Endpoint's: --origin, --pool-size, --min-idle, --acquire-timeout,
+// --idle-timeout, --max-lifetime, --pool-mode, --cache-max-age, --cache-swr.
+std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
+                                               EndpointOptions& options);
+// The Client's: --listen, --user, --password, --database, --threads,
+// --cache-max-age, --cache-swr (its own tier).
+std::optional<std::string> ApplyClientOption(std::string_view name, const std::string& value,
+                                             ClientOptions& options, unsigned& threads);
+
+}  // namespace hyperpool::cli
