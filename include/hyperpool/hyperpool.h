@@ -22,9 +22,11 @@ namespace hyperpool {
 struct ConnectOptions {
   EndpointOptions endpoint;
   ClientOptions client;
-  // When set, everything runs on this io_context, which the host runs
-  // (it must outlive the handle). Otherwise hyperpool starts `threads`
-  // worker threads, each with its own io_context (0 = one per core).
+  // When set, everything runs on this io_context, which the host runs, from
+  // one thread or several (hyperpool then keeps each session and the
+  // Endpoint on a strand); it must outlive the handle. Otherwise hyperpool
+  // starts `threads` worker threads, each with its own io_context (0 = one
+  // per core), and needs no strands.
   asio::io_context* io_context = nullptr;
   unsigned threads = 0;
 };

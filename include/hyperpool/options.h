@@ -67,6 +67,12 @@ struct ClientOptions {
   // How long an application may take to finish its handshake.
   std::chrono::milliseconds handshake_timeout{15000};
   CacheOptions cache;
+  // Each executor given to Client::Create runs on exactly one thread (as
+  // hyperpool's own workers do; connect() sets this): a session then runs on
+  // the executor itself rather than on a strand of it, which saves a lock
+  // and a queue per completion. Leave false for an io_context that several
+  // threads run.
+  bool one_thread_per_executor = false;
 };
 
 }  // namespace hyperpool

@@ -5,7 +5,8 @@
 // the Endpoint, carrying the hello and those first messages in one Send
 // (docs/architecture.md, "The link protocol").
 //
-// One coroutine per app connection, on a strand of one worker's executor.
+// One coroutine per app connection, on one worker's executor (a strand of it
+// when the executor's io_context may run on several threads).
 // After the handshake two legs run concurrently on that strand:
 //   AppToLink: reads whole frontend frames from the socket, sends them on the
 //              link (one Send per read, many frames per Send);
@@ -1062,7 +1063,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 asio::awaitable<void> Client::Impl::AcceptLoop(std::shared_ptr<Impl> self) {
   for (;;) {
     size_t index = next_executor.fetch_add(1, std::memory_order_relaxed) % executors.size();
-    asio::any_io_executor session_executor = asio::make_strand(executors[index]);
+    asio::any_io_executor session_executor =
+        options.one_thread_per_executor ? executors[index] : asio::any_io_executor(asio::make_strand(executors[index]));
     // No structured binding here: g++ 12 mishandles the lifetime of a
     // non-trivial object bound from a co_await result.
     std::tuple<asio::error_code, tcp::socket> accepted =

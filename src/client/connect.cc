@@ -15,6 +15,7 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/strand.hpp>
 
 #include "hyperpool/hyperpool.h"
 
@@ -76,7 +77,12 @@ class ConnectionImpl final : public Connection {
 
   absl::Status Start(ConnectOptions options) {
     std::vector<asio::any_io_executor> executors = StartWorkers(options.io_context, options.threads);
-    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(executors[0], std::move(options.endpoint));
+    // The Endpoint's state belongs to one executor: on a host's io_context,
+    // which several threads may run, that is a strand of it.
+    asio::any_io_executor endpoint_executor =
+        ios_.empty() ? asio::any_io_executor(asio::make_strand(executors[0])) : executors[0];
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+        Endpoint::Create(std::move(endpoint_executor), std::move(options.endpoint));
     if (!endpoint.ok()) return endpoint.status();
     endpoint_ = *std::move(endpoint);
     transport_ = MakeInProcessTransport(*endpoint_);
@@ -123,6 +129,7 @@ class ConnectionImpl final : public Connection {
   }
 
   absl::Status StartClient(std::vector<asio::any_io_executor> executors, ClientOptions options) {
+    options.one_thread_per_executor = !ios_.empty();  // our workers: one thread per io_context
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(std::move(executors), *transport_, std::move(options));
     if (!client.ok()) return client.status();
     client_ = *std::move(client);

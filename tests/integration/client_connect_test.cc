@@ -4,6 +4,10 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -52,6 +56,40 @@ TEST_CASE("psql runs queries through connect()") {
   CHECK(version->rfind("15", 0) == 0);
   (*connection)->Close();
   (*connection)->Close();  // idempotent
+}
+
+TEST_CASE("connect() on a host io_context that four threads run: 8 concurrent psql sessions over a pool of 2") {
+  const auto& cluster = testing::SharedPgCluster();
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  std::vector<std::thread> runners;
+  for (int i = 0; i < 4; ++i) runners.emplace_back([&io] { io.run(); });
+  ConnectOptions options;
+  options.endpoint.origin = Origin(cluster);
+  options.endpoint.pool.max_size = 2;
+  options.io_context = &io;
+  auto connection = connect(options);
+  REQUIRE(connection.ok());
+  const std::string url = (*connection)->connection_string();
+  std::vector<absl::StatusOr<std::string>> results(8, absl::UnknownError("not run"));
+  std::vector<std::thread> apps;
+  for (int i = 0; i < 8; ++i) {
+    apps.emplace_back([&, i] {
+      results[i] = Psql(cluster, url,
+                        "BEGIN; SELECT " + std::to_string(i) + " * 1000 + count(*) FROM generate_series(1, 10); "
+                        "SET LOCAL work_mem = '1MB'; SELECT 'done'; COMMIT");
+    });
+  }
+  for (auto& t : apps) t.join();
+  for (int i = 0; i < 8; ++i) {
+    INFO(i << ": " << results[i].status().ToString());
+    REQUIRE(results[i].ok());
+    CHECK(*results[i] == std::to_string(i * 1000 + 10) + "\ndone");
+  }
+  CHECK((*connection)->endpoint_stats().origin_open <= 2);
+  (*connection)->Close();
+  guard.reset();
+  for (auto& t : runners) t.join();
 }
 
 TEST_CASE("a wrong local password is refused with 28P01") {
