@@ -192,6 +192,7 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::array<std::chrono::microseconds, kRttWindow> rtt_samples{};
   std::size_t rtt_count = 0;
   std::chrono::steady_clock::time_point rtt_measured_at{};
+  bool rtt_refreshing = false;  // a background probe measurement runs
   std::atomic<std::size_t> origin_rtt_us{0};
 
   void NoteThread() { executor_thread.store(std::this_thread::get_id(), std::memory_order_relaxed); }
@@ -218,6 +219,27 @@ asio::awaitable<absl::Status> TimedPing(std::weak_ptr<Endpoint::Impl> weak, Orig
     }
   }
   co_return status;
+}
+
+// Borrows a pooled connection for one timed empty query (an origin RTT
+// sample). A failed ping reports kAborted with the origin's words.
+asio::awaitable<absl::Status> MeasureOriginRtt(std::shared_ptr<Endpoint::Impl> ep) {
+  auto lease = co_await ep->pool->Acquire();
+  if (!lease.ok()) co_return lease.status();
+  auto& conn = lease->As<OriginConnection>();
+  absl::Status pinged = co_await TimedPing(ep, conn);
+  lease->Release(DecideRelease({.mode = ep->options.pool.mode,
+                                .status = ToPoolStatus(conn.transaction_status()),
+                                .client_gone = true,
+                                .broken = conn.broken() || !pinged.ok(),
+                                .lifetime_exceeded = lease->lifetime_exceeded()}));
+  if (!pinged.ok()) {
+    absl::Status failed =
+        absl::AbortedError(fmt::format("hyperpool: the origin did not answer: {}", std::string(pinged.message())));
+    failed.SetPayload(kSqlStatePayload, absl::Cord(std::string(endpoint::kSqlStateConnectionFailure)));
+    co_return failed;
+  }
+  co_return absl::OkStatus();
 }
 
 }  // namespace
@@ -340,24 +362,23 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> AnswerProbe() {
     constexpr auto kFresh = std::chrono::seconds(10);
     std::shared_ptr<Endpoint::Impl> ep = endpoint_;
-    if (ep->rtt_count == 0 || std::chrono::steady_clock::now() - ep->rtt_measured_at > kFresh) {
-      auto lease = co_await ep->pool->Acquire();
-      if (!lease.ok()) {
-        co_await SendFatal(SqlStateOf(lease.status()), AcquireErrorMessage(lease.status()));
+    if (ep->rtt_count == 0) {
+      absl::Status measured = co_await MeasureOriginRtt(ep);
+      if (!measured.ok()) {
+        co_await SendFatal(SqlStateOf(measured), AcquireErrorMessage(measured));
         co_return;
       }
-      auto& conn = lease->As<OriginConnection>();
-      absl::Status pinged = co_await TimedPing(ep, conn);
-      lease->Release(DecideRelease({.mode = ep->options.pool.mode,
-                                    .status = ToPoolStatus(conn.transaction_status()),
-                                    .client_gone = true,
-                                    .broken = conn.broken() || !pinged.ok(),
-                                    .lifetime_exceeded = lease->lifetime_exceeded()}));
-      if (!pinged.ok()) {
-        co_await SendFatal(endpoint::kSqlStateConnectionFailure,
-                           fmt::format("hyperpool: the origin did not answer: {}", std::string(pinged.message())));
-        co_return;
-      }
+    } else if (std::chrono::steady_clock::now() - ep->rtt_measured_at > kFresh && !ep->rtt_refreshing) {
+      // Answer with what is known now (a busy pool must not stall a probe)
+      // and refresh in the background for the next one.
+      ep->rtt_refreshing = true;
+      asio::co_spawn(
+          ep->executor,
+          [ep]() -> asio::awaitable<void> {
+            (void)co_await MeasureOriginRtt(ep);
+            ep->rtt_refreshing = false;
+          },
+          asio::detached);
     }
     std::string out;
     protocol::Encode(protocol::ParameterStatus{placement::kOriginRttParam, std::to_string(ep->origin_rtt_us.load())},
