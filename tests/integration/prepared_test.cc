@@ -36,49 +36,6 @@ std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, std::string origin, std::si
   return std::move(*ep);
 }
 
-std::unique_ptr<LinkClient> Open(IoThread& io, Endpoint& ep) {
-  LinkPair pair = MakeInProcessLinkPair(io.executor(), io.executor());
-  ep.Accept(std::move(pair.second));
-  auto client = std::make_unique<LinkClient>(std::move(pair.first));
-  Result ready = Await(io, client->Open());
-  REQUIRE(ready.status == 'I');
-  return client;
-}
-
-// Frontend message builders.
-std::string Parse(std::string_view name, std::string_view query) {
-  std::string out;
-  protocol::Encode(protocol::Parse{name, query, {}}, out);
-  return out;
-}
-std::string Bind(std::string_view statement, std::vector<std::string> values = {}) {
-  std::string out;
-  protocol::Bind b;
-  b.statement = statement;
-  for (const auto& v : values) b.parameters.push_back(std::string_view(v));
-  protocol::Encode(b, out);
-  return out;
-}
-std::string DescribeS(std::string_view name) {
-  std::string out;
-  protocol::Encode(protocol::Describe{protocol::ObjectKind::kStatement, name}, out);
-  return out;
-}
-std::string Execute() {
-  std::string out;
-  protocol::Encode(protocol::Execute{"", 0}, out);
-  return out;
-}
-std::string CloseS(std::string_view name) {
-  std::string out;
-  protocol::Encode(protocol::Close{protocol::ObjectKind::kStatement, name}, out);
-  return out;
-}
-std::string Sync() {
-  std::string out;
-  protocol::Encode(protocol::Sync{}, out);
-  return out;
-}
 std::string BindExec(std::string_view statement, std::vector<std::string> values = {}) {
   return Bind(statement, std::move(values)) + Execute() + Sync();
 }
@@ -111,8 +68,8 @@ TEST_CASE("two sessions use one statement name for different texts on a pool of 
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_names"), 1);
-  auto a = Open(io, *ep);
-  auto b = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
+  auto b = OpenSession(io, *ep);
   Result ra = Send1(io, *a, Parse("S_1", "SELECT 'a' || $1::text") + DescribeS("S_1") + Sync());
   CHECK(ra.sqlstate.empty());
   Result rb = Send1(io, *b, Parse("S_1", "SELECT 'b' || $1::text") + DescribeS("S_1") + Sync());
@@ -130,9 +87,9 @@ TEST_CASE("a statement prepared on one connection is used after the pool gives a
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_move"), 2);
-  auto a = Open(io, *ep);
-  auto h1 = Open(io, *ep);
-  auto h2 = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
+  auto h1 = OpenSession(io, *ep);
+  auto h2 = OpenSession(io, *ep);
   // h1 holds one connection while a prepares on the other.
   REQUIRE(Send1(io, *h1, QueryBytes("BEGIN")).status == 'T');
   Result prepared = Send1(io, *a, Parse("S_1", "SELECT pg_backend_pid()") + BindExec("S_1"));
@@ -158,7 +115,7 @@ TEST_CASE("Close then re-Parse of the same name with another text") {
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_close"), 1);
-  auto a = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
   CHECK(Send1(io, *a, Parse("S_1", "SELECT 1") + BindExec("S_1")).Cell() == "1");
   Result closed = Send1(io, *a, CloseS("S_1") + Sync());
   CHECK(Tags(closed) == "3 Z");
@@ -175,8 +132,8 @@ TEST_CASE("several unnamed Parses in one pipeline, and the unnamed statement acr
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_unnamed"), 1);
-  auto a = Open(io, *ep);
-  auto b = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
+  auto b = OpenSession(io, *ep);
   std::string flight;
   for (int i = 1; i <= 3; ++i) flight += Parse("", fmt::format("SELECT {}", i)) + Bind("") + Execute();
   flight += Sync();
@@ -196,7 +153,7 @@ TEST_CASE("an error mid-pipeline with several Syncs affects only its own Sync gr
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_pipeline"), 1);
-  auto a = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
   CHECK(Send1(io, *a, Parse("S_ok", "SELECT 'ok'") + DescribeS("S_ok") + Sync()).sqlstate.empty());
   std::string flight = Parse("S_1", "SELECT 1") + BindExec("S_1") +                 // group 1: fine
                        Parse("S_bad", "SELECT * FROM no_such_table") + BindExec("S_bad") +  // group 2: fails
@@ -222,7 +179,7 @@ TEST_CASE("after DDL, cached plan must not change result type until the client p
               .ok());
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_ddl"), 1);
-  auto a = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
   Result first = Send1(io, *a, Parse("S_1", "SELECT * FROM hp_prep_ddl") + BindExec("S_1"));
   REQUIRE(first.sqlstate.empty());
   CHECK(first.rows.at(0).size() == 1);
@@ -245,8 +202,8 @@ TEST_CASE("SQL-level PREPARE pins the client to its connection until DEALLOCATE"
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_sql"), 2);
-  auto a = Open(io, *ep);
-  auto b = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
+  auto b = OpenSession(io, *ep);
   Result prep = Send1(io, *a, QueryBytes("PREPARE q(int) AS SELECT $1 * 2, pg_backend_pid()"));
   REQUIRE(prep.command_tags == std::vector<std::string>{"PREPARE"});
   Result first = Send1(io, *a, QueryBytes("EXECUTE q(21)"));
@@ -273,8 +230,8 @@ TEST_CASE("DISCARD ALL clears the client's statements; they can be prepared agai
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_discard"), 1);
-  auto a = Open(io, *ep);
-  auto b = Open(io, *ep);
+  auto a = OpenSession(io, *ep);
+  auto b = OpenSession(io, *ep);
   REQUIRE(Send1(io, *a, Parse("S_1", "SELECT 1") + BindExec("S_1")).Cell() == "1");
   REQUIRE(Send1(io, *b, Parse("T_1", "SELECT 'b'") + BindExec("T_1")).Cell() == "b");
   Result discard = Send1(io, *a, QueryBytes("DISCARD ALL"));
@@ -290,8 +247,8 @@ TEST_CASE("a Parse-only unit (PQprepare) is answered without waiting for a conne
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_local"), 1);
-  auto holder = Open(io, *ep);
-  auto a = Open(io, *ep);
+  auto holder = OpenSession(io, *ep);
+  auto a = OpenSession(io, *ep);
   REQUIRE(Send1(io, *holder, QueryBytes("BEGIN")).status == 'T');  // the only connection
   Result prep = Send1(io, *a, Parse("P_0", "SELECT $1::int + 1") + Sync());
   CHECK(Tags(prep) == "1 Z");

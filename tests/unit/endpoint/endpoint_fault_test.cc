@@ -278,20 +278,11 @@ std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, const FakeOrigin& fake) {
   return std::move(*ep);
 }
 
-std::unique_ptr<LinkClient> Open(IoThread& io, Endpoint& ep) {
-  LinkPair pair = MakeInProcessLinkPair(io.executor(), io.executor());
-  ep.Accept(std::move(pair.second));
-  auto client = std::make_unique<LinkClient>(std::move(pair.first));
-  Result ready = Await(io, client->Open());
-  REQUIRE(ready.status == 'I');
-  return client;
-}
-
 TEST_CASE("an origin dying mid-DataRow stream: rows so far, then 08006, and the session goes on") {
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
-  auto client = Open(io, *ep);
+  auto client = OpenSession(io, *ep);
   Result r = Await(io, client->Query("die"));
   CHECK(r.rows.size() == 2);
   CHECK(r.sqlstate == "08006");
@@ -308,7 +299,7 @@ TEST_CASE("an origin FATAL mid-transaction becomes an ERROR and a failed transac
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
-  auto client = Open(io, *ep);
+  auto client = OpenSession(io, *ep);
   REQUIRE(Await(io, client->Query("BEGIN")).status == 'T');
   Result killed = Await(io, client->Query("kill"));
   CHECK(killed.sqlstate == "57P01");
@@ -342,7 +333,7 @@ TEST_CASE("an extended-protocol statement in a failed transaction errors once an
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
-  auto client = Open(io, *ep);
+  auto client = OpenSession(io, *ep);
   REQUIRE(Await(io, client->Query("BEGIN")).status == 'T');
   REQUIRE(Await(io, client->Query("kill")).status == 'E');
   std::string batch;
@@ -365,7 +356,7 @@ TEST_CASE("an ErrorResponse without SQLSTATE from the origin is forwarded untouc
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
-  auto client = Open(io, *ep);
+  auto client = OpenSession(io, *ep);
   Result r = Await(io, client->Query("nosqlstate"));
   CHECK(r.Has('E'));
   CHECK(r.sqlstate.empty());
@@ -396,7 +387,7 @@ TEST_CASE("pipelined queries are answered in order across a released and re-acqu
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
-  auto client = Open(io, *ep);
+  auto client = OpenSession(io, *ep);
   std::string many;
   for (int i = 0; i < 50; ++i) many += QueryBytes(i % 7 == 3 ? "nosqlstate" : "SELECT");
   REQUIRE(Await(io, client->Send(many)).ok());
@@ -420,8 +411,8 @@ TEST_CASE("pool exhaustion mid-pipeline: one 53300, a ReadyForQuery per Query/Sy
   auto created = Endpoint::Create(io.executor(), options);
   REQUIRE(created.ok());
   auto& ep = *created;
-  auto holder = Open(io, *ep);
-  auto waiter = Open(io, *ep);
+  auto holder = OpenSession(io, *ep);
+  auto waiter = OpenSession(io, *ep);
   REQUIRE(Await(io, holder->Query("BEGIN")).status == 'T');
 
   // A Query, then an extended unit cut before its Sync.
@@ -462,7 +453,7 @@ TEST_CASE("Terminate from the link ends the session without reaching the origin"
     }
   });
   auto ep = MakeEndpoint(io, fake);
-  auto client = Open(io, *ep);
+  auto client = OpenSession(io, *ep);
   REQUIRE(Await(io, client->Query("SELECT")).status == 'I');
   std::string x;
   protocol::Encode(protocol::Terminate{}, x);

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "hyperpool/transport.h"
 #include "protocol/codec.h"
+#include "unit/endpoint/frontend_builders.h"
 
 namespace hyperpool::testing {
 
@@ -94,12 +95,6 @@ struct Result {
     return *rows[row][col];
   }
 };
-
-inline std::string QueryBytes(std::string_view sql) {
-  std::string out;
-  protocol::Encode(protocol::Query{sql}, out);
-  return out;
-}
 
 // The Client side of a link.
 class LinkClient {
@@ -216,6 +211,16 @@ class LinkClient {
   std::unique_ptr<Link> link_;
   std::string buffer_;
 };
+
+// A session link to `acceptor` (an Endpoint), past its link-ready.
+inline std::unique_ptr<LinkClient> OpenSession(IoThread& io, LinkAcceptor& acceptor) {
+  LinkPair pair = MakeInProcessLinkPair(io.executor(), io.executor());
+  acceptor.Accept(std::move(pair.second));
+  auto client = std::make_unique<LinkClient>(std::move(pair.first));
+  Result ready = Await(io, client->Open());
+  REQUIRE(ready.status == 'I');
+  return client;
+}
 
 // ---------------------------------------------------------------------------
 // FakeOrigin

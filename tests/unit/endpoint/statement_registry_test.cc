@@ -15,6 +15,7 @@
 #include "endpoint/statement_registry.h"
 #include "endpoint/statement_session.h"
 #include "protocol/codec.h"
+#include "unit/endpoint/frontend_builders.h"
 
 namespace hyperpool::endpoint {
 namespace {
@@ -268,50 +269,14 @@ class ModelBackend {
   std::string portal_text_;
 };
 
-// Frontend message builders.
-std::string Parse(std::string_view name, std::string_view query, std::vector<protocol::Oid> types = {}) {
-  std::string out;
-  protocol::Encode(protocol::Parse{name, query, types}, out);
-  return out;
-}
-std::string Bind(std::string_view statement, std::string_view portal = "") {
-  std::string out;
-  protocol::Bind b;
-  b.portal = portal;
-  b.statement = statement;
-  protocol::Encode(b, out);
-  return out;
-}
-std::string DescribeS(std::string_view name) {
-  std::string out;
-  protocol::Encode(protocol::Describe{protocol::ObjectKind::kStatement, name}, out);
-  return out;
-}
-std::string Execute() {
-  std::string out;
-  protocol::Encode(protocol::Execute{"", 0}, out);
-  return out;
-}
-std::string CloseS(std::string_view name) {
-  std::string out;
-  protocol::Encode(protocol::Close{protocol::ObjectKind::kStatement, name}, out);
-  return out;
-}
-std::string Sync() {
-  std::string out;
-  protocol::Encode(protocol::Sync{}, out);
-  return out;
-}
-std::string Flush() {
-  std::string out;
-  protocol::Encode(protocol::Flush{}, out);
-  return out;
-}
-std::string Query(std::string_view sql) {
-  std::string out;
-  protocol::Encode(protocol::Query{sql}, out);
-  return out;
-}
+using testing::Bind;
+using testing::CloseS;
+using testing::DescribeS;
+using testing::Execute;
+using testing::Flush;
+using testing::Parse;
+using testing::Sync;
+constexpr auto Query = testing::QueryBytes;
 
 // What the client sees for one flight: tags, with the SQLSTATE for errors
 // and the tag for CommandComplete ("1 2 C:SELECT 1 Z").
