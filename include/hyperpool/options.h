@@ -50,7 +50,15 @@ struct CacheOptions {
 struct EndpointOptions {
   // The origin database: a libpq URI (postgresql://user:pass@host:port/db?sslmode=...)
   // or a key=value string. These credentials never reach applications.
+  // Keep the password out of it where a command line or a log could show
+  // it: when `origin` has none, the password comes from, in order,
+  // `origin_password`, the first line of `origin_password_file`, and (when
+  // `origin_password_from_environment`) PGPASSWORD, then the pgpass file
+  // (`passfile=` in `origin`, PGPASSFILE or ~/.pgpass), as libpq does.
   std::string origin;
+  std::string origin_password;
+  std::string origin_password_file;  // must not be readable by group or others
+  bool origin_password_from_environment = true;
   PoolOptions pool;
   CacheOptions cache;
 };

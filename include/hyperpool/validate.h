@@ -5,6 +5,8 @@
 #include <chrono>
 #include <string>
 
+#include "hyperpool/options.h"
+
 namespace hyperpool {
 
 enum class ValidationFailure {
@@ -28,7 +30,11 @@ struct ValidationResult {
   int exit_code() const { return static_cast<int>(failure) == 0 ? 0 : 10 + static_cast<int>(failure); }
 };
 
-// Blocking: runs its own io_context. `timeout` bounds the whole check.
+// Blocking: runs its own io_context. `timeout` bounds the whole check. The
+// password comes from `options` as for an Endpoint (origin_password,
+// origin_password_file, PGPASSWORD, pgpass).
+ValidationResult ValidateOrigin(const EndpointOptions& options, std::chrono::milliseconds timeout);
+// The same with only an origin string (and the environment's password sources).
 ValidationResult ValidateOrigin(const std::string& origin, std::chrono::milliseconds timeout);
 
 }  // namespace hyperpool

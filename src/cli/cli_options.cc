@@ -1,8 +1,14 @@
 #include "cli/cli_options.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 
 #include <fmt/format.h>
+
+#include "endpoint/origin_config.h"
+#include "endpoint/origin_password.h"
 
 namespace hyperpool::cli {
 
@@ -16,6 +22,51 @@ bool ParseHostPort(const std::string& value, std::string& host, uint16_t& port) 
 
 std::string FormatHostPort(const std::string& host, uint16_t port) {
   return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+}
+
+absl::StatusOr<std::string> ReadPasswordFile(const std::string& path) {
+  OriginConfig unused;
+  endpoint::PasswordSources sources;
+  sources.password_file = path;
+  if (absl::Status s = endpoint::ResolveOriginPassword(unused, sources); !s.ok()) return s;
+  return unused.password;
+}
+
+void HideSecretsInArgv(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view value = arg;
+    bool app_password = false;
+    if (arg.substr(0, 9) == "--origin=") value = arg.substr(9);
+    if (arg.substr(0, 11) == "--password=") {
+      value = arg.substr(11);
+      app_password = true;
+    }
+    if ((arg == "--password") && i + 1 < argc) {
+      value = argv[++i];
+      app_password = true;
+      arg = value;
+    }
+    std::string replacement;
+    if (app_password) {
+      if (value.empty()) continue;
+      std::fputs("hyperpool: warning: a password given on the command line is visible to every local user "
+                 "(/proc/PID/cmdline); use --password-file\n", stderr);
+      replacement = std::string(arg.substr(0, arg.size() - value.size())) + "***";
+    } else {
+      auto config = ParseOriginConfig(value);
+      if (!config.ok() || config->password.empty()) continue;
+      std::fputs("hyperpool: warning: the origin password on the command line is visible to every local user "
+                 "(/proc/PID/cmdline); use --origin-password-file, PGPASSWORD or a pgpass file\n", stderr);
+      replacement = std::string(arg.substr(0, arg.size() - value.size())) + RedactedOriginString(*config);
+    }
+    // Overwrite in place: the kernel shows the process's own argv memory.
+    char* bytes = argv[i];
+    std::size_t size = std::strlen(bytes);
+    std::size_t n = std::min(size, replacement.size());
+    std::memcpy(bytes, replacement.data(), n);
+    std::memset(bytes + n, 0, size - n);
+  }
 }
 
 namespace {
@@ -44,6 +95,8 @@ std::optional<std::string> ApplyEndpointOption(std::string_view name, const std:
   const bool numeric = ParseNumber(value, number);
   if (name == "--origin") {
     options.origin = value;
+  } else if (name == "--origin-password-file") {
+    options.origin_password_file = value;
   } else if (name == "--pool-size") {
     if (!numeric || number == 0) return "--pool-size needs a positive number";
     options.pool.max_size = number;
@@ -85,6 +138,10 @@ std::optional<std::string> ApplyClientOption(std::string_view name, const std::s
     options.user = value;
   } else if (name == "--password") {
     options.password = value;
+  } else if (name == "--password-file") {
+    auto password = ReadPasswordFile(value);
+    if (!password.ok()) return std::string(password.status().message());
+    options.password = std::move(*password);
   } else if (name == "--database") {
     options.database = value;
   } else if (name == "--threads") {

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "hyperpool/options.h"
 
@@ -27,14 +28,23 @@ bool ParseHostPort(const std::string& value, std::string& host, uint16_t& port);
 // The inverse, bracketing IPv6 literals.
 std::string FormatHostPort(const std::string& host, uint16_t port);
 
+// The first line of a password file that only its owner may read.
+absl::StatusOr<std::string> ReadPasswordFile(const std::string& path);
+
+// Replaces every password in the process's argv (an origin string with a
+// password, --password VALUE) by *** in place, so /proc/PID/cmdline stops
+// showing it, and warns on stderr for each. Call before any thread starts;
+// the caller keeps its own copies of the arguments.
+void HideSecretsInArgv(int argc, char** argv);
+
 // Each returns nullopt when `name` is not one of its options, "" when it
 // applied `value`, or the usage error to print.
 //
-// The Endpoint's: --origin, --pool-size, --min-idle, --acquire-timeout,
+// The Endpoint's: --origin, --origin-password-file, --pool-size, --min-idle, --acquire-timeout,
 // --idle-timeout, --max-lifetime, --pool-mode, --cache-max-age, --cache-swr.
 std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
                                                EndpointOptions& options);
-// The Client's: --listen, --user, --password, --database, --threads,
+// The Client's: --listen, --user, --password, --password-file, --database, --threads,
 // --cache-max-age, --cache-swr (its own tier).
 std::optional<std::string> ApplyClientOption(std::string_view name, const std::string& value,
                                              ClientOptions& options, unsigned& threads);

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "cli/cli_options.h"
 
 #include "cli/commands.h"
 #include "hyperpool/version.h"
@@ -42,6 +45,14 @@ int PrintVersion() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The commands read a private copy of the arguments; the originals, which
+  // /proc/PID/cmdline shows to every local user, lose their passwords.
+  std::vector<std::string> owned(argv, argv + argc);
+  std::vector<char*> copies;
+  for (std::string& arg : owned) copies.push_back(arg.data());
+  copies.push_back(nullptr);
+  hyperpool::cli::HideSecretsInArgv(argc, argv);
+  argv = copies.data();
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;

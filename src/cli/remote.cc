@@ -57,7 +57,10 @@ Options:
   --listen HOST:PORT      address for Clients' links (an IP address; 0.0.0.0 for all;
                           port 0 picks a free port, printed)
   --origin URL            origin database: postgresql://user:pass@host:port/db?sslmode=...
-                          or a key=value string (default: $HYPERPOOL_ORIGIN)
+                          or a key=value string (default: $HYPERPOOL_ORIGIN); keep the
+                          password out of it (argv is public): see --origin-password-file
+  --origin-password-file FILE  the origin's password (first line; mode 0600) when the
+                          origin string has none; else PGPASSWORD, then PGPASSFILE or ~/.pgpass
   --tls-cert FILE         PEM certificate chain presented to Clients (leaf first); its
                           subjectAltName must name the host Clients connect to
   --tls-key FILE          its PEM private key
@@ -101,6 +104,7 @@ Options:
   --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
+  --password-file FILE    read that password from FILE (first line; mode 0600)
   --database D            database name applications use (default hyperpool)
   --threads N             worker threads (default 0 = one per core)
   --no-cache              turn the Client's query-cache tier off

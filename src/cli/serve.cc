@@ -30,7 +30,10 @@ drains and exits 0 on SIGINT or SIGTERM.
 
 Options:
   --origin URL            origin database: postgresql://user:pass@host:port/db?sslmode=...
-                          or a key=value string (default: $HYPERPOOL_ORIGIN)
+                          or a key=value string (default: $HYPERPOOL_ORIGIN); keep the
+                          password out of it (argv is public): see --origin-password-file
+  --origin-password-file FILE  the origin's password (first line; mode 0600) when the
+                          origin string has none; else PGPASSWORD, then PGPASSFILE or ~/.pgpass
   --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
   --pool-size N           most origin connections open at once (default 10)
   --min-idle N            origin connections kept open while idle (default 0)
@@ -40,6 +43,7 @@ Options:
   --pool-mode MODE        transaction (default) or session
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
+  --password-file FILE    read that password from FILE (first line; mode 0600)
   --database D            database name applications use (default hyperpool)
   --threads N             worker threads (default 0 = one per core)
   --no-cache              turn the query cache off (both tiers; it is on by default)

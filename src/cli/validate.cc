@@ -21,11 +21,14 @@ exits 0 on success and a distinct code per failure:
   17 bad credentials     18 no such database    19 test query failed
   20 other
 Options:
-  --timeout MS   bound on the whole check (default 15000)
+  --timeout MS                 bound on the whole check (default 15000)
+  --origin-password-file FILE  the origin's password (first line; mode 0600) when URL has
+                               none; else PGPASSWORD, then PGPASSFILE or ~/.pgpass
 )";
 
 int Validate(int argc, char** argv) {
-  std::string origin;
+  EndpointOptions options;
+  std::string& origin = options.origin;
   std::chrono::milliseconds timeout{15000};
   for (int i = 2; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -33,7 +36,10 @@ int Validate(int argc, char** argv) {
       std::fputs(kValidateUsage, stdout);
       return 0;
     }
-    if (arg == "--timeout" || arg.substr(0, 10) == "--timeout=") {
+    if (arg == "--origin-password-file") {
+      if (i + 1 >= argc) break;
+      options.origin_password_file = argv[++i];
+    } else if (arg == "--timeout" || arg.substr(0, 10) == "--timeout=") {
       std::string value;
       if (arg == "--timeout") {
         if (i + 1 >= argc) break;
@@ -58,7 +64,7 @@ int Validate(int argc, char** argv) {
     std::fputs(kValidateUsage, stderr);
     return 2;
   }
-  ValidationResult result = ValidateOrigin(origin, timeout);
+  ValidationResult result = ValidateOrigin(options, timeout);
   std::printf("%s\n", result.message.c_str());
   return result.exit_code();
 }

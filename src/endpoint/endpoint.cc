@@ -48,6 +48,7 @@
 #include "endpoint/endpoint_cache.h"
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
+#include "endpoint/origin_password.h"
 #include "endpoint/session.h"
 #include "endpoint/session_settings.h"
 #include "endpoint/settings_replay.h"
@@ -1156,6 +1157,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
                                                            EndpointOptions options) {
   auto config = ParseOriginConfig(options.origin);
   if (!config.ok()) return config.status();
+  if (absl::Status s = endpoint::ResolveOriginPassword(*config, endpoint::PasswordSourcesOf(options)); !s.ok()) {
+    return s;
+  }
   auto impl = std::make_shared<Impl>();
   impl->executor = executor;
   impl->config = std::make_shared<const OriginConfig>(std::move(*config));

@@ -40,7 +40,7 @@ constexpr std::string_view kUriPrefixes[] = {"postgresql://", "postgres://"};
 
 // libpq keywords we know but refuse (see the header for why).
 constexpr std::string_view kUnsupportedKeywords[] = {
-    "hostaddr",         "service",       "passfile",          "client_encoding",
+    "hostaddr",         "service",       "client_encoding",
     "replication",      "require_auth",  "sslpassword",       "sslcertmode",
     "sslcompression",   "sslcrl",        "sslcrldir",         "ssl_min_protocol_version",
     "ssl_max_protocol_version",          "sslnegotiation",    "requirepeer",
@@ -55,7 +55,7 @@ constexpr std::string_view kKnownKeywords[] = {
     "fallback_application_name",      "options",        "keepalives",
     "keepalives_idle", "keepalives_interval",            "keepalives_count",
     "tcp_user_timeout", "target_session_attrs",          "gssencmode",
-    "channel_binding",
+    "channel_binding", "passfile",
 };
 
 template <std::size_t N>
@@ -163,6 +163,8 @@ class Parser {
       config_.user = std::string(value);
     } else if (key == "password") {
       config_.password = std::string(value);
+    } else if (key == "passfile") {
+      config_.passfile = std::string(value);
     } else if (key == "dbname") {
       if (value.size() > kMaxNameLength) {
         return Invalid(Cat("database name is longer than ", kMaxNameLength, " bytes"));
@@ -528,6 +530,7 @@ std::string RedactedOriginString(const OriginConfig& config) {
   param("sslrootcert", config.sslrootcert);
   param("sslcert", config.sslcert);
   param("sslkey", config.sslkey);
+  param("passfile", config.passfile);
   if (!config.sslsni) param("sslsni", "0");
   if (config.connect_timeout.count() > 0) param("connect_timeout", std::to_string(config.connect_timeout.count()));
   param("application_name", config.application_name);

@@ -11,9 +11,9 @@
 // rather than something silently half-honoured.
 //
 // Keywords (libpq spelling):
-//   used:     host port user password dbname sslmode sslrootcert sslcert sslkey
-//             sslsni connect_timeout application_name fallback_application_name
-//             options
+//   used:     host port user password passfile dbname sslmode sslrootcert
+//             sslcert sslkey sslsni connect_timeout application_name
+//             fallback_application_name options
 //             ssl=true (URI query only, as libpq: means sslmode=require)
 //   accepted and ignored, because ignoring them cannot weaken security or
 //   change results: keepalives keepalives_idle keepalives_interval
@@ -23,7 +23,7 @@
 //             use GSS; prefer falls back like against a server without GSS),
 //             channel_binding=disable|prefer
 //   rejected as "unsupported parameter": every other libpq keyword (hostaddr,
-//             service, passfile, client_encoding, sslcrl, require_auth,
+//             service, client_encoding, sslcrl, require_auth,
 //             channel_binding=require, ...): each would change who we connect
 //             to, how we authenticate, or what the session looks like, so
 //             pretending to honour it is worse than refusing.
@@ -56,6 +56,9 @@ struct OriginConfig {
   std::uint16_t port = 5432;
   std::string user;       // required, at most 63 bytes
   std::string password;   // may be empty (trust, peer, or a certificate login)
+  // libpq's pgpass file for the password when the string has none
+  // (origin_password.h resolves it).
+  std::string passfile;
   std::string dbname;     // defaults to user; at most 63 bytes
   SslMode sslmode = SslMode::kPrefer;
   std::string sslrootcert;  // file of trusted CA certificates ("system" as in libpq 16)

@@ -15,6 +15,7 @@
 
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
+#include "endpoint/origin_password.h"
 
 namespace hyperpool {
 namespace {
@@ -76,8 +77,19 @@ asio::awaitable<void> Validate(asio::any_io_executor executor, const OriginConfi
 }  // namespace
 
 ValidationResult ValidateOrigin(const std::string& origin, std::chrono::milliseconds timeout) {
+  EndpointOptions options;
+  options.origin = origin;
+  return ValidateOrigin(options, timeout);
+}
+
+ValidationResult ValidateOrigin(const EndpointOptions& options, std::chrono::milliseconds timeout) {
   ValidationResult result;
-  auto config = ParseOriginConfig(origin);
+  auto config = ParseOriginConfig(options.origin);
+  if (config.ok()) {
+    if (absl::Status s = endpoint::ResolveOriginPassword(*config, endpoint::PasswordSourcesOf(options)); !s.ok()) {
+      config = s;
+    }
+  }
   if (!config.ok()) {
     result.failure = ValidationFailure::kBadOriginString;
     result.message = std::string(config.status().message());
