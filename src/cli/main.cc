@@ -1,5 +1,7 @@
 // The hyperpool binary. Subcommands are dispatched from here; each lives in
 // its own file under src/cli/.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -36,6 +38,17 @@ Commands:
   --help        print this help
 )";
 
+// Each application connection and each origin connection is a descriptor:
+// start with the soft limit raised to the hard one (1024 is a common soft
+// default; 10,000 idle clients need more), as PostgreSQL's postmaster does
+// for its own files.
+void RaiseDescriptorLimit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  (void)::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 int PrintVersion() {
   std::printf("hyperpool %s (TLS: %s, %s)\n", hyperpool::kVersion, hyperpool::tls::LibraryName().c_str(),
               hyperpool::tls::LibraryVersion().c_str());
@@ -53,6 +66,7 @@ int main(int argc, char** argv) {
   copies.push_back(nullptr);
   hyperpool::cli::HideSecretsInArgv(argc, argv);
   argv = copies.data();
+  RaiseDescriptorLimit();
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;
