@@ -20,7 +20,10 @@
 #                    $BENCH_PGBOUNCER_PREFIX (default /opt/pgbouncer-1.25), or
 #                    Debian's 1.18 when that fails (env.txt says which);
 #                    pgbouncer118 is Debian's 1.18.
-#   BENCH_WORKLOADS  subset of the workloads (bench/workloads.py list)
+#   BENCH_WORKLOADS  subset of the workloads (bench/workloads.py list); the name
+#                    seed-postgresjs adds bench/seed_postgresjs.sh (the seed workload
+#                    with postgres.js across a WAN; 3 iterations when quick) at the end
+#                    (alone, it runs only that)
 #   BENCH_IDLE_CLIENTS  connections for the memory-per-idle-client test (default 1000; quick 200; 0 = skip)
 #   BENCH_MICRO      1 = run the bench_* microbenchmarks (default 1)
 #   BENCH_OUT        results root (default bench/results)
@@ -75,6 +78,15 @@ if [ -n "${BENCH_WORKLOADS:-}" ]; then
 else
   mapfile -t WORKLOADS < <($PY "$BENCH/workloads.py" list)
 fi
+SEED=0
+kept=()
+for w in "${WORKLOADS[@]}"; do
+  if [ "$w" = seed-postgresjs ]; then SEED=1; else kept+=("$w"); fi
+done
+export HYPERPOOL_BINARY BENCH_OUT="$OUT_ROOT"
+if [ "$QUICK" = 1 ]; then export SEED_ITERATIONS=${SEED_ITERATIONS:-3}; fi
+if [ "$SEED" = 1 ] && [ ${#kept[@]} = 0 ]; then exec bash "$BENCH/seed_postgresjs.sh"; fi
+WORKLOADS=("${kept[@]}")
 
 STAMP=$(date +%Y%m%d-%H%M%S)
 OUT=$OUT_ROOT/$STAMP
@@ -337,3 +349,7 @@ rm -rf "$OUT_ROOT/latest"
 cp -r "$OUT" "$OUT_ROOT/latest"
 if [ -d "$WORK/seed-latest" ]; then mv "$WORK/seed-latest" "$OUT_ROOT/latest/seed"; fi
 log "done in $(( SECONDS - SUITE_T0 )) s: $OUT/report.md (copied to $OUT_ROOT/latest/)"
+if [ "$SEED" = 1 ]; then
+  log "the seed workload (bench/seed_postgresjs.sh)"
+  bash "$BENCH/seed_postgresjs.sh" || log "warning: bench/seed_postgresjs.sh failed"
+fi
