@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sets variables for the scripts that source it
 # bench/pgbouncer.sh — sourced by bench/run.sh and bench/seed_postgresjs.sh.
 #
 # find_pgbouncer125: sets PGB125_BIN to a PgBouncer 1.25.2 binary, building it

@@ -48,7 +48,8 @@ done
 # The extended client really waits as postgres.js does: a type lookup plus two
 # round trips per statement (Describe, then Bind/Execute) = 11, against the
 # simple protocol's 5 (login waits are the same in both).
-[ $(( waits[extended.direct] - waits[simple.direct] )) = 6 ] \
+extra=$(( ${waits[extended.direct]} - ${waits[simple.direct]} ))
+[ "$extra" = 6 ] \
   || fail "extended client waits ${waits[extended.direct]}, simple ${waits[simple.direct]}: expected a difference of 6"
 grep -q 'committed exactly once' "$work/stderr" || fail "the write check did not run"
 
