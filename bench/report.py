@@ -20,8 +20,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workloads as W  # noqa: E402
 
-TARGETS = ["direct", "pgbouncer", "hyperpool"]
-COLORS = {"direct": "#4c72b0", "pgbouncer": "#dd8452", "hyperpool": "#55a868"}
+# nullproxy: an epoll TCP forwarder with no logic (bench/nullproxy.c), the floor
+# for any proxy process; pgbouncer is 1.25.2 when it could be built
+# (env.txt says which), pgbouncer118 Debian's 1.18.
+TARGETS = ["direct", "nullproxy", "pgbouncer", "pgbouncer118", "hyperpool"]
+COLORS = {"direct": "#4c72b0", "nullproxy": "#8c8c8c", "pgbouncer": "#dd8452", "pgbouncer118": "#c44e52",
+          "hyperpool": "#55a868"}
 
 GOALS_TEXT = [
     ("pgbench -S -c 8 (simple) ≥ 0.9× direct", "S-simple-c8", "hp/direct", 0.9),
@@ -268,13 +272,14 @@ def main():
     with open(os.path.join(d, "summary.csv"), "w", newline="") as f:
         fields = ["workload", "target", "status", "n_ok", "n_runs", "tps", "cpu_us_per_tx",
                   "latency_avg_ms", "lat_p50_us", "lat_p99_us", "lat_p999_us", "hwm_kb", "load1",
-                  "hp_over_direct", "hp_over_pgbouncer", "error"]
+                  "hp_over_direct", "hp_over_pgbouncer", "hp_over_nullproxy", "error"]
         wr = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         wr.writeheader()
         for (w, t), s in summary.items():
             row = dict(s)
             row["hp_over_direct"] = ratio(summary, w, "hyperpool", "direct") if t == "hyperpool" else ""
             row["hp_over_pgbouncer"] = ratio(summary, w, "hyperpool", "pgbouncer") if t == "hyperpool" else ""
+            row["hp_over_nullproxy"] = ratio(summary, w, "hyperpool", "nullproxy") if t == "hyperpool" else ""
             wr.writerow(row)
 
     made = plots(d, order, targets, summary)
@@ -306,6 +311,8 @@ def main():
         head += " | hp/direct"
     if has_hp and "pgbouncer" in targets:
         head += " | hp/pgbouncer"
+    if has_hp and "nullproxy" in targets:
+        head += " | hp/nullproxy"
     L.append(head + " |")
     L.append("|" + "---|" * (head.count("|")))
     for w in order:
@@ -314,6 +321,8 @@ def main():
             line += f" | {fmt(ratio(summary, w, 'hyperpool', 'direct'), 2, '×')}"
         if has_hp and "pgbouncer" in targets:
             line += f" | {fmt(ratio(summary, w, 'hyperpool', 'pgbouncer'), 2, '×')}"
+        if has_hp and "nullproxy" in targets:
+            line += f" | {fmt(ratio(summary, w, 'hyperpool', 'nullproxy'), 2, '×')}"
         L.append(line + " |")
     L.append("")
 

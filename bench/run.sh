@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# bench/run.sh — the side-by-side benchmark suite: direct PostgreSQL vs
-# PgBouncer (transaction mode) vs hyperpool serve, same pool size, same
-# machine, interleaved repetitions. See docs/performance.md.
+# bench/run.sh — the side-by-side benchmark suite: direct PostgreSQL vs a
+# no-logic TCP forwarder (nullproxy, the floor for any proxy process) vs
+# PgBouncer 1.25.2 (transaction mode; optionally Debian's 1.18 too) vs
+# hyperpool serve, same pool size, same machine, interleaved repetitions.
+# See docs/performance.md. The seed workload with postgres.js across a
+# simulated WAN is bench/seed_postgresjs.sh.
 #
 #   bash bench/run.sh                 # full suite, ~11-13 min on 2 cores (108 runs of 5 s + setup)
 #   BENCH_QUICK=1 bash bench/run.sh   # ~2-3 min smoke version
@@ -11,8 +14,16 @@
 #   BENCH_REPS       interleaved repetitions, median     (default 3; quick 1)
 #   BENCH_SCALE      pgbench -i scale factor             (default 10; quick 1)
 #   BENCH_POOL_SIZE  origin connections per pooler       (default 8)
-#   BENCH_TARGETS    subset of "direct pgbouncer hyperpool"
-#   BENCH_WORKLOADS  subset of the workloads (bench/workloads.py list)
+#   BENCH_TARGETS    subset of "direct nullproxy pgbouncer pgbouncer118 hyperpool"
+#                    (default all but pgbouncer118). pgbouncer is 1.25.2, built once
+#                    with ../shared/anchors/build-pgbouncer.sh into
+#                    $BENCH_PGBOUNCER_PREFIX (default /opt/pgbouncer-1.25), or
+#                    Debian's 1.18 when that fails (env.txt says which);
+#                    pgbouncer118 is Debian's 1.18.
+#   BENCH_WORKLOADS  subset of the workloads (bench/workloads.py list); the name
+#                    seed-postgresjs adds bench/seed_postgresjs.sh (the seed workload
+#                    with postgres.js across a WAN; 3 iterations when quick) at the end
+#                    (alone, it runs only that)
 #   BENCH_IDLE_CLIENTS  connections for the memory-per-idle-client test (default 1000; quick 200; 0 = skip)
 #   BENCH_MICRO      1 = run the bench_* microbenchmarks (default 1)
 #   BENCH_OUT        results root (default bench/results)
@@ -35,7 +46,7 @@ else
   IDLE_N=${BENCH_IDLE_CLIENTS:-1000}
 fi
 POOL_SIZE=${BENCH_POOL_SIZE:-8}
-read -r -a TARGETS <<< "${BENCH_TARGETS:-direct pgbouncer hyperpool}"
+read -r -a TARGETS <<< "${BENCH_TARGETS:-direct nullproxy pgbouncer hyperpool}"
 MICRO=${BENCH_MICRO:-1}
 HYPERPOOL_BINARY=${HYPERPOOL_BINARY:-$ROOT/build/hyperpool}
 OUT_ROOT=${BENCH_OUT:-$BENCH/results}
@@ -45,10 +56,13 @@ die() { log "error: $*"; exit 1; }
 has_target() { local t; for t in "${TARGETS[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
 
 for t in "${TARGETS[@]}"; do
-  case $t in direct|pgbouncer|hyperpool) ;; *) die "unknown target '$t' in BENCH_TARGETS" ;; esac
+  case $t in direct|nullproxy|pgbouncer|pgbouncer118|hyperpool) ;; *) die "unknown target '$t' in BENCH_TARGETS" ;; esac
 done
 command -v pgbench >/dev/null || die "pgbench not found (postgresql-client-15)"
-if has_target pgbouncer; then command -v pgbouncer >/dev/null || die "pgbouncer not found"; fi
+if has_target pgbouncer118; then command -v pgbouncer >/dev/null || die "pgbouncer (Debian's 1.18) not found"; fi
+if has_target nullproxy; then command -v cc >/dev/null || die "cc not found (for bench/nullproxy.c)"; fi
+# shellcheck source=bench/pgbouncer.sh
+. "$BENCH/pgbouncer.sh"
 $PY -c 'import asyncpg' 2>/dev/null || die "python3-asyncpg missing (apt-get install python3-asyncpg)"
 if ! $PY -c 'import matplotlib' 2>/dev/null; then
   log "installing python3-matplotlib for the plots"
@@ -64,6 +78,15 @@ if [ -n "${BENCH_WORKLOADS:-}" ]; then
 else
   mapfile -t WORKLOADS < <($PY "$BENCH/workloads.py" list)
 fi
+SEED=0
+kept=()
+for w in "${WORKLOADS[@]}"; do
+  if [ "$w" = seed-postgresjs ]; then SEED=1; else kept+=("$w"); fi
+done
+export HYPERPOOL_BINARY BENCH_OUT="$OUT_ROOT"
+if [ "$QUICK" = 1 ]; then export SEED_ITERATIONS=${SEED_ITERATIONS:-3}; fi
+if [ "$SEED" = 1 ] && [ ${#kept[@]} = 0 ]; then exec bash "$BENCH/seed_postgresjs.sh"; fi
+WORKLOADS=("${kept[@]}")
 
 STAMP=$(date +%Y%m%d-%H%M%S)
 OUT=$OUT_ROOT/$STAMP
@@ -74,6 +97,8 @@ chmod 755 "$WORK"
 PGDIR=$WORK/pg
 HP_PID=""
 PGB_PID=""
+PGB118_PID=""
+NP_PID=""
 
 cleanup() {
   local rc=$?
@@ -82,12 +107,19 @@ cleanup() {
     kill -TERM "$HP_PID"; for _ in $(seq 50); do kill -0 "$HP_PID" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$HP_PID" 2>/dev/null
   fi
-  if [ -n "$PGB_PID" ] && kill -0 "$PGB_PID" 2>/dev/null; then
-    kill -INT "$PGB_PID"; for _ in $(seq 50); do kill -0 "$PGB_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$PGB_PID" 2>/dev/null
-  fi
+  local p
+  # PgBouncer shuts down cleanly on SIGINT; nullproxy, a background job of a
+  # non-interactive shell, ignores SIGINT and gets SIGTERM.
+  for p in "$PGB_PID:INT" "$PGB118_PID:INT" "$NP_PID:TERM"; do
+    local pid=${p%%:*}
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill "-${p##*:}" "$pid"; for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null
+    fi
+  done
   [ -f "$WORK/hyperpool.err" ] && cp "$WORK/hyperpool.err" "$OUT/logs/hyperpool.stderr.log" 2>/dev/null
   [ -f "$WORK/pgb/pgbouncer.log" ] && cp "$WORK/pgb/pgbouncer.log" "$OUT/logs/pgbouncer.log" 2>/dev/null
+  [ -f "$WORK/pgb118/pgbouncer.log" ] && cp "$WORK/pgb118/pgbouncer.log" "$OUT/logs/pgbouncer118.log" 2>/dev/null
   bash "$ROOT/tests/support/pgcluster.sh" stop "$PGDIR" >/dev/null 2>&1
   rm -rf "$WORK"
   exit $rc
@@ -100,6 +132,9 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 2>/dev/null || true
 
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+PGB125_VERSION=""
+if has_target pgbouncer; then find_pgbouncer125; fi
+
 SUITE_T0=$SECONDS
 {
   echo "started: $(date -Is)"
@@ -109,7 +144,8 @@ SUITE_T0=$SECONDS
   echo "targets: ${TARGETS[*]}"
   echo "workloads: ${WORKLOADS[*]}"
   echo "pgbench: $(pgbench --version)"
-  echo "pgbouncer: $(pgbouncer --version 2>/dev/null | head -1)"
+  echo "pgbouncer: ${PGB125_VERSION:-not run}${PGB125_NOTE:+ ($PGB125_NOTE)}"
+  echo "pgbouncer118: $(if has_target pgbouncer118; then pgbouncer --version 2>/dev/null | head -1; else echo 'not run'; fi)"
   echo "hyperpool: $HYPERPOOL_BINARY ($("$HYPERPOOL_BINARY" --version 2>/dev/null | head -1 || echo 'not runnable'))"
   echo "hyperpool git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' + uncommitted changes')"
 } > "$OUT/env.txt"
@@ -132,46 +168,25 @@ PGPASSWORD=$BPASS PGSSLMODE=disable pgbench -i -q -s "$SCALE" -h "$PGHOST" -p "$
   >"$OUT/logs/pgbench-init.log" 2>&1 || { cat "$OUT/logs/pgbench-init.log" >&2; die "pgbench -i failed"; }
 
 # --- PgBouncer ----------------------------------------------------------------
-PGB_PORT=""
-start_pgbouncer() {
-  local d=$WORK/pgb secret
-  mkdir -p "$d"
-  PGB_PORT=$(free_port)
-  secret=$(PGPASSWORD=$ADMIN_PASSWORD psql -X -At -h "$PGHOST" -p "$PGPORT" -U "$ADMIN_USER" -d "$DB" \
-    -c "SELECT rolpassword FROM pg_authid WHERE rolname = '$BUSER'")
-  printf '"%s" "%s"\n' "$BUSER" "$secret" > "$d/userlist.txt"
-  cat > "$d/pgbouncer.ini" <<EOF
-[databases]
-$DB = host=$PGHOST port=$PGPORT dbname=$DB user=$BUSER password=$BPASS
+PGB_SECRET=""
+start_pgbouncer() {  # name binary -> sets PGB_STARTED_PORT, PGB_STARTED_PID
+  [ -n "$PGB_SECRET" ] || PGB_SECRET=$(PGPASSWORD=$ADMIN_PASSWORD psql -X -At -h "$PGHOST" -p "$PGPORT" \
+    -U "$ADMIN_USER" -d "$DB" -c "SELECT rolpassword FROM pg_authid WHERE rolname = '$BUSER'")
+  PGB_STARTED_PORT=$(free_port)
+  start_pgbouncer_instance "$WORK/$1" "$2" "$PGB_STARTED_PORT" "$DB" "$PGHOST" "$PGPORT" "$BUSER" "$BPASS" \
+    "$PGB_SECRET" "$POOL_SIZE" $(( IDLE_N + 500 ))
+  log "$1 ($("$2" --version 2>/dev/null | head -1)) $PGB_STARTED_PID on 127.0.0.1:$PGB_STARTED_PORT (transaction mode, pool $POOL_SIZE)"
+}
 
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $PGB_PORT
-unix_socket_dir =
-auth_type = scram-sha-256
-auth_file = $d/userlist.txt
-pool_mode = transaction
-default_pool_size = $POOL_SIZE
-min_pool_size = 0
-reserve_pool_size = 0
-max_client_conn = $(( IDLE_N + 500 ))
-max_db_connections = $POOL_SIZE
-server_tls_sslmode = disable
-client_tls_sslmode = disable
-logfile = $d/pgbouncer.log
-pidfile = $d/pgbouncer.pid
-log_connections = 0
-log_disconnections = 0
-ignore_startup_parameters = extra_float_digits
-EOF
-  chown -R postgres "$d"
-  chmod 600 "$d/userlist.txt"
-  runuser -u postgres -- pgbouncer -d "$d/pgbouncer.ini" >"$d/start.log" 2>&1 \
-    || { cat "$d/start.log" "$d/pgbouncer.log" >&2 2>/dev/null; die "pgbouncer did not start"; }
-  for _ in $(seq 50); do [ -s "$d/pgbouncer.pid" ] && break; sleep 0.1; done
-  PGB_PID=$(cat "$d/pgbouncer.pid")
-  for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p "$PGB_PORT" -t 1 && break; sleep 0.1; done
-  log "pgbouncer $PGB_PID on 127.0.0.1:$PGB_PORT (transaction mode, pool $POOL_SIZE)"
+# --- nullproxy -----------------------------------------------------------------
+start_nullproxy() {
+  cc -O2 -o "$WORK/nullproxy" "$BENCH/nullproxy.c" || die "cannot compile bench/nullproxy.c"
+  "$WORK/nullproxy" "$PGPORT" >"$WORK/nullproxy.out" 2>"$WORK/nullproxy.err" &
+  NP_PID=$!
+  for _ in $(seq 50); do [ -s "$WORK/nullproxy.out" ] && break; sleep 0.1; done
+  NP_PORT=$(head -n1 "$WORK/nullproxy.out")
+  [ -n "$NP_PORT" ] || die "nullproxy did not start: $(cat "$WORK/nullproxy.err")"
+  log "nullproxy $NP_PID on 127.0.0.1:$NP_PORT -> $PGPORT"
 }
 
 # --- hyperpool ----------------------------------------------------------------
@@ -214,7 +229,15 @@ start_hyperpool() {
 
 declare -A T_PORT T_PID
 T_PORT[direct]=$PGPORT; T_PID[direct]=0
-if has_target pgbouncer; then start_pgbouncer; T_PORT[pgbouncer]=$PGB_PORT; T_PID[pgbouncer]=$PGB_PID; fi
+if has_target nullproxy; then start_nullproxy; T_PORT[nullproxy]=$NP_PORT; T_PID[nullproxy]=$NP_PID; fi
+if has_target pgbouncer; then
+  start_pgbouncer pgb "$PGB125_BIN"; PGB_PID=$PGB_STARTED_PID
+  T_PORT[pgbouncer]=$PGB_STARTED_PORT; T_PID[pgbouncer]=$PGB_PID
+fi
+if has_target pgbouncer118; then
+  start_pgbouncer pgb118 "$(command -v pgbouncer)"; PGB118_PID=$PGB_STARTED_PID
+  T_PORT[pgbouncer118]=$PGB_STARTED_PORT; T_PID[pgbouncer118]=$PGB118_PID
+fi
 if has_target hyperpool; then
   if start_hyperpool; then T_PORT[hyperpool]=$HP_PORT; T_PID[hyperpool]=$HP_PID
   else log "warning: $HP_START_ERROR"; fi
@@ -269,7 +292,7 @@ for (( rep = 1; rep <= REPS; rep++ )); do
 done
 
 # Peak RSS of the poolers over the pgbench runs (before the idle-client test restarts hyperpool).
-for t in pgbouncer hyperpool; do
+for t in nullproxy pgbouncer pgbouncer118 hyperpool; do
   pid=${T_PID[$t]:-0}
   if [ "$pid" != 0 ] && [ -r "/proc/$pid/status" ]; then
     echo "$t $(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >> "$OUT/peak_rss.txt"
@@ -281,7 +304,8 @@ if [ "$IDLE_N" -gt 0 ]; then
   log "memory per idle client ($IDLE_N connections each)"
   for t in "${TARGETS[@]}"; do
     n=$IDLE_N
-    if [ "$t" = direct ]; then n=$(( IDLE_N < 100 ? IDLE_N : 100 )); fi  # max_connections = 200
+    # max_connections = 200, and nullproxy opens a backend per client.
+    if [ "$t" = direct ] || [ "$t" = nullproxy ]; then n=$(( IDLE_N < 100 ? IDLE_N : 100 )); fi
     if [ "$t" = hyperpool ]; then
       # A fresh process: after the pgbench runs the cache's freed memory
       # would absorb the clients' and hide them (the 0.00 kB of an earlier run).
@@ -319,6 +343,13 @@ echo "suite wall time: $(( SECONDS - SUITE_T0 )) s" >> "$OUT/env.txt"
 # --- report -------------------------------------------------------------------
 log "report"
 $PY "$BENCH/report.py" "$OUT" || log "warning: report.py failed"
+# latest/seed/ belongs to bench/seed_postgresjs.sh: keep it.
+if [ -d "$OUT_ROOT/latest/seed" ]; then mv "$OUT_ROOT/latest/seed" "$WORK/seed-latest"; fi
 rm -rf "$OUT_ROOT/latest"
 cp -r "$OUT" "$OUT_ROOT/latest"
+if [ -d "$WORK/seed-latest" ]; then mv "$WORK/seed-latest" "$OUT_ROOT/latest/seed"; fi
 log "done in $(( SECONDS - SUITE_T0 )) s: $OUT/report.md (copied to $OUT_ROOT/latest/)"
+if [ "$SEED" = 1 ]; then
+  log "the seed workload (bench/seed_postgresjs.sh)"
+  bash "$BENCH/seed_postgresjs.sh" || log "warning: bench/seed_postgresjs.sh failed"
+fi

@@ -235,14 +235,7 @@ absl::Status PgClient::Login(const PgLogin& login) {
   }
 }
 
-absl::StatusOr<PgResult> PgClient::Query(std::string_view sql) {
-  std::string out;
-  protocol::Encode(protocol::Query{sql}, out);
-  absl::Status sent = SendAll(out);
-  if (!sent.ok()) return sent;
-  Clock::time_point deadline = Clock::now() + timeout_;
-  PgResult result;
-  std::string error;
+absl::Status PgClient::ReadUntilReady(Clock::time_point deadline, PgResult& result, std::string& error) {
   for (;;) {
     absl::StatusOr<RawFrame> frame = ReadFrame(deadline);
     if (!frame.ok()) return frame.status();
@@ -269,12 +262,85 @@ absl::StatusOr<PgResult> PgClient::Query(std::string_view sql) {
         if (error.empty()) error = DescribeError(frame->payload);
         break;
       case 'Z':
-        if (!error.empty()) return absl::FailedPreconditionError(error);
-        return result;
-      default:  // RowDescription, EmptyQueryResponse, notices, ParameterStatus
+        return absl::OkStatus();
+      default:  // RowDescription, EmptyQueryResponse, Parse/BindComplete, notices, ParameterStatus
         break;
     }
   }
+}
+
+absl::StatusOr<PgResult> PgClient::Query(std::string_view sql) {
+  std::string out;
+  protocol::Encode(protocol::Query{sql}, out);
+  absl::Status sent = SendAll(out);
+  if (!sent.ok()) return sent;
+  PgResult result;
+  std::string error;
+  absl::Status read = ReadUntilReady(Clock::now() + timeout_, result, error);
+  if (!read.ok()) return read;
+  if (!error.empty()) return absl::FailedPreconditionError(error);
+  return result;
+}
+
+absl::StatusOr<PgResult> PgClient::PreparedQuery(std::string_view name, std::string_view sql,
+                                                 const std::vector<std::string>& parameters) {
+  Clock::time_point deadline = Clock::now() + timeout_;
+  std::string out;
+  protocol::Parse parse;
+  parse.statement = name;
+  parse.query = sql;
+  parse.parameter_types.assign(parameters.size(), 0);
+  protocol::Encode(parse, out);
+  protocol::Encode(protocol::Describe{protocol::ObjectKind::kStatement, name}, out);
+  std::string execute;
+  protocol::Bind bind;
+  bind.statement = name;
+  for (const std::string& p : parameters) bind.parameters.push_back(protocol::NullableValue(p));
+  protocol::Encode(bind, execute);
+  protocol::Encode(protocol::Execute{}, execute);
+  protocol::Encode(protocol::Sync{}, execute);
+  PgResult result;
+  std::string error;
+  if (!parameters.empty()) {
+    // postgres.js learns the parameter types before it binds (describeFirst).
+    protocol::Encode(protocol::Flush{}, out);
+    absl::Status sent = SendAll(out);
+    if (!sent.ok()) return sent;
+    bool described = false;
+    while (!described) {
+      absl::StatusOr<RawFrame> frame = ReadFrame(deadline);
+      if (!frame.ok()) return frame.status();
+      switch (frame->tag) {
+        case 'T':  // RowDescription or NoData ends a statement's Describe
+        case 'n':
+          described = true;
+          break;
+        case 'E': {
+          // As postgres.js: Sync, then skip to its ReadyForQuery.
+          error = DescribeError(frame->payload);
+          std::string sync;
+          protocol::Encode(protocol::Sync{}, sync);
+          sent = SendAll(sync);
+          if (!sent.ok()) return sent;
+          absl::Status read = ReadUntilReady(deadline, result, error);
+          if (!read.ok()) return read;
+          return absl::FailedPreconditionError(error);
+        }
+        case 'Z':
+          return absl::InternalError("ReadyForQuery before the statement was described");
+        default:  // ParseComplete, ParameterDescription, notices
+          break;
+      }
+    }
+    out.clear();
+  }
+  out += execute;
+  absl::Status sent = SendAll(out);
+  if (!sent.ok()) return sent;
+  absl::Status read = ReadUntilReady(deadline, result, error);
+  if (!read.ok()) return read;
+  if (!error.empty()) return absl::FailedPreconditionError(error);
+  return result;
 }
 
 }  // namespace hyperpool::cli::demo

@@ -1,6 +1,8 @@
 // A tiny blocking PostgreSQL client for `hyperpool demo`: a plain TCP socket,
 // the project's wire codec (src/protocol) and authentication mechanisms
-// (SCRAM-SHA-256, MD5, cleartext), the simple query protocol only, no TLS.
+// (SCRAM-SHA-256, MD5, cleartext), no TLS. It speaks the simple query
+// protocol and the extended one as postgres.js does (named statements,
+// Describe before the first Bind), so the demo can show both.
 //
 // Why not libpq: libpq and BoringSSL in one process crash (docs/STYLE.md), and
 // the demo must measure round trips, not a driver's extras. It plays the
@@ -57,6 +59,18 @@ class PgClient {
   // FailedPrecondition "SQLSTATE: message" (the connection stays usable).
   absl::StatusOr<PgResult> Query(std::string_view sql);
 
+  // Runs `sql` as the named statement `name` with the extended query
+  // protocol ("Message Flow" > "Extended Query"), as postgres.js does for a
+  // statement it has not prepared on this connection: with parameters,
+  // Parse + Describe(statement) + Flush, then (after ParseComplete,
+  // ParameterDescription and RowDescription/NoData arrive) Bind + Execute +
+  // Sync: two round trips; without parameters all five in one write (one
+  // round trip). Parameters are text, their types left to the server. An
+  // ErrorResponse becomes FailedPrecondition "SQLSTATE: message" (after a
+  // Sync, so the connection stays usable).
+  absl::StatusOr<PgResult> PreparedQuery(std::string_view name, std::string_view sql,
+                                         const std::vector<std::string>& parameters);
+
   // Terminate ('X', a half round trip: nothing is awaited) and close. Idempotent.
   void Close();
 
@@ -79,6 +93,9 @@ class PgClient {
     std::string_view raw;
   };
   absl::StatusOr<RawFrame> ReadFrame(std::chrono::steady_clock::time_point deadline);
+  // Reads up to ReadyForQuery, collecting rows and command tags into `result`
+  // and the first ErrorResponse into `error`.
+  absl::Status ReadUntilReady(std::chrono::steady_clock::time_point deadline, PgResult& result, std::string& error);
 
   int fd_ = -1;
   std::chrono::milliseconds timeout_;

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # `hyperpool demo` end to end: a short run (RTT 10 ms, 3 connections per mode)
-# with its own scratch PostgreSQL. Checks the exit code, the table (all three
-# modes), that pooled beats direct, the CSV and PNG files, and that the scratch
-# cluster is gone afterwards (no directory, no process with its data dir).
+# with its own scratch PostgreSQL. Checks the exit code, both tables (the
+# extended protocol as postgres.js speaks it, and the simple protocol; all
+# three modes each), that pooled is not slower than direct in either, that the
+# extended client makes postgres.js's round trips, the CSV and PNG files, and
+# that the scratch cluster is gone afterwards (no directory, no process with
+# its data dir).
 set -euo pipefail
 
 BIN=${HYPERPOOL_BINARY:?set HYPERPOOL_BINARY to the hyperpool binary}
@@ -23,24 +26,42 @@ rc=0
 timeout 300 "$BIN" demo --rtt 10 --iterations 3 --out "$out" >"$work/stdout" 2>"$work/stderr" || rc=$?
 [ "$rc" = 0 ] || fail "exit code $rc"
 
-# The table: a header and one row per mode with mean and median.
-grep -qE '^mode +mean ms +median ms' "$work/stdout" || fail "no table header"
-declare -A mean
-for mode in direct pooled cached; do
-  line=$(grep -E "^$mode +[0-9]" "$work/stdout") || fail "no table row for $mode"
-  mean[$mode]=$(awk '{print $2}' <<<"$line")
+# Two tables, the extended protocol (postgres.js's flow) first, then the
+# simple one; each with a header and one row per mode with mean and median.
+section() {  # the lines of the table after the heading that starts with $1
+  awk -v h="$1" 'index($0, h) == 1 { on = 1; next } on && /^(extended|simple) protocol/ { exit } on' "$work/stdout"
+}
+declare -A mean waits
+for protocol in extended simple; do
+  table=$(section "$protocol protocol")
+  [ -n "$table" ] || fail "no $protocol-protocol table"
+  grep -qE '^mode +mean ms +median ms +vs direct +x RTT' <<<"$table" || fail "no header in the $protocol table"
+  for mode in direct pooled cached; do
+    line=$(grep -E "^$mode +[0-9]" <<<"$table") || fail "no $protocol row for $mode"
+    mean[$protocol.$mode]=$(awk '{print $2}' <<<"$line")
+    waits[$protocol.$mode]=$(awk '{print $6}' <<<"$line")
+  done
+  # "pooled" is not slower than direct: the pooler costs no WAN round trip.
+  awk -v d="${mean[$protocol.direct]}" -v p="${mean[$protocol.pooled]}" 'BEGIN { exit !(p <= d) }' \
+    || fail "$protocol: pooled (${mean[$protocol.pooled]} ms) is slower than direct (${mean[$protocol.direct]} ms)"
 done
-awk -v d="${mean[direct]}" -v p="${mean[pooled]}" 'BEGIN { exit !(p < d) }' \
-  || fail "pooled (${mean[pooled]} ms) is not faster than direct (${mean[direct]} ms)"
+# The extended client really waits as postgres.js does: a type lookup plus two
+# round trips per statement (Describe, then Bind/Execute) = 11, against the
+# simple protocol's 5 (login waits are the same in both).
+extra=$(( ${waits[extended.direct]} - ${waits[simple.direct]} ))
+[ "$extra" = 6 ] \
+  || fail "extended client waits ${waits[extended.direct]}, simple ${waits[simple.direct]}: expected a difference of 6"
 grep -q 'committed exactly once' "$work/stderr" || fail "the write check did not run"
 
-# CSV: a header and the three modes; PNG: the 8-byte signature.
+# CSV: a header and the three modes per protocol; PNG: the 8-byte signature.
 [ -s "$out/demo.csv" ] || fail "no demo.csv"
-head -n1 "$out/demo.csv" | grep -q '^mode,iterations,rtt_ms,mean_ms,median_ms' || fail "bad demo.csv header"
-for mode in direct pooled cached; do
-  grep -q "^$mode,3," "$out/demo.csv" || fail "demo.csv has no $mode row"
+head -n1 "$out/demo.csv" | grep -q '^protocol,mode,iterations,rtt_ms,mean_ms,median_ms' || fail "bad demo.csv header"
+for protocol in extended simple; do
+  for mode in direct pooled cached; do
+    grep -q "^$protocol,$mode,3," "$out/demo.csv" || fail "demo.csv has no $protocol $mode row"
+  done
 done
-[ "$(wc -l <"$out/demo_iterations.csv")" = 10 ] || fail "demo_iterations.csv should have 1 + 9 lines"
+[ "$(wc -l <"$out/demo_iterations.csv")" = 19 ] || fail "demo_iterations.csv should have 1 + 18 lines"
 [ -s "$out/demo.png" ] || fail "no demo.png"
 [ "$(head -c 8 "$out/demo.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "demo.png is not a PNG"
 
@@ -57,4 +78,6 @@ if ps -eo args= | grep -F -- "$datadir" | grep -vq grep; then
   fail "a process still runs on $datadir: $(ps -eo pid=,args= | grep -F -- "$datadir" | grep -v grep)"
 fi
 
-echo "demo_test: ok (direct ${mean[direct]} ms, pooled ${mean[pooled]} ms, cached ${mean[cached]} ms at RTT 10 ms)"
+echo "demo_test: ok at RTT 10 ms: extended direct ${mean[extended.direct]} / pooled ${mean[extended.pooled]} /" \
+  "cached ${mean[extended.cached]} ms; simple direct ${mean[simple.direct]} / pooled ${mean[simple.pooled]} /" \
+  "cached ${mean[simple.cached]} ms"
