@@ -536,6 +536,17 @@ class Session : public std::enable_shared_from_this<Session> {
         break;  // CopyData/CopyDone/CopyFail ride along with their COPY
     }
     cache_.OnForward(frame);  // writes and state changes, for the query cache
+    if (statements_.StartShapeCheck(frame, conn_->statements(), to_origin_)) {
+      // A statement prepared before DDL is re-Parsed here: its result shape
+      // is checked before the client's Bind goes out (statement_session.h).
+      co_await FlushToOrigin();
+      while (lease_ && statements_.shape_check_pending() && !stopping_) {
+        pump_wake_.Notify();
+        co_await changed_.Wait();
+      }
+      if (stopping_) co_return Next::kEnd;
+      if (!lease_) co_return Next::kContinue;  // lost meanwhile: the loss answered the unit
+    }
     // Prepared statements: renamed, replayed or answered here (statement_session.h).
     statements_.OnFrontend(frame, conn_->statements(), to_origin_);
     pump_wake_.Notify();
@@ -952,9 +963,11 @@ class Session : public std::enable_shared_from_this<Session> {
         continue;
       }
       cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
+      const bool checking = statements_.shape_check_pending();
       if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
         protocol::AppendRawFrame(batch, frame->raw);
       }
+      if (checking && !statements_.shape_check_pending()) changed_.Notify();  // Run waits for it
       if (tag == 'Z' && !frame->payload.empty()) {
         if (outstanding_ > 0) --outstanding_;
         if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') endpoint_->transactions++;
