@@ -33,6 +33,49 @@ function shapeOf(rows) {
   return rows.map((r) => JSON.stringify(r)).join(' ');
 }
 
+// Through a pool of 2 the next execution must land on the origin connection
+// that LACKS the statement (its re-prepare must not return rows of the new
+// shape under the old description): two holders keep both connections in a
+// transaction while the execution waits for one; the holder whose backend is
+// not the one the statement was prepared on commits first. Directly the
+// same steps run on separate backends.
+async function landsElsewhere(ddl, label) {
+  const opts = { max: 1, prepare: false, connect_timeout: 10, onnotice: () => {} };
+  const holders = [postgres(url, opts), postgres(url, opts)];
+  const client = postgres(url, { ...opts, prepare: true });
+  const pid = async (s) => (await s.unsafe('SELECT pg_backend_pid() AS p'))[0].p;
+  try {
+    await ddl.unsafe(`CREATE TABLE ${TABLE} (a int, b text)`);
+    await ddl.unsafe(`INSERT INTO ${TABLE} VALUES (1, 'one')`);
+    const first = await client`select *, pg_backend_pid() AS p from ${client(TABLE)} order by 1`;
+    const preparedOn = first[0].p;
+    const before = JSON.stringify({ a: first[0].a, b: first[0].b });
+    await ddl.unsafe(`DROP TABLE ${TABLE}`);
+    await ddl.unsafe(`CREATE TABLE ${TABLE} (x int, y int, z text)`);
+    await ddl.unsafe(`INSERT INTO ${TABLE} VALUES (10, 20, 'new')`);
+    const held = [];
+    for (const h of holders) {
+      await h.unsafe('BEGIN');
+      held.push(await pid(h));
+    }
+    const pending = client`select *, pg_backend_pid() AS p from ${client(TABLE)} order by 1`.execute();
+    const settled = pending.then((rows) => rows, (e) => e);
+    const other = held[0] === preparedOn ? 1 : 0;
+    await holders[other].unsafe('COMMIT');
+    const got = await settled;
+    await holders[1 - other].unsafe('COMMIT');
+    const after = got instanceof Error ? `${got.code || ''} ${got.message}`
+      : JSON.stringify(Object.fromEntries(Object.entries(got[0]).filter(([k]) => k !== 'p')));
+    rep.check(before === '{"a":1,"b":"one"}' && after === '{"x":10,"y":20,"z":"new"}',
+      `new shape where the re-prepare lands on a connection that lacks the statement (${label})`,
+      `${before} -> ${after}`);
+    await ddl.unsafe(`DROP TABLE ${TABLE}`);
+  } finally {
+    for (const h of holders) await h.end({ timeout: 5 });
+    await client.end({ timeout: 5 });
+  }
+}
+
 try {
   await ddl.unsafe(`DROP TABLE IF EXISTS ${TABLE}`);
   await ddl.unsafe(`CREATE TABLE ${TABLE} (a int, b text)`);
@@ -69,6 +112,11 @@ try {
   }
   rep.check(got3 === Array(CONNECTIONS).fill(want3).join(' | '), 'new column type after ALTER', got3);
   await ddl.unsafe(`DROP TABLE ${TABLE}`);
+  await landsElsewhere(ddl, 'DDL through the same URL');
+  // DDL that bypasses the pooler (drivers_test.sh passes the origin's URL).
+  const direct = postgres(process.env.DRV_DIRECT_URL || url, { max: 1, prepare: false, onnotice: () => {} });
+  await landsElsewhere(direct, 'DDL on the origin directly');
+  await direct.end({ timeout: 5 });
 } catch (e) {
   rep.error('schema change', e);
 }
