@@ -34,6 +34,12 @@ struct EndpointStats {
   std::size_t pins_listen = 0;            // LISTEN
   std::size_t pins_with_hold_cursor = 0;  // DECLARE ... WITH HOLD
   std::size_t pins_set_role = 0;          // SET ROLE / SET SESSION AUTHORIZATION
+  // The pinned budget (EndpointOptions::max_pinned): pinned connections held
+  // now (outside the pool's max_size), statements refused with 53300
+  // because it was spent, and pinned sessions closed by pinned_idle_timeout.
+  std::size_t pinned_connections = 0;
+  std::size_t pins_rejected = 0;
+  std::size_t pinned_idle_timeouts = 0;
   // Cancel links: forwarded to the origin (or ending a unit not yet started),
   // and ignored (the session was idle, or unknown).
   std::size_t cancels_forwarded = 0;

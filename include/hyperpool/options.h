@@ -61,6 +61,16 @@ struct EndpointOptions {
   bool origin_password_from_environment = true;
   PoolOptions pool;
   CacheOptions cache;
+  // Transaction mode: sessions pinned to their origin connection (temp
+  // tables, session advisory locks, WITH HOLD cursors, SET ROLE, SQL
+  // PREPARE, LISTEN) hold connections outside pool.max_size, at most this
+  // many at once; 0 means max(1, pool.max_size / 4). A statement that would
+  // pin one more fails at once with 53300 (docs/architecture.md, "Session
+  // state").
+  std::size_t max_pinned = 0;
+  // A pinned session idle (between units of work) this long is closed with
+  // FATAL 57P05, freeing its connection. Zero: never.
+  std::chrono::milliseconds pinned_idle_timeout{600000};
 };
 
 struct ClientOptions {

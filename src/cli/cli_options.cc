@@ -112,6 +112,12 @@ std::optional<std::string> ApplyEndpointOption(std::string_view name, const std:
   } else if (name == "--max-lifetime") {
     if (!numeric) return "--max-lifetime needs seconds";
     options.pool.max_lifetime = std::chrono::seconds(number);
+  } else if (name == "--max-pinned") {
+    if (!numeric || number == 0) return "--max-pinned needs a positive number";
+    options.max_pinned = number;
+  } else if (name == "--pinned-idle-timeout") {
+    if (!numeric) return "--pinned-idle-timeout needs seconds (0: never)";
+    options.pinned_idle_timeout = std::chrono::seconds(number);
   } else if (name == "--pool-mode") {
     if (value == "transaction") {
       options.pool.mode = PoolMode::kTransaction;

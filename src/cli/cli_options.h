@@ -40,8 +40,9 @@ void HideSecretsInArgv(int argc, char** argv);
 // Each returns nullopt when `name` is not one of its options, "" when it
 // applied `value`, or the usage error to print.
 //
-// The Endpoint's: --origin, --origin-password-file, --pool-size, --min-idle, --acquire-timeout,
-// --idle-timeout, --max-lifetime, --pool-mode, --cache-max-age, --cache-swr.
+// The Endpoint's: --origin, --origin-password-file, --pool-size, --min-idle,
+// --acquire-timeout, --idle-timeout, --max-lifetime, --max-pinned,
+// --pinned-idle-timeout, --pool-mode, --cache-max-age, --cache-swr.
 std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
                                                EndpointOptions& options);
 // The Client's: --listen, --user, --password, --password-file, --database, --threads,

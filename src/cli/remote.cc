@@ -73,6 +73,9 @@ Options:
   --idle-timeout S        close idle origin connections above min-idle after S seconds (default 600)
   --max-lifetime S        close origin connections older than S seconds (default 3600)
   --pool-mode MODE        transaction (default) or session
+  --max-pinned N          sessions pinned to a connection (temp table, advisory lock, ...)
+                          hold at most N connections beyond --pool-size (default pool-size/4, >= 1)
+  --pinned-idle-timeout S close a pinned session idle for S seconds (default 600, 0 = never)
   --no-cache              turn the Endpoint's query-cache tier off
   --cache-max-age S       seconds a cached result is served fresh (default 60, at most 3600)
   --cache-swr S           seconds a stale result is served while one refresh runs (default 15)

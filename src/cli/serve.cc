@@ -41,6 +41,9 @@ Options:
   --idle-timeout S        close idle origin connections above min-idle after S seconds (default 600)
   --max-lifetime S        close origin connections older than S seconds (default 3600)
   --pool-mode MODE        transaction (default) or session
+  --max-pinned N          sessions pinned to a connection (temp table, advisory lock, ...)
+                          hold at most N connections beyond --pool-size (default pool-size/4, >= 1)
+  --pinned-idle-timeout S close a pinned session idle for S seconds (default 600, 0 = never)
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
   --password-file FILE    read that password from FILE (first line; mode 0600)

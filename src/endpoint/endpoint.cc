@@ -49,6 +49,7 @@
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/origin_password.h"
+#include "endpoint/pin_budget.h"
 #include "endpoint/session.h"
 #include "endpoint/session_settings.h"
 #include "endpoint/settings_replay.h"
@@ -172,6 +173,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::unordered_map<std::string, Session*> sessions_by_id;
   // One server-side name per distinct prepared statement (statement_registry.h).
   endpoint::StatementCatalog statements;
+  // Sessions holding a pinned connection outside the pool's cap (pin_budget.h).
+  endpoint::PinBudget pin_budget{1};
 
   // Thread-safe.
   std::atomic<bool> stopped{false};
@@ -182,6 +185,9 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<std::size_t> discarded{0};
   std::atomic<std::size_t> pending_cancels{0};
   std::atomic<std::size_t> pinned_sessions{0};
+  std::atomic<std::size_t> pinned_connections{0};
+  std::atomic<std::size_t> pins_rejected{0};
+  std::atomic<std::size_t> pinned_idle_timeouts{0};
   std::array<std::atomic<std::size_t>, static_cast<std::size_t>(kLastPinReason) + 1> pins{};
   std::atomic<std::size_t> cancels_forwarded{0};
   std::atomic<std::size_t> cancels_ignored{0};
@@ -465,7 +471,7 @@ class Session : public std::enable_shared_from_this<Session> {
       co_await changed_.Wait();
     }
     if (stopping_) co_return Next::kEnd;
-    NoteSessionEffects(frame);
+    if (!rewritten_pin_ && !NoteSessionEffects(frame)) co_return co_await HandleRefusedPin(frame, offset);
     if (lease_ && conn_->broken()) {
       // The origin connection died; wait until it has been accounted for
       // (errors queued, lease dropped) before starting new work. Nothing
@@ -491,7 +497,7 @@ class Session : public std::enable_shared_from_this<Session> {
         co_return Next::kContinue;
       }
     }
-    if (!lease_ && (parse_only_unit_ || (tag == 'P' && endpoint::StatementSession::IsParseOnlyUnit(
+    if (!lease_ && !rewritten_pin_ && (parse_only_unit_ || (tag == 'P' && endpoint::StatementSession::IsParseOnlyUnit(
                                                           std::string_view(in_).substr(offset - frame.size()))))) {
       // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
       parse_only_unit_ = statements_.AnswerParseOnly(frame, local_out_);
@@ -518,6 +524,13 @@ class Session : public std::enable_shared_from_this<Session> {
         co_return Next::kRestOfInputConsumed;
       }
     }
+    if (pin_budget_held_ && !lease_out_of_cap_) {
+      // Pinned: its connection leaves the pool's cap (pin_budget.h).
+      lease_.MoveOutOfCap();
+      lease_out_of_cap_ = true;
+      endpoint_->pinned_connections++;
+    }
+    last_activity_ = std::chrono::steady_clock::now();
     switch (tag) {
       case 'Q':
       case 'S':
@@ -537,6 +550,17 @@ class Session : public std::enable_shared_from_this<Session> {
         break;  // CopyData/CopyDone/CopyFail ride along with their COPY
     }
     cache_.OnForward(frame);  // writes and state changes, for the query cache
+    if (statements_.StartShapeCheck(frame, conn_->statements(), to_origin_)) {
+      // A statement prepared before DDL is re-Parsed here: its result shape
+      // is checked before the client's Bind goes out (statement_session.h).
+      co_await FlushToOrigin();
+      while (lease_ && statements_.shape_check_pending() && !stopping_) {
+        pump_wake_.Notify();
+        co_await changed_.Wait();
+      }
+      if (stopping_) co_return Next::kEnd;
+      if (!lease_) co_return Next::kContinue;  // lost meanwhile: the loss answered the unit
+    }
     // Prepared statements: renamed, replayed or answered here (statement_session.h).
     statements_.OnFrontend(frame, conn_->statements(), to_origin_);
     pump_wake_.Notify();
@@ -655,10 +679,88 @@ class Session : public std::enable_shared_from_this<Session> {
     return PinReason::kNone;
   }
 
-  void NoteSessionEffects(const protocol::Frame& frame) {
-    if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C') return;
+  // False if `frame` would pin the session while the pinned budget is spent
+  // (the pins are then not recorded: the frame must not run as it is).
+  bool NoteSessionEffects(const protocol::Frame& frame) {
+    if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C') return true;
     endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload);
+    if (effects.pins.empty()) return true;
+    if (!TakePinBudget()) return false;
     for (PinReason reason : effects.pins) AddPin(reason);
+    return true;
+  }
+
+  // One unit of the Endpoint's pinned budget for this session, held until
+  // it is no longer pinned or ends (transaction mode only).
+  bool TakePinBudget() {
+    if (pin_budget_held_ || endpoint_->options.pool.mode != PoolMode::kTransaction) return true;
+    if (!endpoint_->pin_budget.TryTake()) return false;
+    pin_budget_held_ = true;
+    if (endpoint_->options.pinned_idle_timeout.count() > 0 && !idle_watch_) {
+      idle_watch_ = std::make_unique<asio::steady_timer>(endpoint_->executor);
+      asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WatchPinnedIdle(); },
+                     asio::detached);
+    }
+    return true;
+  }
+
+  void GivePinBudget() {
+    if (!pin_budget_held_) return;
+    pin_budget_held_ = false;
+    endpoint_->pin_budget.Give();
+  }
+
+  // The budget is spent: the pinning statement is replaced by one that
+  // makes the origin raise 53300 (pin_budget.h), so nothing of it runs and
+  // the error, abort and skip-until-Sync are PostgreSQL's own. A message
+  // that cannot be rewritten (a Bind of a pinning statement parsed before)
+  // runs, and its connection is closed after the unit instead of shared.
+  asio::awaitable<Next> HandleRefusedPin(const protocol::Frame& frame, std::size_t offset) {
+    endpoint_->pins_rejected++;
+    fmt::print(stderr, "hyperpool: session {}: pinned budget spent (max_pinned = {}), statement refused\n",
+               session_id_.empty() ? std::string("-") : session_id_, endpoint_->pin_budget.limit());
+    std::string rewritten;
+    if (!endpoint::RewritePinningMessage(frame.tag, frame.payload, endpoint_->pin_budget.limit(), rewritten)) {
+      discard_after_unit_ = true;
+      co_return co_await HandleFrameUnpinned(frame, offset);
+    }
+    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+    auto r = reader.Read(rewritten);
+    if (!r.is_frame()) co_return Next::kContinue;  // cannot happen: we encoded it
+    // Later Binds of that name run the replacement: they pin nothing.
+    if (frame.tag == 'P') (void)settings_.NoteFrontend('P', r.frame().payload);
+    rewritten_pin_ = true;
+    Next next = co_await HandleFrame(r.frame(), offset);
+    rewritten_pin_ = false;
+    co_return next;
+  }
+
+  // HandleFrame for a frame whose pins were refused but that must run.
+  asio::awaitable<Next> HandleFrameUnpinned(const protocol::Frame& frame, std::size_t offset) {
+    rewritten_pin_ = true;  // its effects are not noted again
+    Next next = co_await HandleFrame(frame, offset);
+    rewritten_pin_ = false;
+    co_return next;
+  }
+
+  // Closes a pinned session idle (outside a transaction) for longer than
+  // pinned_idle_timeout, as PostgreSQL's idle_session_timeout does.
+  asio::awaitable<void> WatchPinnedIdle() {
+    const auto limit = endpoint_->options.pinned_idle_timeout;
+    last_activity_ = std::chrono::steady_clock::now();
+    while (!session_done_ && !stopping_) {
+      const bool idle = outstanding_ == 0 && !in_unit_ && to_origin_.empty() &&
+                        (!lease_ || conn_->transaction_status() == 'I');
+      const auto now = std::chrono::steady_clock::now();
+      if (pin_budget_held_ && idle && now - last_activity_ >= limit) {
+        endpoint_->pinned_idle_timeouts++;
+        QueueError("FATAL", "57P05", "terminating connection due to idle-session timeout");
+        close_after_send_ = true;
+        co_return;
+      }
+      idle_watch_->expires_at(idle ? last_activity_ + limit : now + limit);
+      (void)co_await idle_watch_->async_wait(kAsTuple);
+    }
   }
 
   void AddPin(PinReason reason) {
@@ -702,6 +804,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
     if (!pins_.empty() && !pin_counted_gone_) endpoint_->pinned_sessions--;
     pin_counted_gone_ = true;
+    GivePinBudget();
+    if (idle_watch_) idle_watch_->cancel();
   }
 
   // Writes `to_origin_` to the lent connection. False if the write failed
@@ -908,6 +1012,13 @@ class Session : public std::enable_shared_from_this<Session> {
         local_out_.clear();
         absl::Status sent = co_await link_->Send(std::move(out));
         changed_.Notify();
+        if (close_after_send_ && !session_done_) {
+          // A FATAL went out (pinned idle timeout): the session ends.
+          stopping_ = true;
+          link_->Close();
+          changed_.Notify();
+          continue;
+        }
         if (!sent.ok()) {
           link_->Close();
           if (!session_done_) stopping_ = true;
@@ -953,10 +1064,13 @@ class Session : public std::enable_shared_from_this<Session> {
         continue;
       }
       cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
+      const bool checking = statements_.shape_check_pending();
       if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
         protocol::AppendRawFrame(batch, frame->raw);
       }
+      if (checking && !statements_.shape_check_pending()) changed_.Notify();  // Run waits for it
       if (tag == 'Z' && !frame->payload.empty()) {
+        last_activity_ = std::chrono::steady_clock::now();
         if (outstanding_ > 0) --outstanding_;
         if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') endpoint_->transactions++;
         changed_.Notify();
@@ -1042,6 +1156,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                        .client_gone = false,
                                        .broken = conn_->broken(),
                                        .lifetime_exceeded = lease_.lifetime_exceeded()});
+    if (discard_after_unit_ && d != ReleaseDecision::kKeep) d = ReleaseDecision::kClose;  // refused pin ran
     ReleaseLease(d);
   }
 
@@ -1051,7 +1166,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                        .outstanding = outstanding_ + (in_unit_ ? 1 : 0),
                                        .pin = CurrentPin(),
                                        .client_gone = true,
-                                       .broken = conn_->broken() || discard_pending_,
+                                       .broken = conn_->broken() || discard_pending_ || discard_after_unit_,
                                        .lifetime_exceeded = lease_.lifetime_exceeded()});
     ReleaseLease(d);
   }
@@ -1065,6 +1180,12 @@ class Session : public std::enable_shared_from_this<Session> {
     statements_.Reset();
     lease_.Release(decision);
     conn_ = nullptr;
+    discard_after_unit_ = false;
+    if (lease_out_of_cap_) {
+      lease_out_of_cap_ = false;
+      endpoint_->pinned_connections--;
+    }
+    if (pins_.empty() && !statements_.pinned()) GivePinBudget();  // e.g. after DEALLOCATE ALL
     discard_pending_ = false;
     fatal_error_.clear();
     changed_.Notify();
@@ -1147,6 +1268,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // Protocol-level prepared statements of this client (statement_session.h).
   endpoint::StatementSession statements_{endpoint_->statements};
   bool parse_only_unit_ = false;  // answering a Parse-only unit locally, until its Sync
+
+  // The pinned budget (pin_budget.h).
+  bool pin_budget_held_ = false;      // this session holds one unit of it
+  bool lease_out_of_cap_ = false;     // lease_ was moved out of the pool's cap
+  bool rewritten_pin_ = false;        // HandleFrame runs a refused pin's replacement
+  bool discard_after_unit_ = false;   // a refused pin ran: close the connection at release
+  bool close_after_send_ = false;     // end the session once local_out_ is sent (a FATAL)
+  std::chrono::steady_clock::time_point last_activity_{};  // last frame or ReadyForQuery
+  std::unique_ptr<asio::steady_timer> idle_watch_;  // WatchPinnedIdle's timer
 };
 
 // ---------------------------------------------------------------------------
@@ -1164,6 +1294,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
   impl->executor = executor;
   impl->config = std::make_shared<const OriginConfig>(std::move(*config));
   impl->options = std::move(options);
+  impl->pin_budget =
+      endpoint::PinBudget(endpoint::EffectivePinnedBudget(impl->options.max_pinned, impl->options.pool.max_size));
 
   endpoint::ConnectOptions connect;
   connect.timeout = impl->config->connect_timeout.count() > 0
@@ -1262,6 +1394,9 @@ EndpointStats Endpoint::Stats() const {
   s.pins_listen = pins(PinReason::kListen);
   s.pins_with_hold_cursor = pins(PinReason::kWithHoldCursor);
   s.pins_set_role = pins(PinReason::kSetRole);
+  s.pinned_connections = impl_->pinned_connections.load();
+  s.pins_rejected = impl_->pins_rejected.load();
+  s.pinned_idle_timeouts = impl_->pinned_idle_timeouts.load();
   s.cancels_forwarded = impl_->cancels_forwarded.load();
   s.cancels_ignored = impl_->cancels_ignored.load();
   s.origin_rtt_us = impl_->origin_rtt_us.load();

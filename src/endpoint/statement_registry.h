@@ -53,6 +53,16 @@ struct StatementInfo {
   // The origin's ErrorResponse payload that retired it, replayed verbatim
   // (drivers recognise it by its fields: asyncpg by R = RevalidateCachedQuery).
   mutable std::string stale_error;
+  // The result shape the origin described for it first: a RowDescription
+  // payload ('T') or "" for NoData, once `shape_known`. What every client
+  // mapped to it may have been told; a re-Parse on another connection must
+  // describe the same shape, else the driver would decode rows of another
+  // shape (StatementSession's shape check).
+  mutable std::string shape;
+  mutable bool shape_known = false;
+  // The catalog epoch at which `shape` was last confirmed (made or checked);
+  // a re-Parse after a later schema change is checked first.
+  mutable std::uint64_t shape_epoch = 0;
 
   std::string_view query() const;
 };

@@ -23,6 +23,25 @@ constexpr std::string_view kMissingStatement = "hp_missing";
 constexpr std::string_view kStaleStatement = "hp_stale";
 constexpr std::string_view kStalePlanMessage = "cached plan must not change result type";
 
+// The ErrorResponse payload PostgreSQL sends when a statement's result type
+// changed (plancache.c, RevalidateCachedQuery): drivers recognise it by the
+// routine field (asyncpg, postgres.js) or the SQLSTATE (PgJDBC).
+std::string StalePlanError() {
+  std::string payload;
+  auto field = [&](char code, std::string_view value) {
+    payload.push_back(code);
+    protocol::AppendCString(payload, value);
+  };
+  field('S', "ERROR");
+  field('V', "ERROR");
+  field('C', "0A000");
+  field('M', kStalePlanMessage);
+  field('F', "plancache.c");
+  field('R', "RevalidateCachedQuery");
+  payload.push_back('\0');
+  return payload;
+}
+
 // Splits a NUL-terminated string off the front of `in`. False if there is no NUL.
 bool TakeCString(std::string_view& in, std::string_view& value) {
   const void* nul = std::memchr(in.data(), 0, in.size());
@@ -170,6 +189,8 @@ void StatementSession::Reset() {
   ops_.clear();
   head_ = 0;
   skipping_ = false;
+  discarding_ = false;
+  shape_check_pending_ = false;
 }
 
 void StatementSession::EmitLeadingSynthetic(std::string& out) {
@@ -205,6 +226,66 @@ void StatementSession::AddToConnection(const StatementRef& statement, Connection
   evicted_.clear();
 }
 
+void StatementSession::Replay(const StatementRef& statement, ConnectionStatements& conn, std::string& out) {
+  AddToConnection(statement, conn, out);
+  protocol::AppendRawFrame(out, statement->parse_frame);
+  Push(Kind::kParse, Mode::kHidden, statement);
+  AppendDescribeStatement(out, statement->server_name);
+  Push(Kind::kDescribeStatement, Mode::kHidden, statement);
+  ops_.back().verify = statement->shape_known;
+}
+
+bool StatementSession::StartShapeCheck(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out) {
+  if (skipping_ || shape_check_pending_) return false;
+  std::string_view rest = frame.payload;
+  std::string_view name;
+  if (frame.tag == 'B') {
+    std::string_view portal;
+    if (!TakeCString(rest, portal) || !TakeCString(rest, name)) return false;
+  } else if (frame.tag == 'D' && !rest.empty() && rest[0] == 'S') {
+    rest.remove_prefix(1);
+    if (!TakeCString(rest, name)) return false;
+  } else {
+    return false;
+  }
+  if (name.empty()) return false;
+  const StatementRef* ref = client_.Find(name);
+  if (ref == nullptr) return false;
+  const StatementRef& statement = *ref;
+  if (statement->retired || !statement->shape_known || statement->shape_epoch == catalog_.epoch() ||
+      conn.Has(statement.get())) {
+    return false;
+  }
+  Replay(statement, conn, out);
+  ops_.back().shape_check = true;
+  protocol::AppendFrame(out, 'H', {});  // the origin answers a Flush at once; no Sync (the unit goes on)
+  shape_check_pending_ = true;
+  return true;
+}
+
+bool StatementSession::OnShape(const Op& op, char tag, std::string_view payload, ConnectionStatements& conn) {
+  const StatementInfo& statement = *op.statement;
+  const std::string_view shape = tag == 'T' ? payload : std::string_view();
+  if (op.shape_check) shape_check_pending_ = false;
+  if (!statement.shape_known) {
+    statement.shape.assign(shape.data(), shape.size());
+    statement.shape_known = true;
+    statement.shape_epoch = catalog_.epoch();
+    return true;
+  }
+  if (statement.shape == shape) {
+    statement.shape_epoch = catalog_.epoch();
+    return true;
+  }
+  if (!op.verify) return true;  // the client's own Describe: it now holds this shape itself
+  // Its result type changed: fail it as PostgreSQL fails a cached plan
+  // whose result type changed, for every client that holds its old shape.
+  catalog_.Retire(op.statement.get(), StalePlanError());
+  conn.Remove(op.statement.get());
+  conn.pending_close.push_back(statement.server_name);
+  return false;
+}
+
 std::string_view StatementSession::Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
                                            StatementRef* statement, bool* stale) {
   if (name.empty()) {
@@ -225,9 +306,7 @@ std::string_view StatementSession::Resolve(std::string_view name, ConnectionStat
       *statement = *ref;
       return kStaleStatement;
     }
-    AddToConnection(*ref, conn, out);
-    protocol::AppendRawFrame(out, (*ref)->parse_frame);
-    Push(Kind::kParse, Mode::kHidden, *ref);
+    Replay(*ref, conn, out);
   }
   *statement = *ref;
   return (*ref)->server_name;
@@ -275,7 +354,14 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
   }
   AddToConnection(statement, conn, out);
   protocol::AppendRawFrame(out, statement->parse_frame);
-  Push(Kind::kParse, Mode::kForwarded, std::move(statement));
+  const bool record = !statement->shape_known;
+  Push(Kind::kParse, Mode::kForwarded, statement);
+  if (record) {
+    // Remember the shape it is made with (the client may never Describe
+    // it); later replays elsewhere are compared with it.
+    AppendDescribeStatement(out, statement->server_name);
+    Push(Kind::kDescribeStatement, Mode::kHidden, std::move(statement));
+  }
 }
 
 bool StatementSession::IsParseOnlyUnit(std::string_view frames) {
@@ -476,6 +562,9 @@ void StatementSession::UndoSkipped(const Op& op, ConnectionStatements& conn) {
       if (op.unnamed) conn.unnamed_id = 0;
       if (op.statement) conn.Remove(op.statement.get());
       break;
+    case Kind::kDescribeStatement:
+      if (op.shape_check) shape_check_pending_ = false;
+      break;
     case Kind::kClose:
       if (op.mode != Mode::kHidden) break;
       if (op.eviction && op.statement) {
@@ -520,6 +609,20 @@ void StatementSession::OnError(const Op& op, std::string_view payload, Connectio
 StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& frame, ConnectionStatements& conn,
                                                       std::string& out) {
   const char tag = frame.tag;
+  if (discarding_) {
+    if (tag == 'N' || tag == 'A' || tag == 'S') return Verdict::kForward;
+    if (tag != 'Z') {
+      // Answers of a unit whose replayed statement changed shape: the
+      // client already has its 0A000; only the ReadyForQuery goes on.
+      if (tag == 'C') {
+        std::string_view rest = frame.payload;
+        std::string_view command;
+        if (TakeCString(rest, command)) OnCommandComplete(command, conn);
+      }
+      return Verdict::kDrop;
+    }
+    discarding_ = false;
+  }
   if (head_ == ops_.size()) {
     if (tag == 'C') {
       std::string_view rest = frame.payload;
@@ -589,6 +692,25 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       complete = tag == '2';
       break;
     case Kind::kDescribeStatement:
+      complete = tag == 'T' || tag == 'n';
+      if (complete && op.statement && !OnShape(op, tag, frame.payload, conn) && !op.shape_check) {
+        // Found in flight: the client's messages behind it already went
+        // out; their answers are replaced by the error.
+        protocol::AppendFrame(out, 'E', op.statement->stale_error);
+        Pop();
+        bool found_sync = false;
+        while (head_ < ops_.size()) {
+          if (ops_[head_].kind == Kind::kSync) {
+            found_sync = true;
+            break;
+          }
+          Pop();
+        }
+        if (!found_sync) skipping_ = true;
+        discarding_ = true;
+        return Verdict::kDrop;
+      }
+      break;
     case Kind::kDescribePortal:
       complete = tag == 'T' || tag == 'n';
       break;

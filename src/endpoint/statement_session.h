@@ -37,6 +37,15 @@
 // statement's result type changed, gets 0A000 on every connection, as on a
 // direct one -- drivers that re-prepare then (asyncpg, PgJDBC) recover.
 //
+// Every re-Parse of a statement on a connection that lacks it (a replay)
+// carries a hidden Describe('S'); the first shape the origin describes for
+// a statement is remembered and later replays must match it. After DDL
+// seen by the Endpoint the replay is checked in its own round trip before
+// the client's Bind is sent (StartShapeCheck), so a changed shape fails
+// that Bind with 0A000 before it runs; otherwise (DDL that bypassed the
+// Endpoint) a mismatch found in flight replaces the unit's answers up to
+// its ReadyForQuery with that error (the unit did run on the origin).
+//
 // SQL-level PREPARE cannot be renamed: while the client has such statements
 // (tracked from the CommandComplete tags PREPARE / DEALLOCATE / DEALLOCATE
 // ALL / DISCARD ALL) pinned() is true and the session keeps its connection
@@ -98,6 +107,20 @@ class StatementSession {
   // while the unit goes on (false after the Sync).
   bool AnswerParseOnly(const protocol::Frame& frame, std::string& out);
 
+  // Result-shape check (docs/architecture.md, "Prepared statements"): a
+  // driver decodes rows with the RowDescription it was given when it
+  // prepared, so a statement re-Parsed on a connection that lacks it must
+  // describe the same shape. Call before OnFrontend for every frame. If
+  // `frame` is a Bind / Describe('S') of a client name whose statement
+  // `conn` lacks and the schema epoch moved since its shape was confirmed,
+  // appends to `out` a hidden Parse + Describe('S') + Flush and returns
+  // true: the caller sends it, waits until shape_check_pending() is false
+  // (OnBackend resolves it), then calls OnFrontend(frame). A changed shape
+  // retires the statement, so that frame fails with 0A000 "cached plan must
+  // not change result type" before anything of it runs, as directly.
+  bool StartShapeCheck(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+  bool shape_check_pending() const { return shape_check_pending_; }
+
   // SQL-level prepared statements exist: keep the connection (kPreparedSql).
   bool pinned() const { return sql_prepared_ > 0; }
   // A CommandComplete tag from the origin. Returns true if pinned() changed.
@@ -132,6 +155,8 @@ class StatementSession {
     bool translate_dealloc = false; // EmptyQueryResponse -> CommandComplete "DEALLOCATE"
     bool eviction = false;          // hidden Close of an evicted statement
     bool stale = false;             // Bind/Describe of a retired statement: its error becomes 0A000
+    bool verify = false;            // hidden Describe('S') of a replay: its shape must match
+    bool shape_check = false;       // ...of StartShapeCheck (nothing of the client's follows yet)
     StatementRef statement;         // the server statement concerned, if any
     std::string close_name;         // hidden Close of a pending_close name
   };
@@ -153,12 +178,20 @@ class StatementSession {
   void AddToConnection(const StatementRef& statement, ConnectionStatements& conn, std::string& out);
   void EmitPendingCloses(ConnectionStatements& conn, std::string& out);
   void OnParse(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+  // Sends `statement`'s Parse (hidden) and a hidden Describe('S') of it that
+  // records its shape, or verifies it if known.
+  void Replay(const StatementRef& statement, ConnectionStatements& conn, std::string& out);
+  // A 'T' / 'n' answering a Describe('S') of `op.statement`. False if it
+  // verified a shape that differs: the statement was retired.
+  bool OnShape(const Op& op, char tag, std::string_view payload, ConnectionStatements& conn);
 
   StatementCatalog& catalog_;
   ClientStatements client_;
   std::vector<Op> ops_;   // [head_, size): pending; reused (no allocation in steady state)
   std::size_t head_ = 0;
   bool skipping_ = false; // the origin skips until a Sync not yet sent (an error was seen)
+  bool discarding_ = false;  // a replay's shape differed mid-flight: drop answers until ReadyForQuery
+  bool shape_check_pending_ = false;  // StartShapeCheck's answers are awaited
   bool unnamed_is_dealloc_ = false;  // the client's unnamed statement is an intercepted DEALLOCATE
   bool portal_is_dealloc_ = false;   // ...and the unnamed portal is bound to it
   std::size_t sql_prepared_ = 0;     // SQL-level PREPAREd statements the client holds

@@ -64,6 +64,7 @@ struct PoolEntry {
   Clock::time_point opened_at{};   // the factory finished; max_lifetime counts from here
   Clock::time_point idle_since{};  // entered kIdle (idle list order is by this time)
   std::list<PoolEntry>::iterator self;  // position in the list of `state`
+  bool outside_cap = false;  // kLent only: Lease::MoveOutOfCap (not counted towards max_size)
 };
 
 namespace {
@@ -105,6 +106,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   static asio::awaitable<absl::StatusOr<Lease>> Acquire(std::shared_ptr<PoolImpl> self);
   void Stop();
   void Release(PoolEntry* entry, ReleaseDecision decision);
+  void MoveOutOfCap(PoolEntry* entry);
   bool LifetimeExceeded(const PoolEntry& entry) const {
     return Clock::now() - entry.opened_at >= options_.max_lifetime;
   }
@@ -117,6 +119,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
     s.checking = gauges_[Index(ConnState::kChecking)].load(std::memory_order_relaxed);
     s.closing = gauges_[Index(ConnState::kClosing)].load(std::memory_order_relaxed);
     s.open = s.opening + s.idle + s.lent + s.checking;
+    s.outside_cap = outside_cap_gauge_.load(std::memory_order_relaxed);
     s.waiting = waiting_.load(std::memory_order_relaxed);
     s.acquired = acquired_.load(std::memory_order_relaxed);
     s.timeouts = timeouts_.load(std::memory_order_relaxed);
@@ -152,7 +155,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   // Connections counted towards max_size.
   std::size_t Counted() const {
     return Count(ConnState::kOpening) + Count(ConnState::kIdle) + Count(ConnState::kLent) +
-           Count(ConnState::kChecking);
+           Count(ConnState::kChecking) - outside_cap_;
   }
 
   // The only place a connection changes state (and list). Returns the entry,
@@ -196,6 +199,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   bool stopped_ = false;
 
   std::array<std::list<PoolEntry>, kListedStates> lists_;
+  std::size_t outside_cap_ = 0;  // lent entries with outside_cap set
   std::list<Waiter*> waiters_;  // FIFO: front waited longest
   asio::steady_timer maintenance_timer_;
   Clock::time_point warm_retry_at_{};  // no background opens before this
@@ -203,6 +207,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   // Mirrors of the list sizes and the counters, readable from any thread.
   std::array<std::atomic<std::size_t>, kListedStates> gauges_{};
   std::atomic<std::size_t> waiting_{0};
+  std::atomic<std::size_t> outside_cap_gauge_{0};
   std::atomic<std::uint64_t> acquired_{0};
   std::atomic<std::uint64_t> timeouts_{0};
   std::atomic<std::uint64_t> discarded_{0};
@@ -214,6 +219,13 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
 PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
   const ConnState from = entry.state;
   HYPERPOOL_POOL_CHECK(Allowed(from, to));
+  if (entry.outside_cap) {
+    // Only ever closed (Release): it leaves the lent list and the count together.
+    HYPERPOOL_POOL_CHECK(from == ConnState::kLent && to == ConnState::kClosing);
+    entry.outside_cap = false;
+    --outside_cap_;
+    outside_cap_gauge_.store(outside_cap_, std::memory_order_relaxed);
+  }
   gauges_[Index(from)].fetch_sub(1, std::memory_order_relaxed);
   if (to == ConnState::kClosed) {
     List(from).erase(entry.self);
@@ -392,8 +404,19 @@ asio::awaitable<void> PoolImpl::CloseOne(std::shared_ptr<PoolImpl> self, PoolEnt
   self->Transition(*entry, ConnState::kClosed);
 }
 
+void PoolImpl::MoveOutOfCap(PoolEntry* entry) {
+  HYPERPOOL_POOL_CHECK(entry->state == ConnState::kLent);
+  if (entry->outside_cap) return;
+  entry->outside_cap = true;
+  ++outside_cap_;
+  outside_cap_gauge_.store(outside_cap_, std::memory_order_relaxed);
+  Pump();  // a slot is free for waiters
+}
+
 void PoolImpl::Release(PoolEntry* entry, ReleaseDecision decision) {
   HYPERPOOL_POOL_CHECK(entry->state == ConnState::kLent);
+  // It carries one session's state: it never reaches anyone else.
+  if (entry->outside_cap && decision != ReleaseDecision::kKeep) decision = ReleaseDecision::kClose;
   switch (decision) {
     case ReleaseDecision::kKeep:
       return;
@@ -499,6 +522,11 @@ Lease::~Lease() {
 std::chrono::steady_clock::time_point Lease::opened_at() const { return entry_->opened_at; }
 
 bool Lease::lifetime_exceeded() const { return pool_->LifetimeExceeded(*entry_); }
+
+void Lease::MoveOutOfCap() {
+  HYPERPOOL_POOL_CHECK(connection_ != nullptr);
+  pool_->MoveOutOfCap(entry_);
+}
 
 void Lease::Release(ReleaseDecision decision) {
   HYPERPOOL_POOL_CHECK(connection_ != nullptr);

@@ -85,13 +85,14 @@ struct PoolCallbacks {
 // A snapshot of the pool's gauges and counters.
 struct PoolStats {
   // Gauges.
-  std::size_t open = 0;      // counted towards max_size: opening + idle + lent + checking
+  std::size_t open = 0;      // opening + idle + lent + checking (max_size caps open - outside_cap)
   std::size_t opening = 0;   // the factory is running
   std::size_t idle = 0;      // ready to lend
   std::size_t lent = 0;      // held by a Lease
   std::size_t checking = 0;  // health check or reset running
   std::size_t closing = 0;   // Close() running (not counted in `open`)
   std::size_t waiting = 0;   // Acquire() calls queued
+  std::size_t outside_cap = 0;  // lent, moved out of max_size (Lease::MoveOutOfCap; included in `open`)
   // Counters since the pool was created.
   std::uint64_t acquired = 0;       // successful Acquire() calls
   std::uint64_t timeouts = 0;       // Acquire() calls that waited acquire_timeout in vain
@@ -139,6 +140,13 @@ class Lease {
   // runs the reset hook first; kClose closes it. After anything but kKeep the
   // lease is empty.
   void Release(ReleaseDecision decision);
+
+  // The connection stops counting towards max_size (the pool may open a
+  // replacement for waiters at once) and can never return to idle: any
+  // Release but kKeep closes it. For a session pinned to its connection
+  // (session state), whose budget the caller keeps: a pinned session must
+  // not make others wait. Idempotent.
+  void MoveOutOfCap();
 
  private:
   friend class PoolImpl;

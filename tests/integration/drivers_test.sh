@@ -11,7 +11,8 @@
 #   pgbouncer  (optional, for the record; not counted in the exit status) PgBouncer
 #              in transaction mode, default_pool_size 2.
 #
-# Env: DRIVERS="asyncpg psycopg pg postgresjs jdbc pgbench" (default: all),
+# Env: DRIVERS="asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema"
+#      (default: all; the *_schema ones are prepared statements across a table change),
 #      TARGETS="direct hyperpool" (default), HYPERPOOL_BINARY (needed for hyperpool),
 #      DRV_KEEP=1 keeps the temp dir (logs, cluster stopped) for inspection.
 # Exit 0 only if every selected driver passes on every counted target.
@@ -20,7 +21,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DRV="$ROOT/tests/drivers"
 PGCLUSTER="$ROOT/tests/support/pgcluster.sh"
-DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs jdbc pgbench"}
+DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema"}
 TARGETS=${TARGETS:-"direct hyperpool"}
 POOL_SIZE=${DRV_POOL_SIZE:-2}
 DRIVER_TIMEOUT_S=120
@@ -184,11 +185,11 @@ for target in $TARGETS; do
 done
 
 echo
-printf '%-12s' driver
+printf '%-18s' driver
 for target in $TARGETS; do printf '%-20s' "$target"; done
 echo
 for driver in $DRIVERS; do
-  printf '%-12s' "$driver"
+  printf '%-18s' "$driver"
   for target in $TARGETS; do printf '%-20s' "${RESULT[$target,$driver]}"; done
   echo
 done

@@ -21,9 +21,12 @@ wait_for() { local secs=$1; shift; local end=$((SECONDS + secs)); until "$@"; do
 # --help documents every option.
 help=$("$HYPERPOOL_BINARY" serve --help)
 for opt in --origin --listen --pool-size --min-idle --acquire-timeout --idle-timeout --max-lifetime \
-           --pool-mode --user --password --database --threads; do
+           --pool-mode --user --password --database --threads --max-pinned --pinned-idle-timeout; do
   grep -q -- "$opt" <<<"$help" || fail "serve --help lacks $opt"
 done
+if "$HYPERPOOL_BINARY" serve --origin "$ORIGIN" --max-pinned 0 >/dev/null 2>&1; then
+  fail "serve accepted --max-pinned 0"
+fi
 top_help=$("$HYPERPOOL_BINARY" --help)  # captured first: grep -q closing a pipe early would SIGPIPE the binary under pipefail
 grep -q "serve" <<<"$top_help" || fail "hyperpool --help lacks serve"
 grep -q "validate" <<<"$top_help" || fail "hyperpool --help lacks validate"

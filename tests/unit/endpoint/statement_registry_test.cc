@@ -135,6 +135,9 @@ class ModelBackend {
   bool has_unnamed = false;
   std::string unnamed_text;
   std::set<std::string> stale;       // statements whose Bind fails with 0A000 until re-Parsed
+  // The database's tables: query text -> its one result column ("" or absent: NoData).
+  std::map<std::string, std::string> columns;
+  std::map<std::string, std::string> shapes;  // statement -> its column when it was parsed
   std::vector<std::string> received;  // "P hp_1", "B hp_1", "C hp_1", "S", ...
 
   std::string Process(std::string_view bytes) {
@@ -184,6 +187,7 @@ class ModelBackend {
           statements.insert(std::string(p->statement));
           stale.erase(std::string(p->statement));
           texts[std::string(p->statement)] = std::string(p->query);
+          shapes[std::string(p->statement)] = columns[std::string(p->query)];
         }
         protocol::AppendFrame(out, '1', {});
         return;
@@ -212,6 +216,13 @@ class ModelBackend {
         if (d->kind == protocol::ObjectKind::kStatement) {
           if (d->name.empty() ? !has_unnamed : !statements.count(std::string(d->name))) return Error(out, "26000");
           protocol::Encode(protocol::ParameterDescription{}, out);
+          const std::string column = d->name.empty() ? std::string() : shapes[std::string(d->name)];
+          if (!column.empty()) {
+            protocol::RowDescription rd;
+            rd.fields.push_back(protocol::FieldDescription{.name = column, .type_oid = 23});
+            protocol::Encode(rd, out);
+            return;
+          }
         }
         protocol::AppendFrame(out, 'n', {});
         return;
@@ -297,24 +308,38 @@ struct Harness {
     std::string to_origin;
     protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
     std::string_view in = frontend;
+    std::string to_client;
     while (!in.empty()) {
       auto r = reader.Read(in);
       REQUIRE(r.is_frame());
+      if (session.StartShapeCheck(r.frame(), conn.statements, to_origin)) {
+        // As the Endpoint does: send what is queued plus the check, wait for its answer.
+        Answer(session, conn, conn.backend.Process(to_origin), to_client);
+        to_origin.clear();
+        REQUIRE_FALSE(session.shape_check_pending());
+      }
       session.OnFrontend(r.frame(), conn.statements, to_origin);
       in.remove_prefix(r.frame().size());
     }
-    std::string from_origin = conn.backend.Process(to_origin);
-    std::string to_client;
-    std::string_view rest = from_origin;
-    while (!rest.empty()) {
-      auto r = reader.Read(rest);
+    Answer(session, conn, conn.backend.Process(to_origin), to_client);
+    return Describe(to_client);
+  }
+
+  // Sets what `query` returns (one column, or NoData for ""), on every connection.
+  void SetColumns(const std::string& query, const std::string& column) {
+    for (auto& c : conns) c->backend.columns[query] = column;
+  }
+
+  static void Answer(StatementSession& session, Conn& conn, std::string_view from_origin, std::string& to_client) {
+    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+    while (!from_origin.empty()) {
+      auto r = reader.Read(from_origin);
       REQUIRE(r.is_frame());
       if (session.OnBackend(r.frame(), conn.statements, to_client) == StatementSession::Verdict::kForward) {
         protocol::AppendRawFrame(to_client, r.frame().raw);
       }
-      rest.remove_prefix(r.frame().size());
+      from_origin.remove_prefix(r.frame().size());
     }
-    return Describe(to_client);
   }
 
   static std::string Describe(std::string_view bytes) {
@@ -358,7 +383,7 @@ TEST_CASE("a statement prepared on one connection is re-prepared (hidden) on ano
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
   CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
-  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_1", "B hp_1", "E", "S"});
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_1", "D hp_1", "B hp_1", "E", "S"});
   CHECK(h.Run(a, 1, DescribeS("S_1") + Sync()) == "t n Z");
 }
 
@@ -379,7 +404,7 @@ TEST_CASE("synthetic answers keep their place in the response stream") {
   h.conns[0]->backend.received.clear();
   CHECK(h.Run(a, 0, Parse("S_2", "SELECT 2") + Parse("S_1", "SELECT 1") + CloseS("S_1") + Parse("S_3", "SELECT 3") +
                         Sync()) == "1 1 3 1 Z");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "P hp_3", "S"});
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "P hp_3", "D hp_3", "S"});
 }
 
 TEST_CASE("a Flush behind synthetic answers carries them out through a hidden no-op Close") {
@@ -452,7 +477,7 @@ TEST_CASE("cached plan must not change result type: the stale statement is close
   CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_1", "B hp_stale", "skipped E", "S"});
   h.conns[0]->backend.received.clear();
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "B hp_2", "E", "S"});
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "B hp_2", "E", "S"});
 }
 
 TEST_CASE("after 0A000 a driver's re-Parse of the same text gets a new server statement on every connection") {
@@ -467,7 +492,7 @@ TEST_CASE("after 0A000 a driver's re-Parse of the same text gets a new server st
   CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");  // as on a direct connection
   h.conns[1]->backend.received.clear();
   CHECK(h.Run(a, 1, Parse("S_2", "SELECT * FROM t") + Bind("S_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
-  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_2", "B hp_2", "E", "S"});
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "B hp_2", "E", "S"});
   StatementSession b(h.catalog);  // another client, later
   CHECK(h.Run(b, 1, Parse("X", "SELECT * FROM t") + Bind("X") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
 }
@@ -502,12 +527,83 @@ TEST_CASE("DDL through the Endpoint: a later Parse of a known text gets a new se
   h.conns[0]->backend.received.clear();
   // b prepares the same text after the DDL: on a direct connection it would work.
   CHECK(h.Run(b, 0, Parse("Q_1", "SELECT * FROM t") + Bind("Q_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "B hp_2", "E", "S"});
+  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "B hp_2", "E", "S"});
   // a prepared it before the DDL: it fails as it would directly.
   CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
   // Statements parsed after the DDL are shared again.
   CHECK(h.Run(a, 0, Parse("S_3", "SELECT * FROM t") + Sync()) == "1 Z");
   CHECK(h.Run(a, 0, Bind("S_3") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("after DDL a replay whose result shape changed fails the Bind with 0A000 before it runs") {
+  // postgres.js prepares `select * from t`, t is dropped and recreated with
+  // other columns, the next execution lands on a connection that lacks the
+  // statement: directly PostgreSQL answers 0A000 and the driver re-prepares;
+  // re-Parsing it silently would hand the driver rows of another shape.
+  Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
+  StatementSession a(h.catalog);
+  StatementSession b(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + DescribeS("S_1") + Sync()) == "1 t T Z");
+  CHECK(h.Run(b, 0, Parse("B_1", "SELECT * FROM t") + Sync()) == "1 Z");  // shares hp_1
+  CHECK(h.Run(b, 1, Query("ALTER TABLE t RENAME a TO b")) == "C:ALTER TABLE Z");
+  h.SetColumns("SELECT * FROM t", "b");
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  // The check ran in its own flight; the Bind named no statement, so nothing of it ran.
+  CHECK(h.conns[1]->backend.received ==
+        std::vector<std::string>{"P hp_1", "D hp_1", "H", "C hp_1", "B hp_stale", "skipped E", "S"});
+  // Every client still holding the old shape fails the same way, also its Describe.
+  CHECK(h.Run(b, 1, DescribeS("B_1") + Sync()) == "E:0A000 Z");
+  CHECK(h.Run(b, 1, Bind("B_1") + Execute() + Sync()) == "E:0A000 Z");
+  // The driver re-prepares: a new server statement, fine everywhere.
+  CHECK(h.Run(a, 1, Parse("S_2", "SELECT * FROM t") + Bind("S_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("the 0A000 for a changed shape is PostgreSQL's own (drivers match its routine)") {
+  Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Query("DROP TABLE t")) == "C:SELECT 1 Z");
+  // (The model answers any other Query "SELECT 1": bump the epoch as DROP would.)
+  h.catalog.SchemaChanged();
+  h.SetColumns("SELECT * FROM t", "b");
+  const StatementRef* s1 = a.client().Find("S_1");
+  REQUIRE(s1 != nullptr);
+  const StatementRef statement = *s1;
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  CHECK(statement->retired);
+  auto error = protocol::DecodeErrorResponse(statement->stale_error);
+  REQUIRE(error.ok());
+  CHECK(error->sqlstate() == "0A000");
+  CHECK(error->message() == "cached plan must not change result type");
+  CHECK(error->Get('R') == "RevalidateCachedQuery");
+}
+
+TEST_CASE("after DDL a replay with the same result shape goes on (one check per statement)") {
+  Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Query("ALTER TABLE u ADD COLUMN c int")) == "C:ALTER TABLE Z");
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_1", "D hp_1", "H", "B hp_1", "E", "S"});
+}
+
+TEST_CASE("DDL that bypassed the Endpoint: a replay's changed shape found in flight replaces the unit's rows") {
+  Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + DescribeS("S_1") + Sync()) == "1 t T Z");
+  h.SetColumns("SELECT * FROM t", "b");  // no epoch change: the Endpoint did not see it
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_1", "D hp_1", "B hp_1", "E", "S"});
+  // The session is in step again; the re-prepare works.
+  CHECK(h.Run(a, 1, Parse("S_2", "SELECT * FROM t") + Bind("S_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
 }
 
 TEST_CASE("the LRU bound closes evicted statements on the connection, hidden from the client") {

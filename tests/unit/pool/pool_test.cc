@@ -175,6 +175,37 @@ TEST_CASE("kKeep leaves the lease holding its connection") {
   CHECK(f.pool->Stats().lent == 1);
 }
 
+TEST_CASE("a lease moved out of the cap frees its slot for waiters and is closed, never shared, on release") {
+  Fixture f(Options(1));
+  Result pinned = f.AcquireNow();
+  REQUIRE(pinned->ok());
+  const int pinned_id = IdOf(pinned);
+  Result waiter;
+  f.Acquire(waiter);
+  Settle(f.io);
+  CHECK_FALSE(waiter.has_value());  // max_size 1 is taken
+  (*pinned)->MoveOutOfCap();
+  (*pinned)->MoveOutOfCap();  // idempotent
+  Settle(f.io);
+  REQUIRE(waiter.has_value());  // served by a new connection at once
+  REQUIRE(waiter->ok());
+  CHECK(IdOf(waiter) != pinned_id);
+  PoolStats s = f.pool->Stats();
+  CHECK(s.open == 2);
+  CHECK(s.outside_cap == 1);
+  // Given back "to share", it is closed instead: it carries one session's state.
+  (*pinned)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  CHECK(f.origin.closed == std::vector<int>{pinned_id});
+  s = f.pool->Stats();
+  CHECK(s.outside_cap == 0);
+  CHECK(s.open == 1);
+  CHECK(s.idle == 0);
+  (*waiter)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  CHECK(f.pool->Stats().idle == 1);
+}
+
 TEST_CASE("50 concurrent acquirers never push the pool past max_size 5") {
   Fixture f(Options(5));
   constexpr int kClients = 50;

@@ -1,0 +1,107 @@
+#include "endpoint/pin_budget.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "protocol/wire_writer.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+constexpr std::uint32_t kTextOid = 25;
+constexpr std::size_t kMaxParameters = 65535;
+
+bool TakeCString(std::string_view& in, std::string_view& value) {
+  const void* nul = std::memchr(in.data(), 0, in.size());
+  if (nul == nullptr) return false;
+  const std::size_t n = static_cast<const char*>(nul) - in.data();
+  value = in.substr(0, n);
+  in.remove_prefix(n + 1);
+  return true;
+}
+
+bool IsIdentChar(char c) {
+  const unsigned char u = static_cast<unsigned char>(c);
+  return (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || (u >= '0' && u <= '9') || c == '_' || u >= 0x80;
+}
+
+// The highest $n a statement text refers to (0 if none). A plain scan: a
+// "$2" inside a string literal counts too, which at worst makes the
+// rewritten statement expect a parameter more than the client binds (the
+// Bind then fails instead of the Execute; still an error, nothing runs).
+std::size_t HighestParameter(std::string_view sql) {
+  std::size_t highest = 0;
+  for (std::size_t i = 0; i < sql.size(); ++i) {
+    if (sql[i] != '$' || (i > 0 && IsIdentChar(sql[i - 1]))) continue;
+    std::size_t n = 0;
+    std::size_t j = i + 1;
+    while (j < sql.size() && sql[j] >= '0' && sql[j] <= '9' && n <= kMaxParameters) {
+      n = n * 10 + static_cast<std::size_t>(sql[j] - '0');
+      ++j;
+    }
+    if (j == i + 1 || (j < sql.size() && IsIdentChar(sql[j]))) continue;  // not $n ($tag$, $1abc)
+    highest = std::max(highest, std::min(n, kMaxParameters));
+  }
+  return highest;
+}
+
+std::uint32_t ReadUint32(std::string_view s) {
+  return (static_cast<std::uint32_t>(static_cast<unsigned char>(s[0])) << 24) |
+         (static_cast<std::uint32_t>(static_cast<unsigned char>(s[1])) << 16) |
+         (static_cast<std::uint32_t>(static_cast<unsigned char>(s[2])) << 8) |
+         static_cast<std::uint32_t>(static_cast<unsigned char>(s[3]));
+}
+
+}  // namespace
+
+std::size_t EffectivePinnedBudget(std::size_t configured, std::size_t pool_size) {
+  return configured > 0 ? configured : std::max<std::size_t>(1, pool_size / 4);
+}
+
+std::string PinBudgetErrorStatement(std::size_t limit) {
+  // No single quotes inside the messages (they sit in PL/pgSQL literals).
+  return fmt::format(
+      "DO $hyperpool$BEGIN RAISE EXCEPTION USING ERRCODE = '53300', "
+      "MESSAGE = 'hyperpool: too many pinned sessions (max_pinned = {}): this statement would keep session "
+      "state on a dedicated origin connection', "
+      "HINT = 'Temporary tables, session advisory locks, WITH HOLD cursors, SET ROLE, SQL PREPARE and LISTEN pin a "
+      "session to its own origin connection until it ends. End other pinned sessions, use the transaction-scoped "
+      "form (e.g. pg_advisory_xact_lock), or raise max_pinned (hyperpool --max-pinned).'; END$hyperpool$",
+      limit);
+}
+
+bool RewritePinningMessage(char tag, std::string_view payload, std::size_t limit, std::string& out) {
+  std::string_view rest = payload;
+  if (tag == 'Q') {
+    std::string_view sql;
+    if (!TakeCString(rest, sql)) return false;
+    std::string body;
+    protocol::AppendCString(body, PinBudgetErrorStatement(limit));
+    protocol::AppendFrame(out, 'Q', body);
+    return true;
+  }
+  if (tag != 'P') return false;
+  std::string_view name;
+  std::string_view sql;
+  if (!TakeCString(rest, name) || !TakeCString(rest, sql) || rest.size() < 2) return false;
+  const std::size_t declared = (static_cast<unsigned char>(rest[0]) << 8) | static_cast<unsigned char>(rest[1]);
+  rest.remove_prefix(2);
+  if (rest.size() < 4 * declared) return false;
+  const std::size_t count = std::max(declared, HighestParameter(sql));
+  std::string body;
+  protocol::AppendCString(body, name);
+  protocol::AppendCString(body, PinBudgetErrorStatement(limit));
+  protocol::AppendInt16(body, static_cast<std::int16_t>(static_cast<std::uint16_t>(count)));
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint32_t oid = i < declared ? ReadUint32(rest.substr(4 * i, 4)) : 0;
+    if (oid == 0) oid = kTextOid;  // a DO block infers nothing
+    protocol::AppendInt32(body, static_cast<std::int32_t>(oid));
+  }
+  protocol::AppendFrame(out, 'P', body);
+  return true;
+}
+
+}  // namespace hyperpool::endpoint

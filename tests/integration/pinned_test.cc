@@ -1,0 +1,171 @@
+// The pinned budget (src/endpoint/pin_budget.h, docs/architecture.md
+// "Session state") against the fixture's real PostgreSQL 15: sessions
+// pinned by session state hold connections outside the pool's cap, at most
+// max_pinned of them; a statement that would pin one more fails at once
+// with 53300 and leaves nothing behind; an idle pinned session is closed
+// after pinned_idle_timeout with 57P05.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <fmt/format.h>
+
+#include "hyperpool/endpoint.h"
+#include "support/pg_fixture.h"
+#include "unit/endpoint/endpoint_test_util.h"
+#include "unit/endpoint/frontend_builders.h"
+
+namespace hyperpool::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Origin(const PgCluster& pg, std::string_view app) {
+  return fmt::format("postgresql://{}:{}@{}:{}/{}?sslmode=disable&application_name={}", pg.admin.user,
+                     pg.admin.password, pg.host, pg.port, pg.database, app);
+}
+
+std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, std::string origin, std::size_t size, std::size_t max_pinned,
+                                       std::chrono::milliseconds pinned_idle_timeout = 600s) {
+  EndpointOptions options;
+  options.origin = std::move(origin);
+  options.pool.max_size = size;
+  options.pool.acquire_timeout = 2s;
+  options.max_pinned = max_pinned;
+  options.pinned_idle_timeout = pinned_idle_timeout;
+  auto ep = Endpoint::Create(io.executor(), options);
+  REQUIRE(ep.ok());
+  return std::move(*ep);
+}
+
+std::string Count(const PgCluster& pg, const std::string& sql) {
+  auto r = RunPsql(pg, sql);
+  REQUIRE(r.ok());
+  return *r;
+}
+
+TEST_CASE("pinned sessions never make ordinary ones wait; beyond max_pinned the pinning statement fails at once") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  constexpr int kPool = 4;
+  constexpr int kBudget = 3;
+  constexpr int kLockers = 10;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_pin_budget"), kPool, kBudget);
+  std::vector<std::unique_ptr<LinkClient>> lockers;
+  int granted = 0;
+  int refused = 0;
+  for (int i = 0; i < kLockers; ++i) {
+    lockers.push_back(OpenSession(io, *ep));
+    const auto start = std::chrono::steady_clock::now();
+    Result r = Await(io, lockers.back()->Query(fmt::format("SELECT pg_advisory_lock({})", 770000 + i)));
+    const auto took = std::chrono::steady_clock::now() - start;
+    CHECK(r.status == 'I');
+    if (r.sqlstate.empty()) {
+      ++granted;
+    } else {
+      ++refused;
+      INFO(r.error_message);
+      CHECK(r.sqlstate == "53300");
+      CHECK_THAT(r.error_message, Catch::Matchers::ContainsSubstring("max_pinned = 3"));
+      CHECK(took < 1s);  // at once, not after an acquire timeout
+    }
+  }
+  CHECK(granted == kBudget);
+  CHECK(refused == kLockers - kBudget);
+  // Only the granted ones hold locks: the refused statement never ran.
+  CHECK(Count(pg, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid BETWEEN 770000 AND 770099") ==
+        std::to_string(kBudget));
+  EndpointStats stats = ep->Stats();
+  CHECK(stats.pinned_sessions == kBudget);
+  CHECK(stats.pinned_connections == kBudget);
+  CHECK(stats.pins_rejected == kLockers - kBudget);
+
+  // 50 ordinary transactions from 5 sessions complete on the pool's 4
+  // connections while the 3 pinned ones stay out of its way.
+  std::vector<std::unique_ptr<LinkClient>> workers;
+  for (int i = 0; i < 5; ++i) workers.push_back(OpenSession(io, *ep));
+  for (int t = 0; t < 10; ++t) {
+    for (auto& w : workers) REQUIRE(Await(io, w->Send(QueryBytes("BEGIN; SELECT 1; COMMIT"))).ok());
+    for (auto& w : workers) {
+      Result r = Await(io, w->ReadUntilReady(), 10s);
+      CHECK(r.sqlstate.empty());
+      CHECK(r.status == 'I');
+    }
+  }
+  stats = ep->Stats();
+  CHECK(stats.acquire_timeouts == 0);
+  CHECK(stats.origin_open <= kPool + kBudget);
+  // A refused session goes on, unpinned; a granted one still holds its lock.
+  Result after = Await(io, lockers.back()->Query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                                                 "pid = pg_backend_pid()"));
+  CHECK(after.Cell() == "0");
+  // Ending a pinned session gives its budget back.
+  lockers.front()->Close();
+  for (int i = 0; i < 500 && ep->Stats().pinned_connections == kBudget; ++i) {
+    Await(io, workers.front()->Query("SELECT 1"));  // a bounded poll for the session's end
+  }
+  CHECK(ep->Stats().pinned_connections == kBudget - 1);
+  Result retry = Await(io, lockers.back()->Query("SELECT pg_advisory_lock(770099)"));
+  CHECK(retry.sqlstate.empty());
+  ep->Stop();
+}
+
+TEST_CASE("a refused pin inside a transaction aborts it as an error would, and leaves no temp table") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_pin_txn"), 2, 1);
+  auto holder = OpenSession(io, *ep);
+  Result held = Await(io, holder->Query("CREATE TEMP TABLE hp_pin_a (x int)"));
+  REQUIRE(held.sqlstate.empty());
+  auto b = OpenSession(io, *ep);
+  REQUIRE(Await(io, b->Query("BEGIN")).status == 'T');
+  Result create = Await(io, b->Query("CREATE TEMP TABLE hp_pin_b (x int)"));
+  CHECK(create.sqlstate == "53300");
+  CHECK(create.status == 'E');  // as PostgreSQL after an error in a transaction block
+  CHECK(Await(io, b->Query("SELECT 1")).sqlstate == "25P02");
+  CHECK(Await(io, b->Query("ROLLBACK")).status == 'I');
+  CHECK(Await(io, b->Query("SELECT to_regclass('pg_temp.hp_pin_b') IS NULL")).Cell() == "t");
+
+  // Extended protocol (a driver's Parse/Bind/Execute with a parameter).
+  REQUIRE(Await(io, b->Send(testing::Parse("lock", "SELECT pg_advisory_lock($1)") + testing::Bind("lock", {"5"}) +
+                            testing::Execute() + testing::Sync()))
+              .ok());
+  Result ext = Await(io, b->ReadUntilReady());
+  CHECK(ext.sqlstate == "53300");
+  CHECK(ext.status == 'I');
+  CHECK(Count(pg, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 5") == "0");
+  CHECK(Await(io, b->Query("SELECT 2")).Cell() == "2");
+  CHECK(ep->Stats().pins_rejected == 2);
+  ep->Stop();
+}
+
+TEST_CASE("an idle pinned session is closed after pinned_idle_timeout with 57P05") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_pin_idle"), 2, 1, 300ms);
+  auto a = OpenSession(io, *ep);
+  auto b = OpenSession(io, *ep);
+  REQUIRE(Await(io, a->Query("CREATE TEMP TABLE hp_pin_idle (x int)")).sqlstate.empty());
+  CHECK(Await(io, b->Query("SELECT 1")).Cell() == "1");  // b is not pinned: never timed out
+  const auto start = std::chrono::steady_clock::now();
+  Result fatal = Await(io, a->ReadUntilReady(), 10s);  // nothing sent: waits for the timeout
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  CHECK(fatal.sqlstate == "57P05");
+  CHECK(fatal.severity == "FATAL");
+  CHECK(fatal.error_message == "terminating connection due to idle-session timeout");
+  CHECK(fatal.closed);
+  // Its connection is gone with it (and the budget back).
+  for (int i = 0; i < 500 && ep->Stats().pinned_connections > 0; ++i) Await(io, b->Query("SELECT 1"));
+  CHECK(ep->Stats().pinned_connections == 0);
+  CHECK(ep->Stats().pinned_idle_timeouts == 1);
+  CHECK(Await(io, b->Query("CREATE TEMP TABLE hp_pin_idle2 (x int)")).sqlstate.empty());
+  CHECK(Await(io, b->Query("SELECT 3")).Cell() == "3");
+  ep->Stop();
+}
+
+}  // namespace
+}  // namespace hyperpool::testing
