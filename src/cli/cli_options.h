@@ -31,7 +31,9 @@ std::string FormatHostPort(const std::string& host, uint16_t port);
 // applied `value`, or the usage error to print.
 //
 // The Endpoint's: --origin, --pool-size, --min-idle, --acquire-timeout,
-// --idle-timeout, --max-lifetime, --pool-mode, --cache-max-age, --cache-swr.
+// --idle-timeout, --max-lifetime, --pool-mode, --cache-max-age, --cache-swr,
+// --server-connect-timeout, --query-timeout, --idle-in-transaction-timeout
+// (milliseconds, like --acquire-timeout).
 std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
                                                EndpointOptions& options);
 // The Client's: --listen, --user, --password, --database, --threads,
