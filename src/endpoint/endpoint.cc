@@ -1271,6 +1271,7 @@ EndpointStats Endpoint::Stats() const {
   s.transactions = impl_->transactions.load();
   s.acquire_timeouts = impl_->acquire_timeouts.load();
   s.discarded = impl_->discarded.load();
+  s.origin_discarded = pool.discarded;
   s.pinned_sessions = impl_->pinned_sessions.load();
   auto pins = [&](PinReason r) { return impl_->pins[static_cast<std::size_t>(r)].load(); };
   for (const auto& p : impl_->pins) s.pins_total += p.load();
