@@ -353,6 +353,39 @@ TEST_CASE("libpq's extended-protocol COPY (Sync sent with Execute, then CopyDone
   REQUIRE(RunPsql(pg, "DROP TABLE hp_copy_ext").ok());
 }
 
+TEST_CASE("Terminate inside an extended-protocol COPY FROM: CopyFail + Sync for the client, connection returned") {
+  const PgCluster& pg = SharedPgCluster();
+  REQUIRE(RunPsql(pg, "DROP TABLE IF EXISTS hp_copy_ext_x; CREATE TABLE hp_copy_ext_x (x int); "
+                      "GRANT ALL ON hp_copy_ext_x TO " + pg.scram.user).ok());
+  IoThread io;
+  EndpointOptions options;
+  options.origin = Origin(pg, pg.scram, "sslmode=disable");
+  options.pool.max_size = 1;
+  options.pool.acquire_timeout = 3s;
+  auto ep = MakeEndpoint(io, options);
+  auto client = OpenSession(io, *ep);
+  std::string start;
+  protocol::Encode(protocol::Parse{"", "COPY hp_copy_ext_x FROM STDIN", {}}, start);
+  protocol::Encode(protocol::Bind{}, start);
+  protocol::Encode(protocol::Execute{"", 0}, start);
+  protocol::Encode(protocol::Sync{}, start);  // ignored by PostgreSQL: it is read inside COPY
+  REQUIRE(Await(io, client->Send(start)).ok());
+  std::string buffer;
+  REQUIRE(Await(io, ReadUntilTag(*client, buffer, 'G')));
+  std::string rest;
+  protocol::Encode(protocol::CopyData{"9\n"}, rest);
+  protocol::Encode(protocol::Terminate{}, rest);
+  REQUIRE(Await(io, client->Send(rest)).ok());
+  CHECK(PollFor([&] { return ep->Stats().sessions == 0; }, 5s));
+  CHECK(ep->Stats().discarded == 0);
+  CheckPoolWhole(io, *ep, 1);
+  auto rows = RunPsql(pg, "SELECT count(*) FROM hp_copy_ext_x");
+  REQUIRE(rows.ok());
+  CHECK(*rows == "0");  // the COPY failed: nothing was written
+  ep->Stop();
+  REQUIRE(RunPsql(pg, "DROP TABLE hp_copy_ext_x").ok());
+}
+
 TEST_CASE("a client that leaves during COPY TO STDOUT without reading does not wedge the pool") {
   const PgCluster& pg = SharedPgCluster();
   const bool terminate = GENERATE(false, true);
