@@ -551,7 +551,9 @@ class Session : public std::enable_shared_from_this<Session> {
       default:
         break;  // CopyData/CopyDone/CopyFail ride along with their COPY
     }
-    NoteWorkSent();
+    // COPY data and Flush start no work of their own (a stray CopyData must
+    // not make a session idle in a transaction look busy).
+    if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'H') NoteWorkSent();
     cache_.OnForward(frame);  // writes and state changes, for the query cache
     // Prepared statements: renamed, replayed or answered here (statement_session.h).
     statements_.OnFrontend(frame, conn_->statements(), to_origin_);
