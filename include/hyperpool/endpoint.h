@@ -23,6 +23,10 @@ struct EndpointStats {
   std::size_t transactions = 0;      // units of work completed
   std::size_t acquire_timeouts = 0;  // waits that ended in 53300
   std::size_t discarded = 0;         // connections closed instead of returned
+  // Connections the pool closed instead of keeping or lending (all causes:
+  // sessions' closes above, failed health checks, dead idle connections
+  // found by the idle watch, lifetime).
+  std::size_t origin_discarded = 0;
   // Sessions pinned to their origin connection by state that cannot be
   // replayed (gauge), and pins by reason since start (a session pinned for
   // two reasons counts in both).

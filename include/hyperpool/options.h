@@ -28,8 +28,11 @@ struct PoolOptions {
   std::chrono::milliseconds max_lifetime{3600000};
   // A connection idle this long is checked (an empty query) before it is lent.
   std::chrono::milliseconds health_check_after{30000};
-  // Limit for opening one origin connection (TCP, TLS and login).
-  std::chrono::milliseconds connect_timeout{15000};
+  // Limit for opening one origin connection (TCP, TLS and login): the
+  // server connect timeout. Shorter than acquire_timeout, so that a
+  // transaction waiting on an unreachable origin hears why (08001 "timed
+  // out ...") rather than 53300. A connect_timeout in the origin string wins.
+  std::chrono::milliseconds connect_timeout{5000};
 };
 
 // The query cache (two tiers: the Client's local one and the Endpoint's).
@@ -71,6 +74,16 @@ struct EndpointOptions {
   // A pinned session idle (between units of work) this long is closed with
   // FATAL 57P05, freeing its connection. Zero: never.
   std::chrono::milliseconds pinned_idle_timeout{600000};
+  // A unit of work (a Query, or extended messages up to Sync) running on the
+  // origin longer than this is cancelled there (CancelRequest), and the
+  // client gets 57014 "canceling statement due to statement timeout", as
+  // PostgreSQL's statement_timeout would. Zero: off.
+  std::chrono::milliseconds query_timeout{0};
+  // A session idle inside a transaction block longer than this is ended as
+  // PostgreSQL ends it: FATAL 25P03 "terminating connection due to
+  // idle-in-transaction timeout"; its origin connection is closed (the origin
+  // rolls back) and the pool slot is free again. Zero: off.
+  std::chrono::milliseconds idle_in_transaction_timeout{0};
 };
 
 struct ClientOptions {

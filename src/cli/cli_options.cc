@@ -106,6 +106,15 @@ std::optional<std::string> ApplyEndpointOption(std::string_view name, const std:
   } else if (name == "--acquire-timeout") {
     if (!numeric) return "--acquire-timeout needs milliseconds";
     options.pool.acquire_timeout = std::chrono::milliseconds(number);
+  } else if (name == "--server-connect-timeout") {
+    if (!numeric || number == 0) return "--server-connect-timeout needs positive milliseconds";
+    options.pool.connect_timeout = std::chrono::milliseconds(number);
+  } else if (name == "--query-timeout") {
+    if (!numeric) return "--query-timeout needs milliseconds (0: off)";
+    options.query_timeout = std::chrono::milliseconds(number);
+  } else if (name == "--idle-in-transaction-timeout") {
+    if (!numeric) return "--idle-in-transaction-timeout needs milliseconds (0: off)";
+    options.idle_in_transaction_timeout = std::chrono::milliseconds(number);
   } else if (name == "--idle-timeout") {
     if (!numeric) return "--idle-timeout needs seconds";
     options.pool.idle_timeout = std::chrono::seconds(number);

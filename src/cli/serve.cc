@@ -38,6 +38,9 @@ Options:
   --pool-size N           most origin connections open at once (default 10)
   --min-idle N            origin connections kept open while idle (default 0)
   --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
+  --server-connect-timeout MS  limit for opening one origin connection (default 5000)
+  --query-timeout MS      cancel a statement running longer on the origin: 57014 (default 0, off)
+  --idle-in-transaction-timeout MS  end a session idle in a transaction: 25P03 (default 0, off)
   --idle-timeout S        close idle origin connections above min-idle after S seconds (default 600)
   --max-lifetime S        close origin connections older than S seconds (default 3600)
   --pool-mode MODE        transaction (default) or session

@@ -45,12 +45,13 @@
 #include <fmt/format.h>
 
 #include "absl/strings/cord.h"
+#include "endpoint/copy_tracker.h"
 #include "endpoint/endpoint_cache.h"
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/origin_password.h"
 #include "endpoint/pin_budget.h"
-#include "endpoint/session.h"
+#include "endpoint/session_timeouts.h"
 #include "endpoint/session_settings.h"
 #include "endpoint/settings_replay.h"
 #include "endpoint/statement_session.h"
@@ -78,7 +79,8 @@ constexpr std::size_t kMaxOriginBatch = 256 * 1024;
 constexpr std::size_t kMaxLocalBacklog = 1024 * 1024;
 
 constexpr std::string_view kSqlStateTooManyConnections = "53300";
-constexpr std::string_view kSqlStateInFailedTransaction = "25P02";
+constexpr std::string_view kSqlStateQueryCanceled = "57014";
+constexpr std::string_view kSqlStateIdleInTransactionTimeout = "25P03";
 constexpr std::string_view kSqlStateProtocolViolation = "08P01";
 constexpr std::string_view kSqlStateAdminShutdown = "57P01";
 
@@ -301,6 +303,10 @@ class Session : public std::enable_shared_from_this<Session> {
     } else if (hello && co_await SendLinkReady()) {
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Pump(); }, asio::detached);
       pump_started_ = true;
+      if (timeouts_.enabled()) {
+        asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WatchTimeouts(); },
+                       asio::detached);
+      }
       co_await WorkLoop();
     }
     co_await EndSession();
@@ -452,6 +458,7 @@ class Session : public std::enable_shared_from_this<Session> {
       terminated_ = true;
       co_return Next::kEnd;
     }
+    if (end_after_flush_) co_return Next::kEnd;  // the origin connection died: the session ends
     if (skip_until_sync_) {
       // After an error in extended-query mode PostgreSQL discards messages
       // until Sync, which it answers with ReadyForQuery.
@@ -459,10 +466,6 @@ class Session : public std::enable_shared_from_this<Session> {
         skip_until_sync_ = false;
         QueueReadyForQuery(skip_status_);
       }
-      co_return Next::kContinue;
-    }
-    if (failed_txn_) {
-      HandleInFailedTransaction(frame);
       co_return Next::kContinue;
     }
     // The settings capture or a cancel still owns the connection.
@@ -508,7 +511,9 @@ class Session : public std::enable_shared_from_this<Session> {
       // COPY data outside COPY: PostgreSQL ignores it, and it starts no work.
       if (tag == 'd' || tag == 'c' || tag == 'f') co_return Next::kContinue;
       starting_unit_ = true;  // a cancel now ends this unit before it starts
-      auto lease = co_await endpoint_->pool->Acquire();
+      acquiring_ = true;      // ...and a cancel while waiting leaves the queue at once
+      auto lease = co_await endpoint_->pool->Acquire(&acquire_cancel_);
+      acquiring_ = false;
       if (stopping_) co_return Next::kEnd;
       if (!lease.ok()) {
         starting_unit_ = cancel_requested_ = false;
@@ -518,8 +523,13 @@ class Session : public std::enable_shared_from_this<Session> {
       lease_ = std::move(*lease);
       conn_ = &lease_.As<OriginConnection>();
       absl::Status prepared = co_await PrepareConnection();
+      const bool cancelled = prepare_cancelled_;
       if (!prepared.ok()) {
-        ReleaseLease(ReleaseDecision::kClose);
+        // A cancel that came as the connection was handed over: nothing of
+        // the unit was sent, so the healthy connection goes back as it came.
+        // A failed settings replay leaves it in an unknown state: close it.
+        ReleaseLease(cancelled && !conn_->broken() && conn_->transaction_status() == 'I' ? ReleaseAtIdle()
+                                                                                          : ReleaseDecision::kClose);
         AnswerAcquireFailure(prepared, frame, offset);
         co_return Next::kRestOfInputConsumed;
       }
@@ -531,12 +541,18 @@ class Session : public std::enable_shared_from_this<Session> {
       endpoint_->pinned_connections++;
     }
     last_activity_ = std::chrono::steady_clock::now();
+    // What a ReadyForQuery will answer, COPY included (copy_tracker.h).
+    const bool answered = copy_.OnFrontend(tag);
     switch (tag) {
       case 'Q':
       case 'S':
       case 'F':
-        ++outstanding_;
-        in_unit_ = false;
+        // One the backend ignores (a Sync inside COPY) or consumes as an
+        // error (a Query inside COPY) leaves the unit as it was.
+        if (answered) {
+          ++outstanding_;
+          in_unit_ = false;
+        }
         break;
       case 'P':
       case 'B':
@@ -544,11 +560,14 @@ class Session : public std::enable_shared_from_this<Session> {
       case 'E':
       case 'C':
       case 'H':
-        in_unit_ = true;
+        if (!copy_.in_copy_in()) in_unit_ = true;  // a Flush inside COPY opens nothing
         break;
       default:
         break;  // CopyData/CopyDone/CopyFail ride along with their COPY
     }
+    // COPY data and Flush start no work of their own (a stray CopyData must
+    // not make a session idle in a transaction look busy).
+    if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'H') NoteWorkSent();
     cache_.OnForward(frame);  // writes and state changes, for the query cache
     if (statements_.StartShapeCheck(frame, conn_->statements(), to_origin_)) {
       // A statement prepared before DDL is re-Parsed here: its result shape
@@ -576,7 +595,8 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = false;
     starting_unit_ = false;
     parameter_mark_ = conn_->parameter_changes();
-    if (status.ok() && cancel_requested_) {
+    prepare_cancelled_ = status.ok() && cancel_requested_;
+    if (prepare_cancelled_) {
       status = absl::AbortedError("canceling statement due to user request");
       status.SetPayload(endpoint::kSqlStateStatusPayload, absl::Cord("57014"));
     }
@@ -630,7 +650,12 @@ class Session : public std::enable_shared_from_this<Session> {
   bool CancelCurrentWork() {
     if (session_done_ || stopping_) return false;
     if (starting_unit_) {
-      cancel_requested_ = true;  // waiting for a connection: the unit ends with 57014
+      // Still waiting in the pool's queue: leave it now with 57014; the pool
+      // is untouched. Already handed a connection (settings replay): the
+      // unit ends with 57014 before any of it is sent.
+      absl::Status cancelled = absl::AbortedError("canceling statement due to user request");
+      cancelled.SetPayload(kSqlStatePayload, absl::Cord(std::string(kSqlStateQueryCanceled)));
+      if (!(acquiring_ && acquire_cancel_.Cancel(cancelled))) cancel_requested_ = true;
       return true;
     }
     if (!lease_ || conn_ == nullptr || (outstanding_ == 0 && !in_unit_)) return false;
@@ -867,109 +892,23 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  // Failed-transaction emulation (docs/architecture.md, "Failure handling"):
-  // the origin connection died inside a transaction block. Like PostgreSQL
-  // in a failed transaction, everything but ROLLBACK/COMMIT/ABORT/END fails
-  // with 25P02; those end it and are answered "ROLLBACK".
-  void HandleInFailedTransaction(const protocol::Frame& frame) {
-    auto fail = [&] {
-      if (!pending_error_.empty()) {
-        local_out_ += pending_error_;
-        pending_error_.clear();
-      } else {
-        QueueError("ERROR", kSqlStateInFailedTransaction,
-                   "current transaction is aborted, commands ignored until end of transaction block");
-      }
-    };
-    switch (frame.tag) {
-      case 'Q': {
-        auto q = protocol::DecodeQuery(frame.payload);
-        if (q.ok() && endpoint::IsTransactionEnd(q->query)) {
-          EndFailedTransaction();
-          QueueReadyForQuery('I');
-        } else {
-          fail();
-          QueueReadyForQuery('E');
-        }
-        break;
-      }
-      case 'F':
-        fail();
-        QueueReadyForQuery('E');
-        break;
-      case 'P': {
-        if (unit_error_) break;
-        auto p = protocol::DecodeParse(frame.payload);
-        if (p.ok() && endpoint::IsTransactionEnd(p->query)) {
-          unit_ends_txn_ = true;
-          protocol::AppendFrame(local_out_, '1', {});  // ParseComplete
-        } else {
-          fail();
-          unit_error_ = true;
-        }
-        break;
-      }
-      case 'B':
-        if (unit_error_) break;
-        if (unit_ends_txn_) {
-          protocol::AppendFrame(local_out_, '2', {});  // BindComplete
-        } else {
-          fail();
-          unit_error_ = true;
-        }
-        break;
-      case 'D':
-        if (unit_error_) break;
-        if (unit_ends_txn_) {
-          if (!frame.payload.empty() && frame.payload[0] == 'S') {
-            protocol::Encode(protocol::ParameterDescription{}, local_out_);
-          }
-          protocol::AppendFrame(local_out_, 'n', {});  // NoData
-        } else {
-          fail();
-          unit_error_ = true;
-        }
-        break;
-      case 'E':
-        if (unit_error_) break;
-        if (unit_ends_txn_) {
-          protocol::Encode(protocol::CommandComplete{"ROLLBACK"}, local_out_);
-          unit_executed_end_ = true;
-        } else {
-          fail();
-          unit_error_ = true;
-        }
-        break;
-      case 'C':
-        if (!unit_error_) protocol::AppendFrame(local_out_, '3', {});  // CloseComplete
-        break;
-      case 'S': {
-        const bool ended = unit_executed_end_ && !unit_error_;
-        unit_error_ = unit_ends_txn_ = unit_executed_end_ = false;
-        if (ended) {
-          failed_txn_ = false;
-          pending_error_.clear();
-        }
-        QueueReadyForQuery(ended ? 'I' : 'E');
-        break;
-      }
-      default:
-        break;  // Flush, CopyData/CopyDone/CopyFail: nothing to answer
-    }
-    pump_wake_.Notify();
-  }
-
-  void EndFailedTransaction() {
-    protocol::Encode(protocol::CommandComplete{"ROLLBACK"}, local_out_);
-    failed_txn_ = false;
-    pending_error_.clear();
-    unit_error_ = unit_ends_txn_ = unit_executed_end_ = false;
-  }
-
   asio::awaitable<void> EndSession() {
     // A graceful Terminate after pipelined work: let that work finish (its
     // results are forwarded) before deciding about the connection.
     if (terminated_ && !stopping_) {
+      if (lease_ && copy_.in_copy_in() && !conn_->broken()) {
+        // Terminate inside COPY FROM STDIN: the origin waits for data that
+        // will never come. End the COPY for the client (CopyFail, then a
+        // Sync for an extended-protocol COPY; the simple protocol answers
+        // it with one more ReadyForQuery) so the connection returns to 'I'.
+        std::string end_copy;
+        protocol::Encode(protocol::CopyFail{"the client ended its session during COPY"}, end_copy);
+        protocol::Encode(protocol::Sync{}, end_copy);
+        copy_.OnFrontend('f');
+        if (copy_.OnFrontend('S')) ++outstanding_;
+        in_unit_ = false;
+        to_origin_ += end_copy;
+      }
       if (!to_origin_.empty()) co_await FlushToOrigin();
       while (lease_ && (outstanding_ > 0) && !conn_->broken() && !stopping_) {
         pump_wake_.Notify();
@@ -977,6 +916,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     }
     session_done_ = true;
+    timeout_timer_.cancel();
     ForgetSession();
     if (lease_) {
       CancelIfBusy();
@@ -1010,6 +950,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!local_out_.empty()) {
         std::string out = std::move(local_out_);
         local_out_.clear();
+        if (link_gone_) continue;  // after Terminate: nobody to tell
         absl::Status sent = co_await link_->Send(std::move(out));
         changed_.Notify();
         if (close_after_send_ && !session_done_) {
@@ -1024,6 +965,13 @@ class Session : public std::enable_shared_from_this<Session> {
           if (!session_done_) stopping_ = true;
           changed_.Notify();
         }
+        continue;
+      }
+      if (end_after_flush_ && !stopping_) {
+        // Everything for the client is out (a FATAL last): close the link.
+        stopping_ = true;
+        link_->Close();
+        changed_.Notify();
         continue;
       }
       if (session_done_) break;
@@ -1057,29 +1005,52 @@ class Session : public std::enable_shared_from_this<Session> {
         co_return;
       }
       const char tag = frame->tag;
-      if (tag == 'E' && fatal_error_.empty() && endpoint::AppendFatalAsError(frame->payload, fatal_error_)) {
-        // The origin is about to close this connection (e.g.
-        // pg_terminate_backend). Its FATAL would make the driver think its
-        // own connection died; it is reported as an ERROR when the loss is.
-        continue;
+      std::string_view raw = frame->raw;
+      std::string rewritten;
+      if (tag == 'E') {
+        // A FATAL (pg_terminate_backend, a shutdown) goes to the client as
+        // it is: the origin closes next, and so does this session, as a
+        // direct connection would (docs/architecture.md, "Failure handling").
+        auto error = protocol::DecodeErrorResponse(frame->payload);
+        if (error.ok() && (error->severity() == "FATAL" || error->severity() == "PANIC")) origin_fatal_sent_ = true;
+        if (error.ok() && statement_timeout_pending_ && error->sqlstate() == kSqlStateQueryCanceled) {
+          // Our own CancelRequest for query_timeout: say why, as
+          // statement_timeout does.
+          protocol::EncodeErrorResponse(rewritten, "ERROR", kSqlStateQueryCanceled,
+                                        "canceling statement due to statement timeout");
+          raw = rewritten;
+        }
       }
+      const endpoint::CopyTracker::BackendEffect copy = copy_.OnBackend(tag);
+      if (copy.unanswered > 0) outstanding_ -= std::min(outstanding_, copy.unanswered);
+      if (copy.unit_reopened) in_unit_ = true;
       cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
       const bool checking = statements_.shape_check_pending();
       if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
-        protocol::AppendRawFrame(batch, frame->raw);
+        protocol::AppendRawFrame(batch, raw);
       }
       if (checking && !statements_.shape_check_pending()) changed_.Notify();  // Run waits for it
       if (tag == 'Z' && !frame->payload.empty()) {
         last_activity_ = std::chrono::steady_clock::now();
         if (outstanding_ > 0) --outstanding_;
+        statement_timeout_pending_ = false;
+        NoteReady(frame->payload[0]);
         if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') endpoint_->transactions++;
         changed_.Notify();
         MaybeRelease();
       }
       const bool done_here = conn_ != c || (outstanding_ == 0 && !in_unit_);
       if (done_here || batch.size() >= kMaxLinkBatch || !c->HasBufferedFrame()) {
-        absl::Status sent = co_await link_->Send(std::move(batch));
+        absl::Status sent;  // (no co_await inside ?: — GCC mis-handles its temporaries)
+        if (!link_gone_) sent = co_await link_->Send(std::move(batch));
         batch = std::string();
+        if (!sent.ok() && terminated_ && conn_ == c && !c->broken()) {
+          // The client said Terminate and closed its link: nobody reads the
+          // rest, but the connection is sound. Drain it to its ReadyForQuery
+          // (EndSession waits for that) and give it back.
+          link_gone_ = true;
+          sent = absl::OkStatus();
+        }
         if (!sent.ok()) {
           // The client vanished mid-result: Run() notices too; never hand
           // this connection on.
@@ -1103,36 +1074,19 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // The origin connection `c` failed (EOF, socket error, protocol error).
-  // Queues the error for the client and the ReadyForQuery each outstanding
-  // request waits for, enters the failed-transaction emulation if it was in
-  // a transaction block, and discards the connection.
+  // The session ends as a direct connection to PostgreSQL would: the
+  // origin's own FATAL ErrorResponse (already forwarded, e.g. 57P01 from
+  // pg_terminate_backend), or else FATAL 08006, then the link closes. A
+  // driver must learn that its transaction is gone with its connection;
+  // carrying on over a fresh origin connection could commit half of it.
   void OnOriginLost(OriginConnection* c, const absl::Status& reason) {
     if (conn_ != c || discard_pending_) return;
-    const char status = c->transaction_status();
-    const bool in_txn = status == 'T' || status == 'E';
-    std::string error = std::move(fatal_error_);
-    fatal_error_.clear();
-    if (error.empty()) {
-      protocol::EncodeErrorResponse(
-          error, "ERROR", endpoint::kSqlStateConnectionFailure,
-          fmt::format("hyperpool: the connection to the origin database was lost: {}", std::string(reason.message())));
+    if (!origin_fatal_sent_) {
+      QueueError("FATAL", endpoint::kSqlStateConnectionFailure,
+                 fmt::format("hyperpool: the connection to the origin database was lost: {}",
+                             std::string(reason.message())));
     }
-    const bool waiting = outstanding_ > 0 || in_unit_;
-    if (waiting) {
-      local_out_ += error;
-      const char z = in_txn ? 'E' : 'I';
-      for (std::size_t i = 0; i < outstanding_; ++i) QueueReadyForQuery(z);
-      if (in_unit_) {
-        // Its Sync is still to come: answer it then.
-        skip_until_sync_ = true;
-        skip_status_ = z;
-      }
-      if (in_txn) failed_txn_ = true;
-    } else if (in_txn) {
-      // Nobody is waiting: the client learns with its next statement.
-      failed_txn_ = true;
-      pending_error_ = std::move(error);
-    }
+    EndAfterFlush();
     outstanding_ = 0;
     in_unit_ = false;
     if (writing_ || pump_reading_) {
@@ -1145,19 +1099,32 @@ class Session : public std::enable_shared_from_this<Session> {
     changed_.Notify();
   }
 
+  // Ends the session once what is queued for the link has been sent: the
+  // pump closes the link after its next Send, and Run stops reading.
+  void EndAfterFlush() {
+    end_after_flush_ = true;
+    skip_until_sync_ = false;
+    pump_wake_.Notify();
+  }
+
   // Releases the connection if the policy says so and nobody is using it.
   void MaybeRelease() {
     if (!lease_ || writing_ || pump_reading_) return;
-    if (outstanding_ > 0 || in_unit_) return;
-    ReleaseDecision d = DecideRelease({.mode = endpoint_->options.pool.mode,
-                                       .status = ToPoolStatus(conn_->transaction_status()),
-                                       .outstanding = outstanding_,
-                                       .pin = CurrentPin(),
-                                       .client_gone = false,
-                                       .broken = conn_->broken(),
-                                       .lifetime_exceeded = lease_.lifetime_exceeded()});
+    if (outstanding_ > 0 || in_unit_ || copy_.in_copy_in()) return;
+    ReleaseDecision d = ReleaseAtIdle();
     if (discard_after_unit_ && d != ReleaseDecision::kKeep) d = ReleaseDecision::kClose;  // refused pin ran
     ReleaseLease(d);
+  }
+
+  // The release decision for a session with nothing outstanding.
+  ReleaseDecision ReleaseAtIdle() const {
+    return DecideRelease({.mode = endpoint_->options.pool.mode,
+                          .status = ToPoolStatus(conn_->transaction_status()),
+                          .outstanding = outstanding_,
+                          .pin = CurrentPin(),
+                          .client_gone = false,
+                          .broken = conn_->broken() || copy_.uncertain(),
+                          .lifetime_exceeded = lease_.lifetime_exceeded()});
   }
 
   void ReleaseAtEnd() {
@@ -1166,7 +1133,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                        .outstanding = outstanding_ + (in_unit_ ? 1 : 0),
                                        .pin = CurrentPin(),
                                        .client_gone = true,
-                                       .broken = conn_->broken() || discard_pending_ || discard_after_unit_,
+                                       .broken = conn_->broken() || discard_pending_ || discard_after_unit_ ||
+                                                 copy_.uncertain(),
                                        .lifetime_exceeded = lease_.lifetime_exceeded()});
     ReleaseLease(d);
   }
@@ -1178,6 +1146,8 @@ class Session : public std::enable_shared_from_this<Session> {
       endpoint_->discarded++;
     }
     statements_.Reset();
+    copy_.Reset();
+    timeouts_.OnQuiet();
     lease_.Release(decision);
     conn_ = nullptr;
     discard_after_unit_ = false;
@@ -1187,7 +1157,59 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (pins_.empty() && !statements_.pinned()) GivePinBudget();  // e.g. after DEALLOCATE ALL
     discard_pending_ = false;
-    fatal_error_.clear();
+    origin_fatal_sent_ = false;
+    changed_.Notify();
+  }
+
+  // ----- Operator timeouts (session_timeouts.h) ------------------------------
+
+  void NoteWorkSent() {
+    if (!timeouts_.enabled()) return;
+    timeouts_.OnWorkSent(std::chrono::steady_clock::now());
+    timeout_timer_.cancel();  // WatchTimeouts re-reads the deadline
+  }
+
+  void NoteReady(char status) {
+    if (!timeouts_.enabled()) return;
+    timeouts_.OnReady(std::chrono::steady_clock::now(), outstanding_ > 0 || in_unit_, status == 'T' || status == 'E');
+    timeout_timer_.cancel();
+  }
+
+  asio::awaitable<void> WatchTimeouts() {
+    while (!session_done_) {
+      timeout_timer_.expires_at(timeouts_.NextDeadline());
+      (void)co_await timeout_timer_.async_wait(kAsTuple);
+      if (session_done_) break;
+      switch (timeouts_.Due(std::chrono::steady_clock::now())) {
+        case endpoint::SessionTimeouts::Action::kCancelQuery:
+          // The same path as a client's cancel: the connection stays with
+          // this session until the origin has processed the CancelRequest.
+          if (lease_ && (outstanding_ > 0 || in_unit_) && CancelCurrentWork()) statement_timeout_pending_ = true;
+          break;
+        case endpoint::SessionTimeouts::Action::kEndIdleInTransaction:
+          EndIdleInTransaction();
+          break;
+        case endpoint::SessionTimeouts::Action::kNone:
+          break;
+      }
+    }
+  }
+
+  // idle_in_transaction_timeout: as PostgreSQL does, FATAL 25P03 and the
+  // session ends; the origin connection is closed (its transaction rolls
+  // back there) and its pool slot is free at once.
+  void EndIdleInTransaction() {
+    if (!lease_ || outstanding_ > 0 || in_unit_ || end_after_flush_) return;
+    const char status = conn_->transaction_status();
+    if (status != 'T' && status != 'E') return;
+    QueueError("FATAL", kSqlStateIdleInTransactionTimeout, "terminating connection due to idle-in-transaction timeout");
+    EndAfterFlush();
+    if (writing_ || pump_reading_) {
+      conn_->CloseNow();
+      discard_pending_ = true;
+    } else {
+      ReleaseLease(ReleaseDecision::kClose);
+    }
     changed_.Notify();
   }
 
@@ -1238,13 +1260,17 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;              // Run is inside conn_->Write
   bool pump_reading_ = false;         // Pump is inside conn_->ReadFrame
   bool discard_pending_ = false;      // close the lease once nobody is inside it
-  std::string fatal_error_;           // the origin's FATAL, rewritten as ERROR
-
-  bool failed_txn_ = false;           // failed-transaction emulation
-  std::string pending_error_;         // error owed to the next statement
-  bool unit_error_ = false;           // emulation: error sent in this extended unit
-  bool unit_ends_txn_ = false;        // emulation: this unit parsed ROLLBACK/COMMIT
-  bool unit_executed_end_ = false;    // emulation: ...and executed it
+  bool origin_fatal_sent_ = false;    // the origin's FATAL went to the client: it closes next
+  bool end_after_flush_ = false;      // close the link once local_out_ is sent (the session ends)
+  endpoint::CopyTracker copy_;        // COPY sub-protocol state of the lent connection
+  // query_timeout / idle_in_transaction_timeout, and WatchTimeouts' wake-up.
+  endpoint::SessionTimeouts timeouts_{endpoint_->options.query_timeout, endpoint_->options.idle_in_transaction_timeout};
+  asio::steady_timer timeout_timer_{endpoint_->executor};
+  bool statement_timeout_pending_ = false;  // our CancelRequest for query_timeout is out
+  AcquireCancel acquire_cancel_;      // ends a pending Acquire() on a client's cancel
+  bool acquiring_ = false;            // inside pool->Acquire()
+  bool prepare_cancelled_ = false;    // PrepareConnection failed only because of a cancel
+  bool link_gone_ = false;            // the client closed after Terminate: drop what the origin still sends
   bool skip_until_sync_ = false;      // discard until Sync, answer it with skip_status_
   char skip_status_ = 'I';
 
@@ -1385,6 +1411,7 @@ EndpointStats Endpoint::Stats() const {
   s.transactions = impl_->transactions.load();
   s.acquire_timeouts = impl_->acquire_timeouts.load();
   s.discarded = impl_->discarded.load();
+  s.origin_discarded = pool.discarded;
   s.pinned_sessions = impl_->pinned_sessions.load();
   auto pins = [&](PinReason r) { return impl_->pins[static_cast<std::size_t>(r)].load(); };
   for (const auto& p : impl_->pins) s.pins_total += p.load();

@@ -3,12 +3,14 @@
 #include "endpoint/origin_connection.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 
 #include <asio/connect.hpp>
+#include <asio/post.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
@@ -108,6 +110,35 @@ class OriginConnection::Stream {
       s->close(ignored);
     } else {
       std::get<asio::local::stream_protocol::socket>(v_).close(ignored);
+    }
+  }
+
+  // Calls `handler(ec)` once the socket is readable (bytes or EOF) or the
+  // wait fails or is cancelled. Reads nothing, so TLS state is untouched.
+  void AsyncWaitReadable(std::function<void(std::error_code)> handler) {
+    if (auto* t = std::get_if<tls::TlsStream>(&v_)) {
+      t->socket().async_wait(asio::socket_base::wait_read, std::move(handler));
+    } else if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) {
+      s->async_wait(asio::socket_base::wait_read, std::move(handler));
+    } else {
+      std::get<asio::local::stream_protocol::socket>(v_).async_wait(asio::socket_base::wait_read,
+                                                                     std::move(handler));
+    }
+  }
+  asio::any_io_executor executor() {
+    if (auto* t = std::get_if<tls::TlsStream>(&v_)) return t->socket().get_executor();
+    if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) return s->get_executor();
+    return std::get<asio::local::stream_protocol::socket>(v_).get_executor();
+  }
+  // Cancels a pending AsyncWaitReadable (nothing else is pending while idle).
+  void CancelWait() {
+    std::error_code ignored;
+    if (auto* t = std::get_if<tls::TlsStream>(&v_)) {
+      t->socket().cancel(ignored);
+    } else if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) {
+      s->cancel(ignored);
+    } else {
+      std::get<asio::local::stream_protocol::socket>(v_).cancel(ignored);
     }
   }
 
@@ -211,6 +242,28 @@ void OriginConnection::SetParameter(std::string_view name, std::string_view valu
     }
   }
   parameters_.emplace_back(std::string(name), std::string(value));
+}
+
+void OriginConnection::WatchIdle(std::function<void()> on_activity) {
+  if (!stream_) return;
+  if (broken_ || buffer_.size() > consumed_) {
+    // Broken, or bytes arrived after the last ReadyForQuery: an idle backend
+    // has nothing to say but goodbye.
+    asio::post(stream_->executor(), std::move(on_activity));
+    return;
+  }
+  watching_idle_ = true;
+  // The handler must not touch `this`: the pool may destroy the connection
+  // (closing the socket) before an aborted wait completes.
+  stream_->AsyncWaitReadable([cb = std::move(on_activity)](std::error_code ec) {
+    if (ec != asio::error::operation_aborted) cb();
+  });
+}
+
+void OriginConnection::StopWatchingIdle() {
+  if (!watching_idle_) return;
+  watching_idle_ = false;
+  if (stream_) stream_->CancelWait();
 }
 
 asio::awaitable<absl::Status> OriginConnection::Write(std::string_view bytes) {

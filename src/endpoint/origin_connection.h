@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -118,6 +119,12 @@ class OriginConnection final : public PooledConnection {
   // The pool's close: politely ends the session with Terminate ('X') when
   // the connection is healthy (bounded to one second), then CloseNow().
   asio::awaitable<void> Close() override;
+  // The pool's idle watch (pool.h): reports readability (a FATAL before the
+  // origin closes an idle backend, EOF, or over TLS a post-handshake record
+  // such as a session ticket, which the pool's health check then reads
+  // through) without reading.
+  void WatchIdle(std::function<void()> on_activity) override;
+  void StopWatchingIdle() override;
 
   // Origin run-time parameters (ParameterStatus), as of the last message read.
   const std::vector<std::pair<std::string, std::string>>& parameters() const { return parameters_; }
@@ -163,6 +170,7 @@ class OriginConnection final : public PooledConnection {
   BackendKey backend_key_;
   char transaction_status_ = 'I';
   bool broken_ = false;
+  bool watching_idle_ = false;  // an idle-watch wait is pending on the socket
   std::string auth_method_ = "trust";
   std::chrono::steady_clock::time_point last_ready_;
   SettingMap carried_settings_;

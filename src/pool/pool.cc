@@ -65,6 +65,9 @@ struct PoolEntry {
   Clock::time_point idle_since{};  // entered kIdle (idle list order is by this time)
   std::list<PoolEntry>::iterator self;  // position in the list of `state`
   bool outside_cap = false;  // kLent only: Lease::MoveOutOfCap (not counted towards max_size)
+  // Bumped whenever the entry leaves kIdle: an idle-watch report carrying an
+  // older generation is stale (the connection was lent or closed since).
+  std::uint64_t idle_generation = 0;
 };
 
 namespace {
@@ -103,7 +106,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
 
   // Static with the owner passed in: the coroutine frame then keeps the pool
   // alive from the call on, not only from its first resumption.
-  static asio::awaitable<absl::StatusOr<Lease>> Acquire(std::shared_ptr<PoolImpl> self);
+  static asio::awaitable<absl::StatusOr<Lease>> Acquire(std::shared_ptr<PoolImpl> self, AcquireCancel* cancel);
   void Stop();
   void Release(PoolEntry* entry, ReleaseDecision decision);
   void MoveOutOfCap(PoolEntry* entry);
@@ -178,6 +181,8 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   }
 
   void StartOpen();
+  // The origin spoke to (or closed) an idle connection: close it.
+  void OnIdleActivity(PoolEntry* entry, std::uint64_t generation);
   void StartCheck(PoolEntry& entry);
   void StartReset(PoolEntry& entry);
   void StartClose(PoolEntry& entry);
@@ -227,6 +232,10 @@ PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
     outside_cap_gauge_.store(outside_cap_, std::memory_order_relaxed);
   }
   gauges_[Index(from)].fetch_sub(1, std::memory_order_relaxed);
+  if (from == ConnState::kIdle) {
+    ++entry.idle_generation;
+    entry.connection->StopWatchingIdle();
+  }
   if (to == ConnState::kClosed) {
     List(from).erase(entry.self);
     Kick();  // below min_idle now, perhaps
@@ -238,6 +247,10 @@ PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
   if (to == ConnState::kIdle) {
     entry.idle_since = Clock::now();
     Kick();  // a new idle deadline
+    std::weak_ptr<PoolImpl> weak = weak_from_this();
+    entry.connection->WatchIdle([weak, e = &entry, generation = entry.idle_generation] {
+      if (auto self = weak.lock()) self->OnIdleActivity(e, generation);
+    });
   }
   HYPERPOOL_POOL_CHECK(Counted() <= options_.max_size);
   return &entry;
@@ -252,12 +265,49 @@ PoolEntry& PoolImpl::NewOpeningEntry() {
   return list.back();
 }
 
-asio::awaitable<absl::StatusOr<Lease>> PoolImpl::Acquire(std::shared_ptr<PoolImpl> self) {
+void PoolImpl::OnIdleActivity(PoolEntry* entry, std::uint64_t generation) {
+  // The entry may be gone: only trust the pointer if it is still in the idle
+  // list with the generation the watch started with.
+  for (PoolEntry& idle : List(ConnState::kIdle)) {
+    if (&idle != entry) continue;
+    if (idle.idle_generation != generation) return;
+    if (callbacks_.health_check) {
+      // Readable is not always dead: over TLS 1.3 the origin's
+      // NewSessionTicket records can arrive after login. The health check
+      // reads through them and tells; a dead backend fails it and is closed.
+      StartCheck(idle);
+    } else {
+      discarded_.fetch_add(1, std::memory_order_relaxed);
+      StartClose(idle);
+    }
+    Pump();
+    return;
+  }
+}
+
+asio::awaitable<absl::StatusOr<Lease>> PoolImpl::Acquire(std::shared_ptr<PoolImpl> self, AcquireCancel* cancel) {
   if (self->stopped_) co_return absl::CancelledError("connection pool stopped");
   Waiter waiter(*self, Clock::now() + self->options_.acquire_timeout);
   waiter.position = self->waiters_.insert(self->waiters_.end(), &waiter);
   waiter.queued = true;
   self->waiting_.store(self->waiters_.size(), std::memory_order_relaxed);
+  struct CancelScope {
+    AcquireCancel* cancel;
+    ~CancelScope() {
+      if (cancel != nullptr) cancel->cancel_ = nullptr;
+    }
+  } scope{cancel};
+  if (cancel != nullptr) {
+    PoolImpl* pool = self.get();
+    cancel->cancel_ = [pool, &waiter](absl::Status status) {
+      if (!waiter.queued || waiter.result) return false;
+      pool->Serve(waiter, std::move(status));
+      // A connection being opened for this waiter now goes to the next one
+      // (or to idle): nothing is closed.
+      pool->Pump();
+      return true;
+    };
+  }
   self->Pump();
   if (!waiter.result) {
     auto [ec] = co_await waiter.timer.async_wait(kAsTuple);
@@ -347,9 +397,12 @@ asio::awaitable<void> PoolImpl::OpenOne(std::shared_ptr<PoolImpl> self, PoolEntr
     self->open_failures_.fetch_add(1, std::memory_order_relaxed);
     self->Transition(*entry, ConnState::kClosed);  // frees the slot
     if (!self->stopped_ && !self->waiters_.empty()) {
-      // Fail fast: the front waiter learns why instead of waiting for its
-      // timeout. Others keep waiting; Pump() retries for them.
-      self->Serve(*self->waiters_.front(), opened.status());
+      // Fail fast: the waiters learn why (the origin's failure) instead of
+      // waiting for their timeout and reading "pool exhausted". Only as many
+      // keep waiting as there are connections still on their way (being
+      // opened or checked), which Pump() counted as theirs.
+      const std::size_t coming = self->Count(ConnState::kOpening) + self->Count(ConnState::kChecking);
+      while (self->waiters_.size() > coming) self->Serve(*self->waiters_.front(), opened.status());
     } else {
       self->warm_retry_at_ = Clock::now() + kWarmRetryDelay;
     }
@@ -563,7 +616,9 @@ Pool::Pool(std::shared_ptr<PoolImpl> impl) : impl_(std::move(impl)) {}
 
 Pool::~Pool() { impl_->Stop(); }
 
-asio::awaitable<absl::StatusOr<Lease>> Pool::Acquire() { return PoolImpl::Acquire(impl_); }
+asio::awaitable<absl::StatusOr<Lease>> Pool::Acquire(AcquireCancel* cancel) {
+  return PoolImpl::Acquire(impl_, cancel);
+}
 
 void Pool::Stop() { impl_->Stop(); }
 

@@ -59,6 +59,19 @@ class PooledConnection {
   // answer: a closing connection no longer counts towards max_size. The pool
   // destroys the object once this completes.
   virtual asio::awaitable<void> Close() = 0;
+
+  // While the connection is idle in the pool, the pool asks it to report
+  // (once, through `on_activity`, on the pool's executor) anything arriving
+  // from the origin: an idle backend speaks only to say it is going away
+  // (a FATAL ErrorResponse before pg_terminate_backend, idle_session_timeout
+  // or a shutdown closes it), so such a connection is health-checked at once
+  // (closed if the check fails, or if there is no health check) instead of
+  // being lent to the next client. StopWatchingIdle() ends the watch before the
+  // connection is used; a report already queued then is ignored by the
+  // pool. The default does not watch (the connection is only found dead
+  // when used).
+  virtual void WatchIdle(std::function<void()> on_activity) { (void)on_activity; }
+  virtual void StopWatchingIdle() {}
 };
 
 // Opens a new origin connection (TCP, TLS, login, up to the first
@@ -104,6 +117,22 @@ struct PoolStats {
 
 class PoolImpl;
 struct PoolEntry;
+
+// Lets its owner end its own pending Acquire() at once, e.g. when the client
+// that waits cancels its query: the waiter leaves the FIFO queue and nothing
+// else in the pool changes (no connection is closed). Pass it to Acquire()
+// and keep it alive until that call returns; use it on the pool's executor.
+class AcquireCancel {
+ public:
+  // Ends the pending Acquire() with `status` (not OK). False if no Acquire()
+  // is waiting (none started, or it was already served: the caller then
+  // gets what it was served).
+  bool Cancel(absl::Status status) { return cancel_ ? cancel_(std::move(status)) : false; }
+
+ private:
+  friend class PoolImpl;
+  std::function<bool(absl::Status)> cancel_;
+};
 
 // One lent connection. Move-only; the pool must not be destroyed first
 // (Pool's destructor only stops it; a Lease keeps the internals alive).
@@ -174,9 +203,12 @@ class Pool {
   // given back, in FIFO order among waiters. Errors:
   //   kResourceExhausted  nothing became available within acquire_timeout
   //                       (report SQLSTATE 53300)
-  //   the factory's error when opening a connection for this waiter failed
+  //   the factory's error when opening a connection failed and no other
+  //                       connection was on its way for this waiter (a down
+  //                       origin is reported to everyone waiting, not as 53300)
   //   kCancelled          the pool stopped, or the caller's coroutine was cancelled
-  asio::awaitable<absl::StatusOr<Lease>> Acquire();
+  //   `cancel`'s status   AcquireCancel::Cancel() was called while waiting
+  asio::awaitable<absl::StatusOr<Lease>> Acquire(AcquireCancel* cancel = nullptr);
 
   // Fails every waiter with kCancelled, closes idle connections, and closes
   // lent ones when they are released. Later Acquire() calls fail at once.

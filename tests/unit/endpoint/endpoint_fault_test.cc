@@ -3,7 +3,10 @@
 // after the SSLRequest answer, unsupported authentication, silence, and
 // connections dying mid-result or mid-transaction under an Endpoint session.
 #include <chrono>
+#include <future>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -278,7 +281,7 @@ std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, const FakeOrigin& fake) {
   return std::move(*ep);
 }
 
-TEST_CASE("an origin dying mid-DataRow stream: rows so far, then 08006, and the session goes on") {
+TEST_CASE("an origin dying mid-DataRow stream: rows so far, then FATAL 08006, and the session ends") {
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
@@ -286,16 +289,18 @@ TEST_CASE("an origin dying mid-DataRow stream: rows so far, then 08006, and the 
   Result r = Await(io, client->Query("die"));
   CHECK(r.rows.size() == 2);
   CHECK(r.sqlstate == "08006");
-  CHECK(r.severity == "ERROR");
-  CHECK(r.status == 'I');  // it was autocommit: no failed transaction to emulate
-  Result next = Await(io, client->Query("SELECT"));
-  CHECK(next.sqlstate.empty());
-  CHECK(next.Cell() == "ok");
+  CHECK(r.severity == "FATAL");
+  CHECK(r.closed);  // as a direct connection whose server died: no ReadyForQuery
+  for (int i = 0; i < 200 && ep->Stats().sessions > 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(ep->Stats().sessions == 0);
   CHECK(ep->Stats().discarded == 1);
+  // Other sessions are unaffected.
+  auto other = OpenSession(io, *ep);
+  CHECK(Await(io, other->Query("SELECT")).Cell() == "ok");
   ep->Stop();
 }
 
-TEST_CASE("an origin FATAL mid-transaction becomes an ERROR and a failed transaction until ROLLBACK") {
+TEST_CASE("an origin FATAL mid-transaction reaches the client as it is, and the session ends") {
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
@@ -303,53 +308,74 @@ TEST_CASE("an origin FATAL mid-transaction becomes an ERROR and a failed transac
   REQUIRE(Await(io, client->Query("BEGIN")).status == 'T');
   Result killed = Await(io, client->Query("kill"));
   CHECK(killed.sqlstate == "57P01");
-  CHECK(killed.severity == "ERROR");
-  CHECK(killed.status == 'E');
-  Result ignored = Await(io, client->Query("SELECT"));
-  CHECK(ignored.sqlstate == "25P02");
-  CHECK(ignored.status == 'E');
-
-  // COMMIT through the extended protocol is answered ROLLBACK, locally.
-  std::string commit;
-  protocol::Encode(protocol::Parse{"", "COMMIT", {}}, commit);
-  protocol::Encode(protocol::Bind{}, commit);
-  protocol::Encode(protocol::Execute{"", 0}, commit);
-  protocol::Encode(protocol::Sync{}, commit);
-  REQUIRE(Await(io, client->Send(commit)).ok());
-  Result ended = Await(io, client->ReadUntilReady());
-  CHECK(ended.sqlstate.empty());
-  CHECK(ended.Has('1'));
-  CHECK(ended.Has('2'));
-  CHECK(ended.command_tags == std::vector<std::string>{"ROLLBACK"});
-  CHECK(ended.status == 'I');
-
-  Result fresh = Await(io, client->Query("SELECT"));
-  CHECK(fresh.Cell() == "ok");
-  CHECK(fresh.status == 'I');
+  CHECK(killed.severity == "FATAL");
+  CHECK(killed.error_message == "terminating connection due to administrator command");
+  int errors = 0;
+  for (const auto& m : killed.messages) errors += m.tag == 'E';
+  CHECK(errors == 1);  // the origin's, not a second one of ours
+  CHECK(killed.closed);
   ep->Stop();
 }
 
-TEST_CASE("an extended-protocol statement in a failed transaction errors once and waits for Sync") {
+TEST_CASE("an origin FATAL in autocommit also ends the session (no ReadyForQuery after a FATAL)") {
   IoThread io;
   FakeOrigin fake(io, Backend());
   auto ep = MakeEndpoint(io, fake);
   auto client = OpenSession(io, *ep);
-  REQUIRE(Await(io, client->Query("BEGIN")).status == 'T');
-  REQUIRE(Await(io, client->Query("kill")).status == 'E');
-  std::string batch;
-  protocol::Encode(protocol::Parse{"", "SELECT 1", {}}, batch);
-  protocol::Encode(protocol::Bind{}, batch);
-  protocol::Encode(protocol::Execute{"", 0}, batch);
-  protocol::Encode(protocol::Sync{}, batch);
-  REQUIRE(Await(io, client->Send(batch)).ok());
-  Result r = Await(io, client->ReadUntilReady());
-  CHECK(r.sqlstate == "25P02");
-  int errors = 0;
-  for (const auto& m : r.messages) errors += m.tag == 'E';
-  CHECK(errors == 1);
-  CHECK(r.status == 'E');
-  CHECK(Await(io, client->Query("ROLLBACK")).status == 'I');
+  Result killed = Await(io, client->Query("kill"));
+  CHECK(killed.sqlstate == "57P01");
+  CHECK(killed.severity == "FATAL");
+  CHECK(killed.closed);
+  CHECK_FALSE(killed.Has('Z'));
   ep->Stop();
+}
+
+TEST_CASE("an origin that accepts and never answers is reported to every waiter as 08001, not 53300") {
+  IoThread io;
+  FakeOrigin fake(io, [](asio::ip::tcp::socket& s, int) -> asio::awaitable<void> {
+    while (co_await ReadTagged(s)) {
+    }
+  });
+  EndpointOptions options;
+  options.origin = fake.Origin();
+  options.pool.max_size = 1;
+  options.pool.connect_timeout = 300ms;
+  options.pool.acquire_timeout = 800ms;
+  auto created = Endpoint::Create(io.executor(), options);
+  REQUIRE(created.ok());
+  auto& ep = *created;
+  // Link-ready needs one origin login first; the first session pays for it.
+  LinkPair pair = MakeInProcessLinkPair(io.executor(), io.executor());
+  ep->Accept(std::move(pair.second));
+  LinkClient first(std::move(pair.first));
+  Result ready = Await(io, first.Open());
+  CHECK(ready.sqlstate == "08001");
+  CHECK(ready.error_message.find("timed out after 300 ms") != std::string::npos);
+  CHECK(ready.closed);
+  // Three at once, sharing one slot: all hear the origin's failure.
+  std::vector<std::unique_ptr<LinkClient>> clients;
+  std::vector<std::future<Result>> results;
+  for (int i = 0; i < 3; ++i) {
+    LinkPair p = MakeInProcessLinkPair(io.executor(), io.executor());
+    ep->Accept(std::move(p.second));
+    clients.push_back(std::make_unique<LinkClient>(std::move(p.first)));
+    results.push_back(asio::co_spawn(io.io(), clients.back()->Open(), asio::use_future));
+  }
+  for (auto& f : results) {
+    REQUIRE(f.wait_for(5s) == std::future_status::ready);
+    Result r = f.get();
+    INFO(r.error_message);
+    CHECK(r.sqlstate == "08001");
+    CHECK(r.error_message.find("timed out") != std::string::npos);
+  }
+  CHECK(ep->Stats().acquire_timeouts == 0);
+  ep->Stop();
+}
+
+TEST_CASE("the default connect timeout is shorter than the acquire timeout") {
+  PoolOptions defaults;
+  CHECK(defaults.connect_timeout == std::chrono::milliseconds(5000));
+  CHECK(defaults.connect_timeout < defaults.acquire_timeout);
 }
 
 TEST_CASE("an ErrorResponse without SQLSTATE from the origin is forwarded untouched") {

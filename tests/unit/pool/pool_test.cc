@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +42,9 @@ struct FakeOrigin {
   std::vector<int> closed;                 // ids, in Close() order
   std::vector<int> unhealthy;              // ids whose health check fails
   bool reset_fails = false;
+  // Idle watches in progress, by connection id (WatchIdle's callbacks).
+  std::map<int, std::function<void()>> watches;
+  int watch_stops = 0;
 };
 
 class FakeConnection final : public PooledConnection {
@@ -51,6 +56,11 @@ class FakeConnection final : public PooledConnection {
     co_return;
   }
   int id() const { return id_; }
+  void WatchIdle(std::function<void()> on_activity) override { origin_.watches[id_] = std::move(on_activity); }
+  void StopWatchingIdle() override {
+    ++origin_.watch_stops;
+    origin_.watches.erase(id_);
+  }
 
  private:
   FakeOrigin& origin_;
@@ -353,14 +363,130 @@ TEST_CASE("a failing factory wakes a waiter with its error and frees the slot") 
   REQUIRE_FALSE(first->ok());
   CHECK(first->status().code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(first->status().message()), Catch::Matchers::ContainsSubstring("origin refused"));
-  // The slot was not leaked: the pool retried for the second waiter.
+  // No other connection was on its way: the second waiter hears the origin's
+  // failure too, at once, instead of "pool exhausted" at its deadline.
   REQUIRE(second.has_value());
-  REQUIRE(second->ok());
+  REQUIRE_FALSE(second->ok());
+  CHECK(second->status().code() == absl::StatusCode::kUnavailable);
+  CHECK(f.origin.open_calls == 1);
+  // The slot was not leaked: the next Acquire opens a connection.
+  Result third = f.AcquireNow();
+  REQUIRE(third->ok());
   PoolStats s = f.pool->Stats();
   CHECK(s.open_failures == 1);
   CHECK(s.opened == 1);
   CHECK(s.opening == 0);
   CHECK(s.open == 1);
+  CHECK(s.timeouts == 0);
+}
+
+TEST_CASE("an open failure fails only the waiters no other opening connection is for") {
+  Fixture f(Options(3));
+  f.origin.open_failures.push_back(absl::UnavailableError("origin refused the connection"));
+  Result results[3];
+  for (auto& r : results) f.Acquire(r);
+  Settle(f.io);
+  int failed = 0;
+  int served = 0;
+  for (auto& r : results) {
+    REQUIRE(r.has_value());
+    (r->ok() ? served : failed)++;
+  }
+  CHECK(failed == 1);
+  CHECK(served == 2);
+}
+
+TEST_CASE("AcquireCancel ends a waiting Acquire at once and leaves the pool alone") {
+  Fixture f(Options(1));
+  Result holder = f.AcquireNow();
+  REQUIRE(holder->ok());
+  AcquireCancel cancel;
+  Result waiter;
+  Result next;
+  asio::co_spawn(f.io, [&]() -> asio::awaitable<void> { waiter = co_await f.pool->Acquire(&cancel); }, asio::detached);
+  Settle(f.io);
+  f.Acquire(next);
+  Settle(f.io);
+  REQUIRE(f.pool->Stats().waiting == 2);
+  CHECK(cancel.Cancel(absl::AbortedError("canceling statement due to user request")));
+  Settle(f.io);  // no real time passes: the 60 s acquire timeout plays no part
+  REQUIRE(waiter.has_value());
+  REQUIRE_FALSE(waiter->ok());
+  CHECK(waiter->status().code() == absl::StatusCode::kAborted);
+  PoolStats s = f.pool->Stats();
+  CHECK(s.waiting == 1);
+  CHECK(s.discarded == 0);
+  CHECK(s.lent == 1);
+  CHECK_FALSE(cancel.Cancel(absl::AbortedError("again")));  // nothing waits any more
+  // The queue still works: the other waiter gets the connection.
+  (*holder)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  REQUIRE(next.has_value());
+  REQUIRE(next->ok());
+  CHECK(f.pool->Stats().discarded == 0);
+  CHECK(f.origin.closed.empty());
+}
+
+TEST_CASE("an idle connection the origin speaks on (or closes) is closed, never lent") {
+  Fixture f(Options(2));
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  const int dead = IdOf(a);
+  CHECK(f.origin.watches.empty());  // not watched while lent
+  (*a)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  REQUIRE(f.origin.watches.count(dead) == 1);
+  // The origin terminates the idle backend: its socket becomes readable.
+  auto report = f.origin.watches[dead];
+  report();
+  Settle(f.io);
+  CHECK(f.origin.closed == std::vector<int>{dead});
+  PoolStats s = f.pool->Stats();
+  CHECK(s.idle == 0);
+  CHECK(s.discarded == 1);
+  Result b = f.AcquireNow();
+  REQUIRE(b->ok());
+  CHECK(IdOf(b) != dead);
+}
+
+TEST_CASE("with a health check, an idle connection that became readable is checked: kept if healthy") {
+  // Over TLS 1.3 a live origin's NewSessionTicket records can make an idle
+  // socket readable; only the check can tell that from a goodbye.
+  Fixture f(Options(2), Hooks{.health_check = true});
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  const int id = IdOf(a);
+  (*a)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  const int checks_before = f.origin.checks;
+  f.origin.watches[id]();
+  Settle(f.io);
+  CHECK(f.origin.checks == checks_before + 1);
+  CHECK(f.origin.closed.empty());
+  CHECK(f.pool->Stats().idle == 1);
+  REQUIRE(f.origin.watches.count(id) == 1);  // watched again
+  f.origin.unhealthy.push_back(id);
+  f.origin.watches[id]();
+  Settle(f.io);
+  CHECK(f.origin.closed == std::vector<int>{id});
+  CHECK(f.pool->Stats().discarded == 1);
+}
+
+TEST_CASE("an idle-watch report that arrives after the connection was lent is ignored") {
+  Fixture f(Options(1));
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  const int id = IdOf(a);
+  (*a)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  auto stale = f.origin.watches[id];
+  Result b = f.AcquireNow();  // lent again: the watch stops
+  REQUIRE(b->ok());
+  CHECK(f.origin.watches.count(id) == 0);
+  stale();  // its completion was already queued
+  Settle(f.io);
+  CHECK(f.origin.closed.empty());
+  CHECK(f.pool->Stats().lent == 1);
 }
 
 TEST_CASE("a broken connection is closed and replaced") {
