@@ -673,9 +673,16 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> CaptureSessionSettings() {
     OriginConnection* c = conn_;
     pump_reading_ = true;
-    absl::Status status = co_await endpoint::CaptureSettings(*c, settings_);
+    auto outcome = co_await endpoint::CaptureSettings(*c, settings_, endpoint_->config->user);
     pump_reading_ = false;
     parameter_mark_ = c->parameter_changes();
+    absl::Status status = outcome.status();
+    if (outcome.ok() && outcome->role_changed && conn_ == c) {
+      // The session is someone else now and must stay so (as after SET
+      // ROLE); its connection never reaches another client and is closed
+      // when the session ends.
+      AddPin(PinReason::kSetRole);
+    }
     if (conn_ == c) {
       if (!status.ok() || discard_pending_ || session_done_ || stopping_) {
         if (!status.ok()) {

