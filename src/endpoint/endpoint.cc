@@ -171,6 +171,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::unordered_map<std::string, Session*> sessions_by_id;
   // One server-side name per distinct prepared statement (statement_registry.h).
   endpoint::StatementCatalog statements;
+  // The last session serial given out (sequence_state.h: never reused).
+  std::uint64_t last_session_serial = 0;
 
   // Thread-safe.
   std::atomic<bool> stopped{false};
@@ -547,7 +549,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // connection carries different ones, none otherwise (settings_replay.h).
   asio::awaitable<absl::Status> PrepareConnection() {
     writing_ = true;
-    absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired());
+    absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired(),
+                                                           conn_->sequence_owner().NeedsDiscardFor(serial_));
     writing_ = false;
     starting_unit_ = false;
     parameter_mark_ = conn_->parameter_changes();
@@ -655,9 +658,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void NoteSessionEffects(const protocol::Frame& frame) {
-    if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C') return;
+    if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return;
     endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload);
     for (PinReason reason : effects.pins) AddPin(reason);
+    if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
   }
 
   void AddPin(PinReason reason) {
@@ -1068,6 +1072,12 @@ class Session : public std::enable_shared_from_this<Session> {
       conn_->CloseNow();  // no Terminate: its state is unknown; the origin rolls back
       endpoint_->discarded++;
     }
+    if (used_sequences_) {
+      // Its work may have called nextval: the next session to borrow this
+      // connection gets DISCARD SEQUENCES first (sequence_state.h).
+      conn_->sequence_owner().UsedBy(serial_);
+      used_sequences_ = false;
+    }
     statements_.Reset();
     lease_.Release(decision);
     conn_ = nullptr;
@@ -1144,6 +1154,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string session_id_;            // hyperpool.session_id of the hello
   endpoint::SessionSettings settings_;
   endpoint::PinSet pins_;
+  const std::uint64_t serial_ = ++endpoint_->last_session_serial;  // this session, for sequence_state.h
+  bool used_sequences_ = false;       // a unit since the last release may have called nextval
   bool pin_counted_gone_ = false;     // pinned_sessions already decremented
   bool starting_unit_ = false;        // acquiring/preparing a connection for a new unit
   bool cancel_requested_ = false;     // a cancel arrived while starting_unit_

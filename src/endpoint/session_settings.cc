@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
+#include "endpoint/sequence_state.h"
 
 namespace hyperpool::endpoint {
 namespace {
@@ -402,6 +403,7 @@ SettingMap MergeWithStartup(const SettingMap& captured, const SettingMap& startu
 
 SessionEffects AnalyzeSessionEffects(std::string_view sql) {
   SessionEffects fx;
+  fx.sequences = MayUseSequences(sql);
   if (!MayMatter(sql)) return fx;
   auto tokens = cache::Lex(sql);
   if (!tokens.ok()) {
@@ -492,6 +494,11 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload)
       auto name = ReadCString(payload, pos);
       if (name) statements_.erase(std::string(*name));
       return {};
+    }
+    case 'F': {
+      SessionEffects fx;  // a FunctionCall runs any function
+      fx.sequences = true;
+      return fx;
     }
     default:
       return {};

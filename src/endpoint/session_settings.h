@@ -103,7 +103,8 @@ struct SessionEffects {
   bool settings = false;             // may change settings: capture afterwards
   std::vector<PinReason> pins;       // state that pins the session
   std::set<std::string> custom_names;  // placeholder names it mentions (lowercased)
-  bool empty() const { return !settings && pins.empty() && custom_names.empty(); }
+  bool sequences = false;            // may call nextval/setval (sequence_state.h)
+  bool empty() const { return !settings && pins.empty() && custom_names.empty() && !sequences; }
 };
 
 // Analyses `sql` with the cache's PostgreSQL lexer (src/cache/sql_analysis.h).

@@ -38,11 +38,13 @@ struct SimpleQueryResult {
 asio::awaitable<absl::StatusOr<SimpleQueryResult>> RunSimpleQuery(OriginConnection& conn, std::string sql);
 
 // Makes `conn` carry exactly `desired` (one round trip, none if it already
-// does). An ErrorResponse (e.g. an invalid startup value) comes back as
+// does and `discard_sequences` is false; with it, DISCARD SEQUENCES runs
+// first in the same Query: sequence_state.h). An ErrorResponse (e.g. an invalid startup value) comes back as
 // kAborted with the origin's message and its SQLSTATE as payload
 // kSqlStateStatusPayload; the connection is unchanged (the statements ran
 // in one implicit transaction) and usable.
-asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired);
+asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired,
+                                            bool discard_sequences = false);
 
 // What a capture found beyond the settings.
 struct CaptureOutcome {

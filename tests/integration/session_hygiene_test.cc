@@ -143,5 +143,37 @@ TEST_CASE("SET LOCAL ROLE lasts for its transaction and neither pins nor leaks")
   ep->Stop();
 }
 
+// Issue 10 item 7: a backend's currval/lastval state from one session is
+// never visible in the next session that borrows it; a fresh session gets
+// 55000 exactly as on a new backend.
+TEST_CASE("currval and lastval never show another session's value") {
+  const PgCluster& pg = SharedPgCluster();
+  auto made = RunPsql(pg,
+                      "DROP TABLE IF EXISTS hp_seq_t; DROP SEQUENCE IF EXISTS hp_seq_s; "
+                      "CREATE TABLE hp_seq_t (id serial PRIMARY KEY, v int); CREATE SEQUENCE hp_seq_s; "
+                      "CREATE OR REPLACE FUNCTION hp_seq_next() RETURNS bigint LANGUAGE sql AS "
+                      "$$ SELECT nextval('hp_seq_s') $$");
+  REQUIRE(made.ok());
+  auto writer = GENERATE(as<std::string>{}, "INSERT INTO hp_seq_t (v) VALUES (1)", "SELECT nextval('hp_seq_s')",
+                         "SELECT hp_seq_next()");
+  CAPTURE(writer);
+  const std::string seq = writer.starts_with("INSERT") ? "hp_seq_t_id_seq" : "hp_seq_s";
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_seq"), 1);
+  auto a = Open(io, *ep, "a0000000000000s1");
+  auto b = Open(io, *ep, "b0000000000000s1");
+  Run(io, *a, writer);
+  const std::string value = Q(io, *a, fmt::format("SELECT currval('{}')", seq));
+  CHECK(value != "<none>");
+  CHECK(Q(io, *a, "SELECT lastval()") == value);  // its own value, in a later transaction
+
+  Result other = Await(io, b->Query(fmt::format("SELECT currval('{}')", seq)));
+  CHECK(other.sqlstate == "55000");
+  CHECK(other.status == 'I');
+  Result last = Await(io, b->Query("SELECT lastval()"));
+  CHECK(last.sqlstate == "55000");
+  ep->Stop();
+}
+
 }  // namespace
 }  // namespace hyperpool::testing
