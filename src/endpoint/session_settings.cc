@@ -441,7 +441,11 @@ PinReason PinSet::First() const {
 }
 
 SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters)
-    : startup_(SettingsFromStartup(hello_parameters)), desired_(startup_) {
+    : startup_(SettingsFromStartup(hello_parameters)) {
+  // An app that names itself nothing sees '' as on a direct connection, not
+  // the origin login's application_name (hyperpool's own, for the DBA).
+  startup_.emplace("application_name", "");
+  desired_ = startup_;
   for (const auto& [name, value] : startup_) {
     if (IsCustomSettingName(name)) custom_names_.insert(name);
   }

@@ -137,6 +137,8 @@ class PinSet {
 class SessionSettings {
  public:
   SessionSettings() = default;
+  // Startup settings from the hello; application_name is '' when the hello
+  // has none (the origin login's own name must not show through).
   explicit SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters);
 
   const SettingMap& startup() const { return startup_; }

@@ -175,5 +175,28 @@ TEST_CASE("currval and lastval never show another session's value") {
   ep->Stop();
 }
 
+// Issue 15 item 4: the origin login's application_name never shows through.
+TEST_CASE("an app that sets no application_name sees '', an app's own name is shown") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_appname"), 1);
+  auto named = Open(io, *ep, "a0000000000000n1", {{"application_name", "my_app"}});
+  auto plain = Open(io, *ep, "b0000000000000n1");
+  const std::string activity = "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+  CHECK(Q(io, *plain, "SHOW application_name") == "");
+  CHECK(Q(io, *plain, activity) == "");
+  CHECK(Q(io, *named, "SHOW application_name") == "my_app");
+  CHECK(Q(io, *named, activity) == "my_app");
+  CHECK(Q(io, *plain, "SHOW application_name") == "");  // the same backend, replayed back
+  Run(io, *plain, "SET application_name = 'later'");
+  CHECK(Q(io, *named, "SHOW application_name") == "my_app");
+  CHECK(Q(io, *plain, "SHOW application_name") == "later");
+  Run(io, *plain, "RESET application_name");
+  CHECK(Q(io, *plain, "SHOW application_name") == "");
+  Terminate(io, *plain);
+  Terminate(io, *named);
+  ep->Stop();
+}
+
 }  // namespace
 }  // namespace hyperpool::testing

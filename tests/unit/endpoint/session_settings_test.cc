@@ -206,9 +206,19 @@ TEST_CASE("PinSet keeps each reason once and reports the first") {
   CHECK(pins.empty());
 }
 
+TEST_CASE("application_name is '' for an app that gives none, its own otherwise") {
+  CHECK(SessionSettings(Params{}).desired() == SettingMap{{"application_name", ""}});
+  CHECK(SessionSettings(Params{{"application_name", "app"}}).desired() == SettingMap{{"application_name", "app"}});
+  CHECK(SessionSettings(Params{{"options", "-c application_name=opt"}}).desired().at("application_name") == "opt");
+  // RESET application_name: back to '' (the capture lacks it).
+  SessionSettings s(Params{});
+  s.OnCaptured({});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}});
+}
+
 TEST_CASE("a named statement's effects count again at each Bind, until it is closed") {
   SessionSettings s(Params{{"TimeZone", "UTC"}});
-  CHECK(s.desired() == SettingMap{{"timezone", "UTC"}});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}, {"timezone", "UTC"}});
   std::string parse, bind, close;
   protocol::Encode(protocol::Parse{"s1", "SET TimeZone = 'Asia/Tokyo'", {}}, parse);
   protocol::Encode(protocol::Bind{"", "s1", {}, {}, {}}, bind);
@@ -218,11 +228,11 @@ TEST_CASE("a named statement's effects count again at each Bind, until it is clo
   CHECK(s.capture_owed());
   s.OnCaptured({{"timezone", "Asia/Tokyo"}});
   CHECK_FALSE(s.capture_owed());
-  CHECK(s.desired() == SettingMap{{"timezone", "Asia/Tokyo"}});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}, {"timezone", "Asia/Tokyo"}});
   s.NoteFrontend('B', payload(bind));
   CHECK(s.capture_owed());
   s.OnCaptured({});  // e.g. RESET TimeZone: back to the startup value
-  CHECK(s.desired() == SettingMap{{"timezone", "UTC"}});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}, {"timezone", "UTC"}});
   s.NoteFrontend('C', payload(close));
   s.NoteFrontend('B', payload(bind));
   CHECK_FALSE(s.capture_owed());
