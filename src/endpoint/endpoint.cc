@@ -46,6 +46,7 @@
 
 #include "absl/strings/cord.h"
 #include "endpoint/endpoint_cache.h"
+#include "endpoint/notification_pid.h"
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/session.h"
@@ -173,6 +174,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   endpoint::StatementCatalog statements;
   // The last session serial given out (sequence_state.h: never reused).
   std::uint64_t last_session_serial = 0;
+  // Origin backend pid -> app pid of its last session (notification_pid.h).
+  endpoint::NotifierPids notifier_pids;
 
   // Thread-safe.
   std::atomic<bool> stopped{false};
@@ -548,6 +551,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // lent connection before its work is forwarded: one round trip when the
   // connection carries different ones, none otherwise (settings_replay.h).
   asio::awaitable<absl::Status> PrepareConnection() {
+    endpoint_->notifier_pids.Lend(conn_->backend_key().process_id, app_pid_);
     writing_ = true;
     absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired(),
                                                            conn_->sequence_owner().NeedsDiscardFor(serial_));
@@ -571,6 +575,7 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& [name, value] : hello_parameters_) {
       if (name == "hyperpool.cancel_session") cancel_id = value;
       if (name == "hyperpool.session_id") session_id_ = value;
+      if (name == endpoint::kBackendPidParam) app_pid_ = endpoint::ParseBackendPid(value).value_or(0);
       if (name == placement::kProbeParam) probe_ = true;
     }
     if (probe_) {
@@ -710,6 +715,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void ForgetSession() {
     auto it = endpoint_->sessions_by_id.find(session_id_);
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
+    if (app_pid_ != 0) endpoint_->notifier_pids.Forget(app_pid_);
     if (!pins_.empty() && !pin_counted_gone_) endpoint_->pinned_sessions--;
     pin_counted_gone_ = true;
   }
@@ -964,7 +970,12 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
       if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
-        protocol::AppendRawFrame(batch, frame->raw);
+        if (tag == 'A') {
+          // The sender pid as the apps know it (notification_pid.h).
+          endpoint::AppendTranslatedNotification(batch, frame->raw, endpoint_->notifier_pids);
+        } else {
+          protocol::AppendRawFrame(batch, frame->raw);
+        }
       }
       if (tag == 'Z' && !frame->payload.empty()) {
         if (outstanding_ > 0) --outstanding_;
@@ -1152,6 +1163,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Session settings, pins and cancel routing (session_settings.h).
   std::string session_id_;            // hyperpool.session_id of the hello
+  std::int32_t app_pid_ = 0;          // hyperpool.backend_pid of the hello: the pid the app knows (0: none)
   endpoint::SessionSettings settings_;
   endpoint::PinSet pins_;
   const std::uint64_t serial_ = ++endpoint_->last_session_serial;  // this session, for sequence_state.h

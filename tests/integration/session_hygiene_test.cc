@@ -250,5 +250,41 @@ TEST_CASE("a table created on the origin after the catalog was read is cached af
   CHECK(std::stoll(*scans) <= 3);
 }
 
+// The sender pids of the NotificationResponses in `r`.
+std::vector<std::int32_t> NotifierPidsOf(const Result& r) {
+  std::vector<std::int32_t> out;
+  for (const auto& m : r.messages) {
+    if (m.tag != 'A' || m.payload.size() < 4) continue;
+    const auto* u = reinterpret_cast<const unsigned char*>(m.payload.data());
+    out.push_back(static_cast<std::int32_t>((std::uint32_t{u[0]} << 24) | (std::uint32_t{u[1]} << 16) |
+                                            (std::uint32_t{u[2]} << 8) | u[3]));
+  }
+  return out;
+}
+
+// Issue 15 item 4: psycopg's test_notify_handlers compares Notify.pid with
+// the pid of its BackendKeyData.
+TEST_CASE("a notification carries the sender session's app-facing pid, not the origin backend's") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_notify_pid"), 2);
+  auto a = Open(io, *ep, "a0000000000000p1", {{"hyperpool.backend_pid", "4242"}});
+  auto b = Open(io, *ep, "b0000000000000p1", {{"hyperpool.backend_pid", "5151"}});
+  const std::string origin_pid = Q(io, *a, "SELECT pg_backend_pid()");
+  Run(io, *a, "LISTEN hp_chan");
+  Result own = Run(io, *a, "NOTIFY hp_chan, 'self'");
+  CHECK(NotifierPidsOf(own) == std::vector<std::int32_t>{4242});
+  CHECK(origin_pid != "4242");
+
+  Run(io, *b, "NOTIFY hp_chan, 'other'");
+  std::vector<std::int32_t> seen;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (seen.empty() && std::chrono::steady_clock::now() < deadline) {
+    seen = NotifierPidsOf(Run(io, *a, "SELECT 1"));
+  }
+  CHECK(seen == std::vector<std::int32_t>{5151});
+  ep->Stop();
+}
+
 }  // namespace
 }  // namespace hyperpool::testing
