@@ -178,23 +178,23 @@ std::optional<std::pair<std::size_t, std::size_t>> CallArgument(const std::vecto
 }
 
 // set_config(name, value, is_local) whose name is at `i` (its '(' at i+1).
-// A literal name is noted; 'role' / 'session_authorization' pins unless
-// is_local is literally true; any other first argument (a parameter bound
-// later, an expression, named notation, an undecoded escape) may name
-// anything, role included, so it pins too.
+// Unless is_local is literally true (the change ends with the transaction;
+// the capture's role check proves it), a role change pins: a literal
+// 'role' / 'session_authorization', or any other first argument (a
+// parameter bound later, an expression, named notation, an undecoded
+// escape), which may name anything, role included. A literal name is noted.
 void AnalyzeSetConfig(const std::vector<Token>& t, std::size_t i, SessionEffects& fx) {
   fx.settings = true;
+  auto third = CallArgument(t, i + 1, 2);
+  const bool local = third && third->second == third->first + 1 && t[third->first].IsKeyword("true");
   auto first = CallArgument(t, i + 1, 0);
   if (!first || first->second != first->first + 1 || !IsExactLiteral(t[first->first])) {
-    fx.pins.push_back(PinReason::kSetRole);
+    if (!local) fx.pins.push_back(PinReason::kSetRole);
     return;
   }
   const std::string name = Lower(t[first->first].value);
   if (IsCustomSettingName(name)) fx.custom_names.insert(name);
-  if (!IsIdentitySetting(name)) return;
-  auto third = CallArgument(t, i + 1, 2);
-  const bool local = third && third->second == third->first + 1 && t[third->first].IsKeyword("true");
-  if (!local) fx.pins.push_back(PinReason::kSetRole);
+  if (IsIdentitySetting(name) && !local) fx.pins.push_back(PinReason::kSetRole);
 }
 
 void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {

@@ -137,6 +137,11 @@ TEST_CASE("SET LOCAL ROLE lasts for its transaction and neither pins nor leaks")
   const std::string pid = Q(io, *b, "SELECT pg_backend_pid()");
   Result r = Run(io, *a, "BEGIN; SET LOCAL ROLE hp_r_a; SELECT current_user; COMMIT");
   CHECK(r.Cell() == "hp_r_a");
+  // set_config(name bound as $1, ..., true): local too, so not pinned.
+  REQUIRE(Await(io, a->Send(Parse("", "SELECT pg_catalog.set_config($1, $2, true)") + Bind("", {"role", "hp_r_a"}) +
+                                Execute() + Sync()))
+              .ok());
+  CHECK(Await(io, a->ReadUntilReady()).sqlstate.empty());
   CHECK(Q(io, *b, "SELECT current_user") == pg.admin.user);
   CHECK(Q(io, *b, "SELECT pg_backend_pid()") == pid);  // not pinned: the one connection serves both
   CHECK(Q(io, *a, "SELECT current_user") == pg.admin.user);

@@ -152,7 +152,8 @@ TEST_CASE("every spelling of SET ROLE / SESSION AUTHORIZATION pins the session")
 TEST_CASE("a role change that lasts only for the transaction asks for a capture (which checks the role)") {
   auto sql = GENERATE(as<std::string>{}, "SET LOCAL ROLE r_a", "SET LOCAL \"role\" = 'r_a'",
                       "SET LOCAL SESSION AUTHORIZATION r_a", "SELECT set_config('role', 'r_a', true)",
-                      "SELECT pg_catalog.set_config('role', 'r_a', TRUE)", "RESET ROLE", "RESET \"Role\"",
+                      "SELECT pg_catalog.set_config('role', 'r_a', TRUE)", "SELECT set_config($1, $2, true)",
+                      "SELECT set_config('request.jwt.claims', $1, true)", "RESET ROLE", "RESET \"Role\"",
                       "RESET SESSION AUTHORIZATION", "SET role.x = 1", "SET \"role\".\"x\" = 1");
   CAPTURE(sql);
   SessionEffects fx = AnalyzeSessionEffects(sql);
