@@ -255,6 +255,36 @@ TEST_CASE("a table created on the origin after the catalog was read is cached af
   CHECK(std::stoll(*scans) <= 3);
 }
 
+TEST_CASE("a name that exists nowhere re-reads the catalog at most once a second") {
+  const PgCluster& pg = SharedPgCluster();
+  REQUIRE(RunPsql(pg, "CREATE TABLE IF NOT EXISTS hp_known (a int)").ok());
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_no_such"), 2);
+  auto a = Open(io, *ep, "a0000000000000c2");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (CatalogRefreshes(*ep) == 0 && std::chrono::steady_clock::now() < deadline) {
+    Run(io, *a, "SELECT count(*) FROM hp_known");
+  }
+  const long long loaded = CatalogRefreshes(*ep);
+  REQUIRE(loaded > 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 60; ++i) {
+    Result r = Await(io, a->Query("SELECT * FROM hp_no_such_table"));
+    CHECK(r.sqlstate == "42P01");
+  }
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
+  // The first query's refresh runs in the background: wait for it (bounded).
+  const auto refreshed_by = std::chrono::steady_clock::now() + 10s;
+  while (CatalogRefreshes(*ep) == loaded && std::chrono::steady_clock::now() < refreshed_by) {
+    std::this_thread::sleep_for(10ms);
+  }
+  const long long now = CatalogRefreshes(*ep);
+  INFO("60 queries took " << seconds.count() << " s; refreshes " << loaded << " -> " << now);
+  CHECK(now - loaded >= 1);
+  CHECK(now - loaded <= 1 + seconds.count() + 1);
+  ep->Stop();
+}
+
 // The sender pids of the NotificationResponses in `r`.
 std::vector<std::int32_t> NotifierPidsOf(const Result& r) {
   std::vector<std::int32_t> out;
