@@ -554,7 +554,7 @@ class Session : public std::enable_shared_from_this<Session> {
     endpoint_->notifier_pids.Lend(conn_->backend_key().process_id, app_pid_);
     writing_ = true;
     absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired(),
-                                                           conn_->sequence_owner().NeedsDiscardFor(serial_));
+                                                           conn_->sequence_owner().NeedsDiscardFor(serial_, sequence_generation_));
     writing_ = false;
     starting_unit_ = false;
     parameter_mark_ = conn_->parameter_changes();
@@ -1086,7 +1086,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (used_sequences_) {
       // Its work may have called nextval: the next session to borrow this
       // connection gets DISCARD SEQUENCES first (sequence_state.h).
-      conn_->sequence_owner().UsedBy(serial_);
+      conn_->sequence_owner().UsedBy(serial_, ++sequence_generation_);
       used_sequences_ = false;
     }
     statements_.Reset();
@@ -1168,6 +1168,7 @@ class Session : public std::enable_shared_from_this<Session> {
   endpoint::PinSet pins_;
   const std::uint64_t serial_ = ++endpoint_->last_session_serial;  // this session, for sequence_state.h
   bool used_sequences_ = false;       // a unit since the last release may have called nextval
+  std::uint64_t sequence_generation_ = 0;  // releases after such units (sequence_state.h)
   bool pin_counted_gone_ = false;     // pinned_sessions already decremented
   bool starting_unit_ = false;        // acquiring/preparing a connection for a new unit
   bool cancel_requested_ = false;     // a cancel arrived while starting_unit_

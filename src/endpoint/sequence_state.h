@@ -10,17 +10,20 @@
 // this session", and DISCARD SEQUENCES gives exactly that.
 //
 // The Endpoint therefore remembers, per origin connection, which session may
-// have left sequence state on it (SequenceOwner) and sends DISCARD SEQUENCES
-// in the settings replay (one Query, src/endpoint/settings_replay.h) when the
-// connection passes to a different session. Which units "may have left
+// have left sequence state on it and when (SequenceOwner: the session's
+// serial and its sequence generation, which grows each time one of its
+// units that may have used sequences ends on some connection), and sends
+// DISCARD SEQUENCES in the settings replay (one Query,
+// src/endpoint/settings_replay.h) when the connection is lent to a
+// different session, or to the same session after it used sequences on
+// another connection (the values here may be older than its latest). So
+// currval/lastval give the session's latest value or 55000, never another
+// session's and never a stale one of its own. Which units "may have left
 // state" is decided by MayUseSequences: cheap and conservative (false
 // positives cost one DISCARD SEQUENCES, a false negative a leak).
 //
 // Left alone: a view or rule whose definition calls nextval, read by a
-// plain SELECT without any other function call. A session that lands on
-// another connection does not see its own currval there (it gets 55000, or
-// its own older value on a backend it used before; never another
-// session's).
+// plain SELECT without any other function call.
 
 #include <cstdint>
 #include <string_view>
@@ -38,20 +41,30 @@ namespace hyperpool::endpoint {
 bool MayUseSequences(std::string_view sql);
 
 // The session that may have left sequence state on one origin connection
-// (0: none; session serials start at 1 and are never reused by an Endpoint).
+// (0: none; session serials start at 1 and are never reused by an Endpoint),
+// and that session's sequence generation then.
 class SequenceOwner {
  public:
-  // The connection is being lent to session `serial`: true if another
-  // session's sequence state may be on it (DISCARD SEQUENCES first).
-  bool NeedsDiscardFor(std::uint64_t serial) const { return owner_ != 0 && owner_ != serial; }
+  // The connection is being lent to session `serial`, whose sequence
+  // generation is `generation`: true if it may hold another session's
+  // values, or values of this session older than its latest (DISCARD
+  // SEQUENCES first).
+  bool NeedsDiscardFor(std::uint64_t serial, std::uint64_t generation) const {
+    return owner_ != 0 && (owner_ != serial || generation_ != generation);
+  }
   // DISCARD SEQUENCES (or DISCARD ALL) ran.
-  void Discarded() { owner_ = 0; }
-  // Session `serial` ran a unit that may have used sequences.
-  void UsedBy(std::uint64_t serial) { owner_ = serial; }
+  void Discarded() { owner_ = generation_ = 0; }
+  // A unit of session `serial` that may have used sequences ended here;
+  // `generation` is the session's generation counting that unit.
+  void UsedBy(std::uint64_t serial, std::uint64_t generation) {
+    owner_ = serial;
+    generation_ = generation;
+  }
   std::uint64_t owner() const { return owner_; }
 
  private:
   std::uint64_t owner_ = 0;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace hyperpool::endpoint

@@ -181,6 +181,42 @@ TEST_CASE("currval and lastval never show another session's value") {
   ep->Stop();
 }
 
+TEST_CASE("within one session, currval is its latest value or undefined, never an older one of its own") {
+  const PgCluster& pg = SharedPgCluster();
+  REQUIRE(RunPsql(pg, "DROP SEQUENCE IF EXISTS hp_seq_own; CREATE SEQUENCE hp_seq_own").ok());
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_seq_own"), 2);
+  auto a = Open(io, *ep, "a0000000000000s2");
+  auto b = Open(io, *ep, "b0000000000000s2");
+  // a takes nextval on connection X, then (X held by b's open transaction) on Y.
+  Run(io, *a, "SELECT nextval('hp_seq_own')");
+  const std::string x = Q(io, *a, "SELECT pg_backend_pid()");
+  Run(io, *b, "BEGIN");
+  CHECK(Q(io, *b, "SELECT pg_backend_pid()") == x);  // b holds X now (the idle one a just used)
+  CHECK(Q(io, *a, "SELECT pg_backend_pid()") != x);
+  const std::string latest = Q(io, *a, "SELECT nextval('hp_seq_own')");  // on Y
+  Run(io, *b, "COMMIT");
+  // Wherever a lands now, currval is its latest value or 55000, never the older 1.
+  for (int i = 0; i < 4; ++i) {
+    Result r = Await(io, a->Query("SELECT currval('hp_seq_own')"));
+    if (r.sqlstate.empty()) {
+      CHECK(r.Cell() == latest);
+    } else {
+      CHECK(r.sqlstate == "55000");
+    }
+    Run(io, *b, "BEGIN");  // alternate which connection a gets
+    Run(io, *b, "SELECT 1");
+    Result r2 = Await(io, a->Query("SELECT currval('hp_seq_own')"));
+    if (r2.sqlstate.empty()) {
+      CHECK(r2.Cell() == latest);
+    } else {
+      CHECK(r2.sqlstate == "55000");
+    }
+    Run(io, *b, "COMMIT");
+  }
+  ep->Stop();
+}
+
 // Issue 15 item 4: the origin login's application_name never shows through.
 TEST_CASE("an app that sets no application_name sees '', an app's own name is shown") {
   const PgCluster& pg = SharedPgCluster();

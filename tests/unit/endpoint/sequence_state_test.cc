@@ -41,14 +41,20 @@ TEST_CASE("the session effects carry the flag, and a FunctionCall message sets i
   CHECK(s.NoteFrontend('F', std::string_view("\0\0\0\1", 4)).sequences);
 }
 
-TEST_CASE("a connection needs DISCARD SEQUENCES only when it passes to another session") {
-  SequenceOwner owner;
-  CHECK_FALSE(owner.NeedsDiscardFor(1));
-  owner.UsedBy(1);
-  CHECK_FALSE(owner.NeedsDiscardFor(1));  // its own values stay visible to it
-  CHECK(owner.NeedsDiscardFor(2));
-  owner.Discarded();
-  CHECK_FALSE(owner.NeedsDiscardFor(2));
+TEST_CASE("a connection needs DISCARD SEQUENCES when another session, or an older state of its own, is on it") {
+  SequenceOwner x;
+  SequenceOwner y;
+  CHECK_FALSE(x.NeedsDiscardFor(1, 0));
+  x.UsedBy(1, 1);                     // session 1 calls nextval on x
+  CHECK_FALSE(x.NeedsDiscardFor(1, 1));  // its own latest values stay visible to it
+  CHECK(x.NeedsDiscardFor(2, 0));        // never to session 2
+  CHECK_FALSE(y.NeedsDiscardFor(1, 1));
+  y.UsedBy(1, 2);                     // session 1 calls nextval again, on y
+  CHECK(x.NeedsDiscardFor(1, 2));        // x holds older values of session 1
+  CHECK_FALSE(y.NeedsDiscardFor(1, 2));
+  x.Discarded();
+  CHECK_FALSE(x.NeedsDiscardFor(2, 0));
+  CHECK(x.owner() == 0);
 }
 
 }  // namespace
