@@ -93,7 +93,11 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
   for (const QualifiedName& f : a.functions) {
     std::optional<Volatility> v =
         ctx.oracle != nullptr ? ctx.oracle->FunctionVolatility(f) : std::nullopt;
-    if (!v.has_value()) return Make(Reason::kVolatile, Cat("unknown function ", f.ToString()));
+    if (!v.has_value()) {
+      Decision unknown = Make(Reason::kVolatile, Cat("unknown function ", f.ToString()));
+      unknown.unknown_name = ctx.oracle != nullptr;
+      return unknown;
+    }
     if (*v != Volatility::kImmutable) {
       return Make(Reason::kVolatile,
                   Cat("function ", f.ToString(),
@@ -105,7 +109,9 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
     std::optional<RelationInfo> info =
         ctx.oracle != nullptr ? ctx.oracle->Relation(r) : std::nullopt;
     if (!info.has_value()) {
-      return Make(Reason::kTemporaryTable, Cat("unknown relation ", r.ToString()));
+      Decision unknown = Make(Reason::kTemporaryTable, Cat("unknown relation ", r.ToString()));
+      unknown.unknown_name = ctx.oracle != nullptr;
+      return unknown;
     }
     if (info->temporary) {
       return Make(Reason::kTemporaryTable, Cat("temporary relation ", r.ToString()));

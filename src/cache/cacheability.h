@@ -90,6 +90,10 @@ struct Decision {
   std::string detail;  // Human-readable cause ("function public.f is volatile").
   // kCacheable: the base tables read (for CacheEntry::tables).
   std::vector<std::string> tables;
+  // The oracle was consulted and did not know a function or relation the
+  // statement names (created on the origin after the catalog was read): a
+  // catalog refresh may make it cacheable.
+  bool unknown_name = false;
   bool cacheable() const { return reason == Reason::kCacheable; }
 };
 

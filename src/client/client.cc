@@ -635,6 +635,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     session_id_ = *id;
     client::ParamList hello_params = app_params_;
     if (!impl_->client_id.empty()) hello_params.emplace_back("hyperpool.client_id", impl_->client_id);
+    // The pid of our BackendKeyData: the Endpoint shows it as the sender of
+    // this session's notifications (src/endpoint/notification_pid.h).
+    if (cancel_pid_ != 0) hello_params.emplace_back("hyperpool.backend_pid", std::to_string(cancel_pid_));
     std::string initial = client::BuildLinkHello(hello_params, session_id_);
     initial.append(first_frames);
     auto link = co_await impl_->transport.Open(executor(), std::move(initial));

@@ -47,6 +47,7 @@
 #include "absl/strings/cord.h"
 #include "endpoint/copy_tracker.h"
 #include "endpoint/endpoint_cache.h"
+#include "endpoint/notification_pid.h"
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/origin_password.h"
@@ -177,6 +178,10 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   endpoint::StatementCatalog statements;
   // Sessions holding a pinned connection outside the pool's cap (pin_budget.h).
   endpoint::PinBudget pin_budget{1};
+  // The last session serial given out (sequence_state.h: never reused).
+  std::uint64_t last_session_serial = 0;
+  // Origin backend pid -> app pid of its last session (notification_pid.h).
+  endpoint::NotifierPids notifier_pids;
 
   // Thread-safe.
   std::atomic<bool> stopped{false};
@@ -590,8 +595,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // lent connection before its work is forwarded: one round trip when the
   // connection carries different ones, none otherwise (settings_replay.h).
   asio::awaitable<absl::Status> PrepareConnection() {
+    endpoint_->notifier_pids.Lend(conn_->backend_key().process_id, app_pid_);
     writing_ = true;
-    absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired());
+    absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired(),
+                                                           conn_->sequence_owner().NeedsDiscardFor(serial_, sequence_generation_));
     writing_ = false;
     starting_unit_ = false;
     parameter_mark_ = conn_->parameter_changes();
@@ -613,6 +620,7 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& [name, value] : hello_parameters_) {
       if (name == "hyperpool.cancel_session") cancel_id = value;
       if (name == "hyperpool.session_id") session_id_ = value;
+      if (name == endpoint::kBackendPidParam) app_pid_ = endpoint::ParseBackendPid(value).value_or(0);
       if (name == placement::kProbeParam) probe_ = true;
     }
     if (probe_) {
@@ -707,8 +715,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // False if `frame` would pin the session while the pinned budget is spent
   // (the pins are then not recorded: the frame must not run as it is).
   bool NoteSessionEffects(const protocol::Frame& frame) {
-    if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C') return true;
+    if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
     endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload);
+    if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
     if (effects.pins.empty()) return true;
     if (!TakePinBudget()) return false;
     for (PinReason reason : effects.pins) AddPin(reason);
@@ -801,9 +810,16 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> CaptureSessionSettings() {
     OriginConnection* c = conn_;
     pump_reading_ = true;
-    absl::Status status = co_await endpoint::CaptureSettings(*c, settings_);
+    auto outcome = co_await endpoint::CaptureSettings(*c, settings_, endpoint_->config->user);
     pump_reading_ = false;
     parameter_mark_ = c->parameter_changes();
+    absl::Status status = outcome.status();
+    if (outcome.ok() && outcome->role_changed && conn_ == c) {
+      // The session is someone else now and must stay so (as after SET
+      // ROLE); its connection never reaches another client and is closed
+      // when the session ends.
+      AddPin(PinReason::kSetRole);
+    }
     if (conn_ == c) {
       if (!status.ok() || discard_pending_ || session_done_ || stopping_) {
         if (!status.ok()) {
@@ -827,6 +843,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void ForgetSession() {
     auto it = endpoint_->sessions_by_id.find(session_id_);
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
+    if (app_pid_ != 0) endpoint_->notifier_pids.Forget(app_pid_);
     if (!pins_.empty() && !pin_counted_gone_) endpoint_->pinned_sessions--;
     pin_counted_gone_ = true;
     GivePinBudget();
@@ -1027,7 +1044,12 @@ class Session : public std::enable_shared_from_this<Session> {
       cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
       const bool checking = statements_.shape_check_pending();
       if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
-        protocol::AppendRawFrame(batch, raw);
+        if (tag == 'A') {
+          // The sender pid as the apps know it (notification_pid.h).
+          endpoint::AppendTranslatedNotification(batch, frame->raw, endpoint_->notifier_pids);
+        } else {
+          protocol::AppendRawFrame(batch, raw);
+        }
       }
       if (checking && !statements_.shape_check_pending()) changed_.Notify();  // Run waits for it
       if (tag == 'Z' && !frame->payload.empty()) {
@@ -1144,6 +1166,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (decision == ReleaseDecision::kClose) {
       conn_->CloseNow();  // no Terminate: its state is unknown; the origin rolls back
       endpoint_->discarded++;
+    }
+    if (used_sequences_) {
+      // Its work may have called nextval: the next session to borrow this
+      // connection gets DISCARD SEQUENCES first (sequence_state.h).
+      conn_->sequence_owner().UsedBy(serial_, ++sequence_generation_);
+      used_sequences_ = false;
     }
     statements_.Reset();
     copy_.Reset();
@@ -1283,8 +1311,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Session settings, pins and cancel routing (session_settings.h).
   std::string session_id_;            // hyperpool.session_id of the hello
+  std::int32_t app_pid_ = 0;          // hyperpool.backend_pid of the hello: the pid the app knows (0: none)
   endpoint::SessionSettings settings_;
   endpoint::PinSet pins_;
+  const std::uint64_t serial_ = ++endpoint_->last_session_serial;  // this session, for sequence_state.h
+  bool used_sequences_ = false;       // a unit since the last release may have called nextval
+  std::uint64_t sequence_generation_ = 0;  // releases after such units (sequence_state.h)
   bool pin_counted_gone_ = false;     // pinned_sessions already decremented
   bool starting_unit_ = false;        // acquiring/preparing a connection for a new unit
   bool cancel_requested_ = false;     // a cancel arrived while starting_unit_

@@ -20,6 +20,9 @@ constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 constexpr std::chrono::seconds kFollowerWait{60};
 // After a failed catalog refresh, wait this long before the next attempt.
 constexpr std::chrono::seconds kRefreshRetry{5};
+// A name the catalog lacks refreshes it at most this often (a query on a
+// table that does not exist must not read the catalog on every call).
+constexpr std::chrono::seconds kUnknownNameRefreshEvery{1};
 constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
 
 void Log(std::string_view line) {
@@ -56,6 +59,15 @@ void EndpointCache::WantCatalog() {
   if (!refreshing_ && (!snapshot_valid_ || now - loaded_at_ >= every) && now - last_failure_ >= kRefreshRetry) {
     StartRefresh();
   }
+}
+
+void EndpointCache::NameUnknown() {
+  const auto now = std::chrono::steady_clock::now();
+  if (refreshing_ || now - last_unknown_refresh_ < kUnknownNameRefreshEvery || now - last_failure_ < kRefreshRetry) {
+    return;
+  }
+  last_unknown_refresh_ = now;
+  StartRefresh();
 }
 
 void EndpointCache::CatalogChanged() {
@@ -390,6 +402,7 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
   cache::StatementAnalysis analysis;
   cache::Decision d = cache::DecideSql(unit.sql, ctx, &analysis);
   if (!analysis.functions.empty() || !analysis.relations_read.empty()) cache_->WantCatalog();
+  if (d.unknown_name) cache_->NameUnknown();  // e.g. a table created on the origin directly
   cache_->RecordDecision(analysis.fingerprint, d.reason, analysis.normalized);
   if (!d.cacheable()) co_return false;
 

@@ -92,6 +92,11 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   void WantCatalog();
   // DDL (or something that may have run DDL) completed.
   void CatalogChanged();
+  // A decision met a relation or function the loaded catalog lacks (made
+  // on the origin directly since): refreshes in the background, at most
+  // once a second, never blocking the unit; the old snapshot serves
+  // meanwhile.
+  void NameUnknown();
 
   uint64_t generation() const { return generation_; }
   // Invalidates the tier; returns the control message for the Client tiers.
@@ -138,6 +143,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   uint64_t catalog_epoch_ = 0;
   std::chrono::steady_clock::time_point loaded_at_{};
   std::chrono::steady_clock::time_point last_failure_{};
+  std::chrono::steady_clock::time_point last_unknown_refresh_{};  // NameUnknown's rate limit
 
   uint64_t generation_ = 1;
   std::unordered_map<std::string, std::string> conn_owner_;

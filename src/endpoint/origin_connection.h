@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "endpoint/origin_config.h"
+#include "endpoint/sequence_state.h"
 #include "endpoint/session_settings.h"
 #include "endpoint/statement_registry.h"
 #include "hyperpool/validate.h"
@@ -153,6 +154,8 @@ class OriginConnection final : public PooledConnection {
   // The settings this connection carries beyond its login defaults (what
   // session settings replay set on it; src/endpoint/session_settings.h).
   SettingMap& carried_settings() { return carried_settings_; }
+  // Which session may have left currval/lastval state here (sequence_state.h).
+  SequenceOwner& sequence_owner() { return sequence_owner_; }
   // How many ParameterStatus messages have been read: a change during a
   // client's work means its settings changed (a safety net for SETs that
   // statement analysis cannot see, e.g. inside functions).
@@ -174,6 +177,7 @@ class OriginConnection final : public PooledConnection {
   std::string auth_method_ = "trust";
   std::chrono::steady_clock::time_point last_ready_;
   SettingMap carried_settings_;
+  SequenceOwner sequence_owner_;
   std::uint64_t parameter_changes_ = 0;
   ConnectionStatements statements_;
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
+#include "endpoint/sequence_state.h"
 
 namespace hyperpool::endpoint {
 namespace {
@@ -58,6 +59,8 @@ bool MayMatter(std::string_view sql) {
   std::size_t i = 0;
   while (i < sql.size()) {
     if (!IsWordChar(sql[i])) {
+      // U&"..." spells any identifier (set_config included) in escapes.
+      if (sql[i] == '&' && i + 1 < sql.size() && sql[i + 1] == '"') return true;
       ++i;
       continue;
     }
@@ -102,6 +105,98 @@ std::string SettingNameAt(const std::vector<Token>& t, std::size_t i) {
   return name;
 }
 
+// Settings that change who the session is: pg_settings never lists them (so
+// the capture cannot carry them) and the next client must never inherit them.
+bool IsIdentitySetting(std::string_view lowered_name) {
+  return lowered_name == "role" || lowered_name == "session_authorization";
+}
+
+// A U&'...' string or U&"..." identifier: the lexer keeps its escapes
+// undecoded, so its value is not the name PostgreSQL will see.
+bool IsUnicodeEscaped(const Token& tok) {
+  return tok.text.size() > 2 && (tok.text[0] == 'u' || tok.text[0] == 'U') && tok.text[1] == '&';
+}
+
+// A string literal whose decoded value the lexer knows exactly: no U&
+// escapes, and no backslash escape in an E'...' string (the lexer leaves
+// octal, hex and unicode escapes undecoded).
+bool IsExactLiteral(const Token& tok) {
+  if (tok.kind != TokenKind::kString || IsUnicodeEscaped(tok)) return false;
+  const bool escapes = !tok.text.empty() && (tok.text[0] == 'e' || tok.text[0] == 'E');
+  return !escapes || tok.text.find('\\') == std::string_view::npos;
+}
+
+// SET [SESSION | LOCAL] ...: every spelling of a role change (keywords,
+// quoted names in any case, SESSION AUTHORIZATION) pins unless it is LOCAL;
+// a LOCAL one only asks for the capture, whose role check proves it ended
+// with the transaction (CapturedState::RoleIs).
+void AnalyzeSet(const std::vector<Token>& t, SessionEffects& fx) {
+  std::size_t k = 1;
+  bool local = false;
+  if (IsWord(t, 1, "local")) {
+    local = true;
+    k = 2;
+  } else if (IsWord(t, 1, "session") && !IsWord(t, 2, "authorization")) {
+    k = 2;  // SET SESSION x; but SET SESSION AUTHORIZATION names the setting itself
+  }
+  const std::string name = SettingNameAt(t, k);
+  const bool identity = IsIdentitySetting(name) || (IsWord(t, k, "session") && IsWord(t, k + 1, "authorization"));
+  if (identity) {
+    if (local) {
+      fx.settings = true;
+    } else {
+      fx.pins.push_back(PinReason::kSetRole);
+    }
+    return;
+  }
+  if (local || IsWord(t, k, "constraints") || (k == 1 && IsWord(t, 1, "transaction"))) return;  // per transaction
+  fx.settings = true;
+  if (IsCustomSettingName(name)) fx.custom_names.insert(name);
+}
+
+// The tokens of argument `n` (0-based) of the call whose '(' is at `open`,
+// as [begin, end) indexes; nullopt if the call has fewer arguments.
+std::optional<std::pair<std::size_t, std::size_t>> CallArgument(const std::vector<Token>& t, std::size_t open,
+                                                                std::size_t n) {
+  int depth = 0;
+  std::size_t begin = open + 1;
+  std::size_t index = 0;
+  for (std::size_t i = open + 1; i < t.size(); ++i) {
+    const TokenKind kind = t[i].kind;
+    if (kind == TokenKind::kLParen || kind == TokenKind::kLBracket) {
+      ++depth;
+    } else if ((kind == TokenKind::kRParen || kind == TokenKind::kRBracket) && depth > 0) {
+      --depth;
+    } else if (depth == 0 && (kind == TokenKind::kComma || kind == TokenKind::kRParen)) {
+      if (index == n) return std::make_pair(begin, i);
+      if (kind == TokenKind::kRParen) return std::nullopt;
+      ++index;
+      begin = i + 1;
+    }
+  }
+  return std::nullopt;
+}
+
+// set_config(name, value, is_local) whose name is at `i` (its '(' at i+1).
+// Unless is_local is literally true (the change ends with the transaction;
+// the capture's role check proves it), a role change pins: a literal
+// 'role' / 'session_authorization', or any other first argument (a
+// parameter bound later, an expression, named notation, an undecoded
+// escape), which may name anything, role included. A literal name is noted.
+void AnalyzeSetConfig(const std::vector<Token>& t, std::size_t i, SessionEffects& fx) {
+  fx.settings = true;
+  auto third = CallArgument(t, i + 1, 2);
+  const bool local = third && third->second == third->first + 1 && t[third->first].IsKeyword("true");
+  auto first = CallArgument(t, i + 1, 0);
+  if (!first || first->second != first->first + 1 || !IsExactLiteral(t[first->first])) {
+    if (!local) fx.pins.push_back(PinReason::kSetRole);
+    return;
+  }
+  const std::string name = Lower(t[first->first].value);
+  if (IsCustomSettingName(name)) fx.custom_names.insert(name);
+  if (IsIdentitySetting(name) && !local) fx.pins.push_back(PinReason::kSetRole);
+}
+
 void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {
   if (t.empty()) return;
   auto note_name = [&](const std::string& name) {
@@ -109,17 +204,7 @@ void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {
   };
   const Token& first = t[0];
   if (first.IsKeyword("set")) {
-    if (IsWord(t, 1, "local")) {
-      // Lasts for the transaction only; nothing to carry.
-    } else if (IsWord(t, 1, "role") || (IsWord(t, 1, "session") && (IsWord(t, 2, "authorization") ||
-                                                                     IsWord(t, 2, "role")))) {
-      fx.pins.push_back(PinReason::kSetRole);
-    } else if (IsWord(t, 1, "constraints") || IsWord(t, 1, "transaction")) {
-      // Per transaction.
-    } else {
-      fx.settings = true;
-      note_name(SettingNameAt(t, IsWord(t, 1, "session") ? 2 : 1));
-    }
+    AnalyzeSet(t, fx);
   } else if (first.IsKeyword("reset")) {
     // RESET ROLE / SESSION AUTHORIZATION do not un-pin: simple and safe.
     fx.settings = true;
@@ -150,6 +235,12 @@ void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {
   }
   for (std::size_t i = 0; i < t.size(); ++i) {
     const Token& tok = t[i];
+    if (tok.kind == TokenKind::kQuotedIdentifier && i + 1 < t.size() && t[i + 1].kind == TokenKind::kLParen) {
+      // "set_config"(...) is the same function; a U&"..." name is not
+      // decoded here, so it may be set_config too.
+      if (tok.value == "set_config" || IsUnicodeEscaped(tok)) AnalyzeSetConfig(t, i, fx);
+      continue;
+    }
     if (tok.kind != TokenKind::kIdentifier) continue;
     if (tok.value == "into" && (IsWord(t, i + 1, "temp") || IsWord(t, i + 1, "temporary") ||
                                 ((IsWord(t, i + 1, "local") || IsWord(t, i + 1, "global")) &&
@@ -161,8 +252,7 @@ void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {
     if (IsAdvisoryLockFunction(tok.value)) {
       fx.pins.push_back(PinReason::kAdvisoryLock);
     } else if (tok.value == "set_config") {
-      fx.settings = true;
-      if (i + 2 < t.size() && t[i + 2].kind == TokenKind::kString) note_name(Lower(t[i + 2].value));
+      AnalyzeSetConfig(t, i, fx);
     }
   }
 }
@@ -257,19 +347,24 @@ std::string BuildSettingsDiff(const SettingMap& from, const SettingMap& to) {
 }
 
 std::string BuildCaptureQuery(const std::set<std::string>& custom) {
+  // Four columns: name and value of a setting, or (one last row) who the
+  // session is now. pg_catalog-qualified throughout: the session may have
+  // set any search_path.
   std::string q =
-      "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session' AND name NOT IN "
+      "SELECT name, setting, NULL::pg_catalog.text, NULL::pg_catalog.text FROM pg_catalog.pg_settings "
+      "WHERE source = 'session' AND name NOT IN "
       "('transaction_isolation', 'transaction_read_only', 'transaction_deferrable')";
   if (!custom.empty()) {
-    q += " UNION ALL SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[";
+    q += " UNION ALL SELECT n, pg_catalog.current_setting(n, true), NULL, NULL FROM pg_catalog.unnest(ARRAY[";
     bool first = true;
     for (const auto& name : custom) {
       if (!first) q += ", ";
       first = false;
       AppendLiteral(q, name);
     }
-    q += "]::text[]) AS n";
+    q += "]::pg_catalog.text[]) AS n";
   }
+  q += " UNION ALL SELECT NULL, NULL, current_user::pg_catalog.text, session_user::pg_catalog.text";
   return q;
 }
 
@@ -285,6 +380,21 @@ SettingMap ParseCapturedSettings(const std::vector<std::vector<std::optional<std
   return out;
 }
 
+CapturedState ParseCapture(const std::vector<std::vector<std::optional<std::string>>>& rows) {
+  CapturedState state;
+  state.settings = ParseCapturedSettings(rows);
+  for (const auto& row : rows) {
+    if (row.size() < 4 || row[0] || !row[2] || !row[3]) continue;
+    state.current_user = *row[2];
+    state.session_user = *row[3];
+  }
+  return state;
+}
+
+bool CapturedState::RoleIs(std::string_view login_role) const {
+  return current_user && session_user && *current_user == login_role && *session_user == login_role;
+}
+
 SettingMap MergeWithStartup(const SettingMap& captured, const SettingMap& startup) {
   SettingMap out = captured;
   for (const auto& [name, value] : startup) out.emplace(name, value);  // keeps captured values
@@ -293,6 +403,7 @@ SettingMap MergeWithStartup(const SettingMap& captured, const SettingMap& startu
 
 SessionEffects AnalyzeSessionEffects(std::string_view sql) {
   SessionEffects fx;
+  fx.sequences = MayUseSequences(sql);
   if (!MayMatter(sql)) return fx;
   auto tokens = cache::Lex(sql);
   if (!tokens.ok()) {
@@ -330,7 +441,11 @@ PinReason PinSet::First() const {
 }
 
 SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters)
-    : startup_(SettingsFromStartup(hello_parameters)), desired_(startup_) {
+    : startup_(SettingsFromStartup(hello_parameters)) {
+  // An app that names itself nothing sees '' as on a direct connection, not
+  // the origin login's application_name (hyperpool's own, for the DBA).
+  startup_.emplace("application_name", "");
+  desired_ = startup_;
   for (const auto& [name, value] : startup_) {
     if (IsCustomSettingName(name)) custom_names_.insert(name);
   }
@@ -383,6 +498,11 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload)
       auto name = ReadCString(payload, pos);
       if (name) statements_.erase(std::string(*name));
       return {};
+    }
+    case 'F': {
+      SessionEffects fx;  // a FunctionCall runs any function
+      fx.sequences = true;
+      return fx;
     }
     default:
       return {};

@@ -64,14 +64,30 @@ std::string BuildSettingsDiff(const SettingMap& from, const SettingMap& to);
 
 // The query that reads a connection's session-level settings: pg_settings
 // with source 'session' (minus the per-transaction transaction_* ones), plus
-// current_setting(name, true) for each custom placeholder name in `custom`.
-// Two columns: name, value (NULL for an unknown placeholder).
+// current_setting(name, true) for each custom placeholder name in `custom`,
+// plus one row with current_user and session_user. Four columns: name,
+// value (NULL for an unknown placeholder), current_user, session_user.
 std::string BuildCaptureQuery(const std::set<std::string>& custom);
 
 // Builds a SettingMap from the capture query's rows. A placeholder whose
 // value is NULL or '' (the value a placeholder keeps after RESET or a
 // rolled-back SET) is left out; transaction_* names are left out.
 SettingMap ParseCapturedSettings(const std::vector<std::vector<std::optional<std::string>>>& rows);
+
+// What a capture read: the settings, and who the session is. role and
+// session_authorization never appear in pg_settings, so the identity row
+// is what proves a connection still runs as its login role before it is
+// lent to anyone else (statement analysis is the first line, this the
+// second: it also sees a SET ROLE hidden in a function).
+struct CapturedState {
+  SettingMap settings;
+  std::optional<std::string> current_user;
+  std::optional<std::string> session_user;
+  // current_user and session_user are both `login_role`; false if the
+  // identity row is missing (unproven).
+  bool RoleIs(std::string_view login_role) const;
+};
+CapturedState ParseCapture(const std::vector<std::vector<std::optional<std::string>>>& rows);
 
 // What a session's settings are after a capture: the captured session-level
 // settings, plus the startup values of names the capture lacks (a RESET or
@@ -87,7 +103,8 @@ struct SessionEffects {
   bool settings = false;             // may change settings: capture afterwards
   std::vector<PinReason> pins;       // state that pins the session
   std::set<std::string> custom_names;  // placeholder names it mentions (lowercased)
-  bool empty() const { return !settings && pins.empty() && custom_names.empty(); }
+  bool sequences = false;            // may call nextval/setval (sequence_state.h)
+  bool empty() const { return !settings && pins.empty() && custom_names.empty() && !sequences; }
 };
 
 // Analyses `sql` with the cache's PostgreSQL lexer (src/cache/sql_analysis.h).
@@ -120,6 +137,8 @@ class PinSet {
 class SessionSettings {
  public:
   SessionSettings() = default;
+  // Startup settings from the hello; application_name is '' when the hello
+  // has none (the origin login's own name must not show through).
   explicit SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters);
 
   const SettingMap& startup() const { return startup_; }

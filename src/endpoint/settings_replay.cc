@@ -58,8 +58,10 @@ asio::awaitable<absl::StatusOr<SimpleQueryResult>> RunSimpleQuery(OriginConnecti
   }
 }
 
-asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired) {
+asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired,
+                                            bool discard_sequences) {
   std::string diff = BuildSettingsDiff(conn.carried_settings(), desired);
+  if (discard_sequences) diff.insert(0, "DISCARD SEQUENCES; ");
   if (diff.empty()) co_return absl::OkStatus();
   auto result = co_await RunSimpleQuery(conn, std::move(diff));
   if (!result.ok()) co_return result.status();
@@ -69,18 +71,21 @@ asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const Settin
     co_return status;
   }
   conn.carried_settings() = desired;
+  if (discard_sequences) conn.sequence_owner().Discarded();
   co_return absl::OkStatus();
 }
 
-asio::awaitable<absl::Status> CaptureSettings(OriginConnection& conn, SessionSettings& session) {
+asio::awaitable<absl::StatusOr<CaptureOutcome>> CaptureSettings(OriginConnection& conn, SessionSettings& session,
+                                                                std::string_view login_role) {
+  const std::string role(login_role);  // outlives the suspension below
   auto result = co_await RunSimpleQuery(conn, session.CaptureQuery());
   if (!result.ok()) co_return result.status();
   if (result->failed()) co_return absl::AbortedError(result->message);
   if (conn.transaction_status() != 'I') co_return absl::FailedPreconditionError("not idle after the capture");
-  SettingMap captured = ParseCapturedSettings(result->rows);
-  conn.carried_settings() = captured;
-  session.OnCaptured(captured);
-  co_return absl::OkStatus();
+  CapturedState captured = ParseCapture(result->rows);
+  conn.carried_settings() = captured.settings;
+  session.OnCaptured(captured.settings);
+  co_return CaptureOutcome{.role_changed = !captured.RoleIs(role)};
 }
 
 asio::awaitable<absl::Status> ResetConnection(OriginConnection& conn) {
@@ -89,6 +94,7 @@ asio::awaitable<absl::Status> ResetConnection(OriginConnection& conn) {
   if (result->failed()) co_return absl::AbortedError(result->message);
   if (conn.transaction_status() != 'I') co_return absl::FailedPreconditionError("not idle after DISCARD ALL");
   conn.carried_settings().clear();
+  conn.sequence_owner().Discarded();
   co_return absl::OkStatus();
 }
 

@@ -38,16 +38,28 @@ struct SimpleQueryResult {
 asio::awaitable<absl::StatusOr<SimpleQueryResult>> RunSimpleQuery(OriginConnection& conn, std::string sql);
 
 // Makes `conn` carry exactly `desired` (one round trip, none if it already
-// does). An ErrorResponse (e.g. an invalid startup value) comes back as
+// does and `discard_sequences` is false; with it, DISCARD SEQUENCES runs
+// first in the same Query: sequence_state.h). An ErrorResponse (e.g. an invalid startup value) comes back as
 // kAborted with the origin's message and its SQLSTATE as payload
 // kSqlStateStatusPayload; the connection is unchanged (the statements ran
 // in one implicit transaction) and usable.
-asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired);
+asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired,
+                                            bool discard_sequences = false);
+
+// What a capture found beyond the settings.
+struct CaptureOutcome {
+  // current_user or session_user is no longer the login role (SET ROLE or
+  // SESSION AUTHORIZATION in a spelling the analysis missed, e.g. inside a
+  // function): the connection must never reach another client.
+  bool role_changed = false;
+};
 
 // Reads the session-level settings of `conn` after the session's work and
-// stores them in `session` and as the connection's carried settings. On any
+// stores them in `session` and as the connection's carried settings; in the
+// same query, checks that the connection still runs as `login_role`. On any
 // error the connection's state is unknown: close it.
-asio::awaitable<absl::Status> CaptureSettings(OriginConnection& conn, SessionSettings& session);
+asio::awaitable<absl::StatusOr<CaptureOutcome>> CaptureSettings(OriginConnection& conn, SessionSettings& session,
+                                                                std::string_view login_role);
 
 // The pool's reset hook for session mode: DISCARD ALL, then the connection
 // carries nothing. OK only if it ended at ReadyForQuery 'I'.

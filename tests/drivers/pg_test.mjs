@@ -127,6 +127,35 @@ async function worker(w, url, rep, S, stats, balances) {
   }
 }
 
+// node-postgres's appname tests and its notification processId: an app
+// without application_name sees '', a configured one is reflected, and its own
+// notifications carry the pid of its BackendKeyData (client.processID).
+async function hygieneCheck(url, rep) {
+  const appName = async (cfg) => {
+    const c = new pg.Client({ connectionString: url, ...cfg });
+    await c.connect();
+    const r = await c.query('SHOW application_name');
+    await c.end();
+    return r.rows[0].application_name;
+  };
+  const byDefault = await appName({});
+  rep.check(byDefault === '', 'application_name default', JSON.stringify(byDefault));
+  const configured = await appName({ application_name: 'drv_cfg' });
+  rep.check(configured === 'drv_cfg', 'application_name from config', JSON.stringify(configured));
+  const fallback = await appName({ fallback_application_name: 'drv_fb' });
+  rep.check(fallback === 'drv_fb', 'fallback_application_name', JSON.stringify(fallback));
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  const pids = [];
+  c.on('notification', (n) => pids.push(n.processId));
+  await c.query('LISTEN hp_drv_chan');
+  await c.query("NOTIFY hp_drv_chan, 'hi'");
+  await c.query('SELECT 1');
+  rep.check(pids.length === 1 && pids[0] === c.processID, 'own notification pid',
+    `${JSON.stringify(pids)} vs processID ${c.processID}`);
+  await c.end();
+}
+
 async function main(url) {
   const rep = new Report(DRIVER);
   const S = statements(DRIVER);
@@ -140,6 +169,11 @@ async function main(url) {
   } catch (e) {
     rep.error('setup', e);
     rep.finish();
+  }
+  try {
+    await hygieneCheck(url, rep);
+  } catch (e) {
+    rep.error('hygiene check', e);
   }
 
   const stats = Array.from({ length: WORKERS }, (_, w) => new WorkerStats(w));

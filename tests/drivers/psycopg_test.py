@@ -136,6 +136,23 @@ def worker(w, url, rep, S, stats, balances):
         balances.update(bal)
 
 
+def hygiene_check(url, rep):
+    """What a pooler must not change (psycopg's test_notify_handlers, libpq's
+    application_name default): an app without application_name sees '', and its
+    own notifications carry the pid of its BackendKeyData."""
+    with connect(url) as conn:
+        name = one(conn, "SHOW application_name")
+        rep.check(name == "", "application_name default", repr(name))
+        got = []
+        conn.add_notify_handler(got.append)
+        conn.execute("LISTEN hp_drv_chan")
+        conn.execute("NOTIFY hp_drv_chan, 'hi'")
+        conn.execute("SELECT 1")
+        pids = [n.pid for n in got]
+        rep.check(pids == [conn.info.backend_pid], "own notification pid",
+                  f"{pids} vs backend_pid {conn.info.backend_pid}")
+
+
 def main(url):
     rep = Report(DRIVER)
     S = {k: pg(v) for k, v in statements(DRIVER).items()}
@@ -148,6 +165,10 @@ def main(url):
     except Exception as e:
         rep.error("setup", e)
         rep.finish()
+    try:
+        hygiene_check(url, rep)
+    except Exception as e:
+        rep.error("hygiene check", e)
 
     stats = [WorkerStats(w) for w in range(WORKERS)]
     balances = {}

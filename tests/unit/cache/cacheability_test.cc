@@ -78,6 +78,19 @@ TEST_CASE("Decide reasons") {
   CHECK(d.reason == c.reason);
 }
 
+TEST_CASE("a name the catalog lacks is flagged for a catalog refresh; known and temporary ones are not") {
+  FakeOracle oracle = MakeOracle();
+  DecisionContext ctx;
+  ctx.oracle = &oracle;
+  CHECK(DecideSql("SELECT * FROM no_such_table", ctx).unknown_name);
+  CHECK(DecideSql("SELECT unknown_fn(1)", ctx).unknown_name);
+  CHECK_FALSE(DecideSql("SELECT * FROM users", ctx).unknown_name);
+  CHECK_FALSE(DecideSql("SELECT * FROM scratch", ctx).unknown_name);  // known, temporary
+  CHECK_FALSE(DecideSql("SELECT audit()", ctx).unknown_name);         // known, volatile
+  ctx.oracle = nullptr;  // no catalog yet: loading it is WantCatalog's job
+  CHECK_FALSE(DecideSql("SELECT * FROM no_such_table", ctx).unknown_name);
+}
+
 TEST_CASE("DecideSql checks disabled, size and parse errors first") {
   DecisionContext ctx;
   ctx.enabled = false;

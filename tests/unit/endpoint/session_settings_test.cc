@@ -126,6 +126,69 @@ TEST_CASE("state that cannot be replayed pins the session") {
   CHECK(HasPin(AnalyzeSessionEffects(c.sql), c.reason));
 }
 
+// Issue 10 item 1: every spelling that changes the session's role pins it
+// (its connection is never lent to anyone else).
+TEST_CASE("every spelling of SET ROLE / SESSION AUTHORIZATION pins the session") {
+  auto sql = GENERATE(as<std::string>{},
+                      "SET \"role\" = 'r_a'", "SET \"RoLe\" TO r_a", "set ROLE r_a", "SET SESSION \"role\" = 'r_a'",
+                      "SET SESSION ROLE r_a", "set session authorization r_a", "SET SESSION SESSION AUTHORIZATION r_a",
+                      "SET \"session_authorization\" = 'r_a'", "SET Session_Authorization TO r_a",
+                      "SET \"Session_Authorization\" = DEFAULT", "SELECT set_config('role', 'r_a', false)",
+                      "SELECT pg_catalog.set_config('ROLE', 'r_a', false)", "SELECT \"set_config\"('role', 'r_a', false)",
+                      "SELECT set_config(E'role', 'r_a', false)", "SELECT set_config('Role', 'r_a', NULL)",
+                      "select pg_catalog . set_config ( 'session_authorization' , 'r_a' , false )",
+                      "SELECT set_config($1, $2, false)", "SELECT set_config(name, 'x', false) FROM t",
+                      "SELECT set_config('ro' || 'le', 'r_a', false)", "SELECT set_config(U&'r\\006Fle', 'r_a', false)",
+                      "SELECT set_config(E'r\\x6fle', 'r_a', false)", "SELECT set_config('role'::text, 'r_a', false)",
+                      "SELECT set_config(setting_name => 'role', new_value => 'r_a', is_local => false)",
+                      "SELECT U&\"set\\005Fconfig\"('role', 'r_a', false)", "BEGIN; SET \"role\" = 'r_a'; COMMIT",
+                      "SELECT 1; SELECT set_config('role', 'r_a', false)", "SET /* c */ \"role\" = 'r_a'",
+                      "SELECT * FROM set_config('role', 'r_a', false)");
+  CAPTURE(sql);
+  SessionEffects fx = AnalyzeSessionEffects(sql);
+  CHECK(HasPin(fx, PinReason::kSetRole));
+}
+
+TEST_CASE("a role change that lasts only for the transaction asks for a capture (which checks the role)") {
+  auto sql = GENERATE(as<std::string>{}, "SET LOCAL ROLE r_a", "SET LOCAL \"role\" = 'r_a'",
+                      "SET LOCAL SESSION AUTHORIZATION r_a", "SELECT set_config('role', 'r_a', true)",
+                      "SELECT pg_catalog.set_config('role', 'r_a', TRUE)", "SELECT set_config($1, $2, true)",
+                      "SELECT set_config('request.jwt.claims', $1, true)", "RESET ROLE", "RESET \"Role\"",
+                      "RESET SESSION AUTHORIZATION", "SET role.x = 1", "SET \"role\".\"x\" = 1");
+  CAPTURE(sql);
+  SessionEffects fx = AnalyzeSessionEffects(sql);
+  CHECK(fx.settings);
+  CHECK_FALSE(HasPin(fx, PinReason::kSetRole));
+}
+
+TEST_CASE("a Parse with set_config($1, ...) pins at the Parse, before the name is bound") {
+  SessionSettings s(Params{});
+  std::string parse;
+  protocol::Encode(protocol::Parse{"", "SELECT pg_catalog.set_config($1, $2, false)", {}}, parse);
+  SessionEffects fx = s.NoteFrontend('P', std::string_view(parse).substr(5));
+  CHECK(HasPin(fx, PinReason::kSetRole));
+  CHECK(s.capture_owed());
+}
+
+TEST_CASE("the capture query also reads current_user and session_user; parsing finds them") {
+  const std::string q = BuildCaptureQuery({"app.tenant"});
+  CHECK(q.find("current_user") != std::string::npos);
+  CHECK(q.find("session_user") != std::string::npos);
+  std::vector<std::vector<std::optional<std::string>>> rows = {
+      {std::string("TimeZone"), std::string("UTC"), std::nullopt, std::nullopt},
+      {std::nullopt, std::nullopt, std::string("r_a"), std::string("admin")}};
+  CapturedState state = ParseCapture(rows);
+  CHECK(state.settings == SettingMap{{"timezone", "UTC"}});
+  REQUIRE(state.current_user.has_value());
+  CHECK(*state.current_user == "r_a");
+  CHECK(*state.session_user == "admin");
+  CHECK_FALSE(state.RoleIs("admin"));
+  rows[1][2] = std::string("admin");
+  CHECK(ParseCapture(rows).RoleIs("admin"));
+  rows.pop_back();  // no identity row: unproven, so not the login role
+  CHECK_FALSE(ParseCapture(rows).RoleIs("admin"));
+}
+
 TEST_CASE("custom placeholder names are collected from SET, RESET and set_config") {
   SessionEffects fx = AnalyzeSessionEffects("SET app.tenant = 'a'; RESET Other.Thing; SELECT set_config('my.var', '1', false)");
   CHECK(fx.custom_names == std::set<std::string>{"app.tenant", "other.thing", "my.var"});
@@ -144,9 +207,19 @@ TEST_CASE("PinSet keeps each reason once and reports the first") {
   CHECK(pins.empty());
 }
 
+TEST_CASE("application_name is '' for an app that gives none, its own otherwise") {
+  CHECK(SessionSettings(Params{}).desired() == SettingMap{{"application_name", ""}});
+  CHECK(SessionSettings(Params{{"application_name", "app"}}).desired() == SettingMap{{"application_name", "app"}});
+  CHECK(SessionSettings(Params{{"options", "-c application_name=opt"}}).desired().at("application_name") == "opt");
+  // RESET application_name: back to '' (the capture lacks it).
+  SessionSettings s(Params{});
+  s.OnCaptured({});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}});
+}
+
 TEST_CASE("a named statement's effects count again at each Bind, until it is closed") {
   SessionSettings s(Params{{"TimeZone", "UTC"}});
-  CHECK(s.desired() == SettingMap{{"timezone", "UTC"}});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}, {"timezone", "UTC"}});
   std::string parse, bind, close;
   protocol::Encode(protocol::Parse{"s1", "SET TimeZone = 'Asia/Tokyo'", {}}, parse);
   protocol::Encode(protocol::Bind{"", "s1", {}, {}, {}}, bind);
@@ -156,11 +229,11 @@ TEST_CASE("a named statement's effects count again at each Bind, until it is clo
   CHECK(s.capture_owed());
   s.OnCaptured({{"timezone", "Asia/Tokyo"}});
   CHECK_FALSE(s.capture_owed());
-  CHECK(s.desired() == SettingMap{{"timezone", "Asia/Tokyo"}});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}, {"timezone", "Asia/Tokyo"}});
   s.NoteFrontend('B', payload(bind));
   CHECK(s.capture_owed());
   s.OnCaptured({});  // e.g. RESET TimeZone: back to the startup value
-  CHECK(s.desired() == SettingMap{{"timezone", "UTC"}});
+  CHECK(s.desired() == SettingMap{{"application_name", ""}, {"timezone", "UTC"}});
   s.NoteFrontend('C', payload(close));
   s.NoteFrontend('B', payload(bind));
   CHECK_FALSE(s.capture_owed());

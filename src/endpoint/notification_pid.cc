@@ -1,0 +1,53 @@
+#include "endpoint/notification_pid.h"
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/numbers.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+std::int32_t ReadInt32(std::string_view bytes) {
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  return static_cast<std::int32_t>((std::uint32_t{u[0]} << 24) | (std::uint32_t{u[1]} << 16) |
+                                   (std::uint32_t{u[2]} << 8) | u[3]);
+}
+
+void WriteInt32(char* out, std::int32_t value) {
+  const auto v = static_cast<std::uint32_t>(value);
+  out[0] = static_cast<char>(v >> 24);
+  out[1] = static_cast<char>(v >> 16);
+  out[2] = static_cast<char>(v >> 8);
+  out[3] = static_cast<char>(v);
+}
+
+}  // namespace
+
+std::optional<std::int32_t> ParseBackendPid(std::string_view value) {
+  std::int32_t pid = 0;
+  if (!absl::SimpleAtoi(absl::string_view(value.data(), value.size()), &pid) || pid <= 0) return std::nullopt;
+  return pid;
+}
+
+void NotifierPids::Forget(std::int32_t app_pid) {
+  absl::InlinedVector<std::int32_t, 4> gone;
+  for (const auto& [origin, app] : map_) {
+    if (app == app_pid) gone.push_back(origin);
+  }
+  for (std::int32_t origin : gone) map_.erase(origin);
+}
+
+std::int32_t NotifierPids::Translate(std::int32_t origin_pid) const {
+  auto it = map_.find(origin_pid);
+  return it == map_.end() ? origin_pid : it->second;
+}
+
+void AppendTranslatedNotification(std::string& out, std::string_view raw, const NotifierPids& pids) {
+  const std::size_t at = out.size();
+  out.append(raw.data(), raw.size());
+  constexpr std::size_t kPidOffset = 5;  // tag byte + Int32 length
+  if (raw.size() < kPidOffset + 4) return;
+  const std::int32_t origin = ReadInt32(raw.substr(kPidOffset, 4));
+  WriteInt32(out.data() + at + kPidOffset, pids.Translate(origin));
+}
+
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,66 @@
+// NotificationResponse sender pids as the apps know them
+// (src/endpoint/notification_pid.h).
+#include <string>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "endpoint/notification_pid.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+std::string Notification(std::int32_t pid, std::string_view channel, std::string_view payload) {
+  std::string body;
+  for (int shift = 24; shift >= 0; shift -= 8) body.push_back(static_cast<char>((static_cast<std::uint32_t>(pid) >> shift) & 0xff));
+  body.append(channel);
+  body.push_back('\0');
+  body.append(payload);
+  body.push_back('\0');
+  std::string frame;
+  protocol::AppendFrame(frame, 'A', body);
+  return frame;
+}
+
+TEST_CASE("hyperpool.backend_pid values: positive int32 only") {
+  CHECK(ParseBackendPid("4242") == 4242);
+  CHECK(ParseBackendPid("2147483647") == 2147483647);
+  CHECK_FALSE(ParseBackendPid("0").has_value());
+  CHECK_FALSE(ParseBackendPid("-5").has_value());
+  CHECK_FALSE(ParseBackendPid("2147483648").has_value());
+  CHECK_FALSE(ParseBackendPid("12x").has_value());
+  CHECK_FALSE(ParseBackendPid("").has_value());
+}
+
+TEST_CASE("a notification's pid becomes the app pid of the session on that backend; others keep theirs") {
+  NotifierPids pids;
+  pids.Lend(1001, 77);
+  pids.Lend(1002, 88);
+  CHECK(pids.Translate(1001) == 77);
+  CHECK(pids.Translate(1002) == 88);
+  CHECK(pids.Translate(5555) == 5555);  // not a backend of this Endpoint's sessions
+  pids.Lend(1001, 99);                  // lent to another session: the last holder counts
+  CHECK(pids.Translate(1001) == 99);
+  pids.Lend(1002, 0);  // a session without an app pid: the origin pid shows
+  CHECK(pids.Translate(1002) == 1002);
+  pids.Lend(1002, 88);
+  pids.Forget(99);
+  CHECK(pids.Translate(1001) == 1001);
+  CHECK(pids.size() == 1);
+
+  std::string out = "x";
+  AppendTranslatedNotification(out, Notification(1002, "chan", "hello"), pids);
+  CHECK(out == "x" + Notification(88, "chan", "hello"));
+  out.clear();
+  AppendTranslatedNotification(out, Notification(4, "c", ""), pids);
+  CHECK(out == Notification(4, "c", ""));
+  // Too short to carry a pid: forwarded as it is.
+  std::string short_frame;
+  protocol::AppendFrame(short_frame, 'A', std::string_view("\1\2", 2));
+  out.clear();
+  AppendTranslatedNotification(out, short_frame, pids);
+  CHECK(out == short_frame);
+}
+
+}  // namespace
+}  // namespace hyperpool::endpoint
