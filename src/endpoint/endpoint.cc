@@ -53,6 +53,7 @@
 #include "endpoint/session_settings.h"
 #include "endpoint/settings_replay.h"
 #include "endpoint/statement_session.h"
+#include "ops/latency_histogram.h"
 #include "placement/probe.h"
 #include "pool/pool.h"
 #include "pool/release_policy.h"
@@ -178,6 +179,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<std::thread::id> executor_thread{};
   std::atomic<std::size_t> session_count{0};
   std::atomic<std::size_t> transactions{0};
+  std::atomic<std::size_t> queries{0};
+  ops::LatencyHistogram transaction_time;  // observed at each ReadyForQuery 'I'
   std::atomic<std::size_t> acquire_timeouts{0};
   std::atomic<std::size_t> discarded{0};
   std::atomic<std::size_t> pending_cancels{0};
@@ -518,6 +521,8 @@ class Session : public std::enable_shared_from_this<Session> {
         co_return Next::kRestOfInputConsumed;
       }
     }
+    // Metrics: a transaction starts with the first message sent outside one.
+    if (txn_started_ == std::chrono::steady_clock::time_point{}) txn_started_ = std::chrono::steady_clock::now();
     switch (tag) {
       case 'Q':
       case 'S':
@@ -958,7 +963,11 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       if (tag == 'Z' && !frame->payload.empty()) {
         if (outstanding_ > 0) --outstanding_;
-        if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') endpoint_->transactions++;
+        endpoint_->queries.fetch_add(1, std::memory_order_relaxed);
+        if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') {
+          endpoint_->transactions++;
+          EndTransactionTimer();
+        }
         changed_.Notify();
         MaybeRelease();
       }
@@ -1021,6 +1030,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     outstanding_ = 0;
     in_unit_ = false;
+    txn_started_ = {};  // a lost transaction is not timed
     if (writing_ || pump_reading_) {
       c->CloseNow();
       discard_pending_ = true;
@@ -1054,6 +1064,13 @@ class Session : public std::enable_shared_from_this<Session> {
                                        .broken = conn_->broken() || discard_pending_,
                                        .lifetime_exceeded = lease_.lifetime_exceeded()});
     ReleaseLease(d);
+  }
+
+  void EndTransactionTimer() {
+    if (txn_started_ == std::chrono::steady_clock::time_point{}) return;
+    endpoint_->transaction_time.Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - txn_started_));
+    txn_started_ = {};
   }
 
   void ReleaseLease(ReleaseDecision decision) {
@@ -1114,6 +1131,7 @@ class Session : public std::enable_shared_from_this<Session> {
   OriginConnection* conn_ = nullptr;  // lease_'s connection, or null
   std::size_t outstanding_ = 0;       // Query/Sync/FunctionCall sent, ReadyForQuery not yet seen
   bool in_unit_ = false;              // extended-query messages sent since the last Sync
+  std::chrono::steady_clock::time_point txn_started_{};  // first message of the open transaction, or zero
   bool writing_ = false;              // Run is inside conn_->Write
   bool pump_reading_ = false;         // Pump is inside conn_->ReadFrame
   bool discard_pending_ = false;      // close the lease once nobody is inside it
@@ -1265,6 +1283,8 @@ EndpointStats Endpoint::Stats() const {
   s.cancels_forwarded = impl_->cancels_forwarded.load();
   s.cancels_ignored = impl_->cancels_ignored.load();
   s.origin_rtt_us = impl_->origin_rtt_us.load();
+  s.queries = impl_->queries.load(std::memory_order_relaxed);
+  s.transaction_time = impl_->transaction_time.Snapshot();
   if (impl_->cache) {
     const endpoint::EndpointCacheReport c = impl_->cache->Report(0);
     s.cache_hits = c.tier.hits;
