@@ -3,7 +3,9 @@
 #include <fcntl.h>
 
 #include <memory>
+#include <optional>
 #include <thread>
+#include <unordered_set>
 #include <tuple>
 #include <utility>
 
@@ -63,48 +65,59 @@ std::string BuildResponse(const HttpRequestHead& head, bool draining, const std:
 
 struct MetricsServer::Impl {
   explicit Impl(MetricsServerOptions options_in, std::function<std::string()> render_in)
-      : options(std::move(options_in)), render(std::move(render_in)), acceptor(io) {}
+      : options(std::move(options_in)), render(std::move(render_in)) {}
 
   asio::awaitable<void> AcceptLoop();
   asio::awaitable<void> Serve(tcp::socket socket);
 
   const MetricsServerOptions options;
   const std::function<std::string()> render;
-  asio::io_context io{1};
-  tcp::acceptor acceptor;
+  // Connections being served; on the server's thread only. Stop() closes
+  // them. Declared before `io`: the coroutine frames that io's destructor
+  // destroys still erase themselves from it.
+  std::unordered_set<std::shared_ptr<tcp::socket>> open;
+  // Both reset by Stop() once the thread is joined: destroying the
+  // io_context destroys the coroutines of connections not yet finished,
+  // which closes their sockets.
+  std::unique_ptr<asio::io_context> io = std::make_unique<asio::io_context>(1);
+  std::optional<tcp::acceptor> acceptor{std::in_place, *io};
   std::thread thread;
   std::string address;
   std::uint16_t port = 0;
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
-  std::size_t connections = 0;  // on the server's thread only
 };
 
 asio::awaitable<void> MetricsServer::Impl::AcceptLoop() {
   for (;;) {
-    auto [ec, socket] = co_await acceptor.async_accept(kAsTuple);
-    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    auto [ec, socket] = co_await acceptor->async_accept(kAsTuple);
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
     if (ec) {
       // Out of descriptors or similar: pause instead of spinning.
-      asio::steady_timer pause(io, std::chrono::milliseconds(50));
+      asio::steady_timer pause(*io, std::chrono::milliseconds(50));
       co_await pause.async_wait(kAsTuple);
       continue;
     }
     if (int flags = ::fcntl(socket.native_handle(), F_GETFD); flags >= 0) {
       ::fcntl(socket.native_handle(), F_SETFD, flags | FD_CLOEXEC);
     }
-    if (connections >= options.max_connections) continue;  // closed as `socket` goes
-    ++connections;
-    asio::co_spawn(io, Serve(std::move(socket)), [this](std::exception_ptr) { --connections; });
+    if (open.size() >= options.max_connections) continue;  // closed as `socket` goes
+    asio::co_spawn(*io, Serve(std::move(socket)), asio::detached);
   }
 }
 
 asio::awaitable<void> MetricsServer::Impl::Serve(tcp::socket accepted) {
   // Shared with the watchdog, whose handler may run after this frame ends.
   auto socket = std::make_shared<tcp::socket>(std::move(accepted));
+  open.insert(socket);
+  struct Forget {
+    Impl* impl;
+    std::shared_ptr<tcp::socket> socket;
+    ~Forget() { impl->open.erase(socket); }
+  } forget{this, socket};
   // The watchdog closes a connection that has not sent its request head, or
   // taken its answer, in time; that ends the pending read or write.
-  asio::steady_timer watchdog(io, options.read_timeout);
+  asio::steady_timer watchdog(*io, options.read_timeout);
   watchdog.async_wait([socket](const asio::error_code& ec) {
     if (ec) return;
     asio::error_code ignored;
@@ -139,22 +152,22 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(MetricsServe
     return absl::UnavailableError(
         fmt::format("cannot {} metrics address {}:{}: {}", what, host, impl->options.port, ec.message()));
   };
-  impl->acceptor.open(local.protocol(), ec);
+  impl->acceptor->open(local.protocol(), ec);
   if (ec) return fail("open a socket for");
-  if (int flags = ::fcntl(impl->acceptor.native_handle(), F_GETFD); flags >= 0) {
-    ::fcntl(impl->acceptor.native_handle(), F_SETFD, flags | FD_CLOEXEC);
+  if (int flags = ::fcntl(impl->acceptor->native_handle(), F_GETFD); flags >= 0) {
+    ::fcntl(impl->acceptor->native_handle(), F_SETFD, flags | FD_CLOEXEC);
   }
-  impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  impl->acceptor.bind(local, ec);
+  impl->acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  impl->acceptor->bind(local, ec);
   if (ec) return fail("bind");
-  impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  impl->acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return fail("listen on");
-  impl->port = impl->acceptor.local_endpoint(ec).port();
+  impl->port = impl->acceptor->local_endpoint(ec).port();
   impl->address = address.is_v6() ? fmt::format("[{}]:{}", address.to_string(), impl->port)
                                   : fmt::format("{}:{}", address.to_string(), impl->port);
-  asio::co_spawn(impl->io, impl->AcceptLoop(), asio::detached);
+  asio::co_spawn(*impl->io, impl->AcceptLoop(), asio::detached);
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->io.run(); });
+  impl->thread = std::thread([raw] { raw->io->run(); });
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }
 
@@ -168,15 +181,18 @@ void MetricsServer::SetDraining(bool draining) { impl_->draining.store(draining)
 
 void MetricsServer::Stop() {
   if (impl_->stopped.exchange(true)) return;
-  // Closing the listener ends the accept loop; stopping the io_context ends
-  // connections still being served (their coroutine frames are destroyed
-  // with the io_context).
-  asio::post(impl_->io, [impl = impl_.get()] {
+  // On the server's thread: close the listener and the connections being
+  // served, then stop; connections accepted but not yet served go with the
+  // io_context below.
+  asio::post(*impl_->io, [impl = impl_.get()] {
     asio::error_code ignored;
-    impl->acceptor.close(ignored);
-    impl->io.stop();
+    impl->acceptor->close(ignored);
+    for (const auto& socket : impl->open) socket->close(ignored);
+    impl->io->stop();
   });
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->acceptor.reset();
+  impl_->io.reset();
 }
 
 }  // namespace hyperpool::ops
