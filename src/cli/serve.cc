@@ -21,8 +21,7 @@
 #include "cli/config_file.h"
 #include "client/client_util.h"
 #include "hyperpool/hyperpool.h"
-#include "ops/metrics.h"
-#include "ops/metrics_server.h"
+#include "cli/metrics_flag.h"
 
 namespace hyperpool::cli {
 
@@ -137,23 +136,6 @@ std::optional<std::string> ApplyServeSetting(const ConfigSetting& setting, Conne
   return std::nullopt;
 }
 
-// Starts the metrics listener when asked for; logs its bound address.
-absl::StatusOr<std::unique_ptr<ops::MetricsServer>> StartMetrics(const std::string& listen, Connection& connection,
-                                                                 std::size_t pool_max) {
-  if (listen.empty()) return nullptr;
-  ops::MetricsServerOptions options;
-  ParseHostPort(listen, options.host, options.port);
-  auto server = ops::MetricsServer::Start(options, [&connection, pool_max] {
-    ops::ProcessMetrics m;
-    m.endpoint = connection.endpoint_stats();
-    m.pool_max = pool_max;
-    m.client = connection.client_stats();
-    return ops::RenderMetrics(m);
-  });
-  if (server.ok()) LogLine(fmt::format("metrics on http://{}/metrics", (*server)->address()));
-  return server;
-}
-
 }  // namespace
 
 int Serve(int argc, char** argv) {
@@ -206,7 +188,17 @@ int Serve(int argc, char** argv) {
     return 1;
   }
   const std::string unix_dir = options_unix_dir;
-  absl::StatusOr<std::unique_ptr<ops::MetricsServer>> metrics = StartMetrics(metrics_listen, **connection, pool_size);
+  Connection& running = **connection;
+  absl::StatusOr<std::unique_ptr<ops::MetricsServer>> metrics = StartMetricsListener(
+      metrics_listen,
+      [&running, pool_size] {
+        ops::ProcessMetrics m;
+        m.endpoint = running.endpoint_stats();
+        m.pool_max = pool_size;
+        m.client = running.client_stats();
+        return m;
+      },
+      LogLine);
   if (!metrics.ok()) {
     LogLine(fmt::format("cannot start: {}", std::string(metrics.status().message())));
     (*connection)->Close();

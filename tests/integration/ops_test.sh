@@ -132,4 +132,40 @@ out=$("$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -d "$(head -1 "$tmp/out")" -c "SELE
 [ "$out" = 7 ] || fail "printed '$out'"
 if grep -qF -- "$PW" "$tmp/err"; then fail "the origin password appears in the log"; fi
 stop_serve
+# --- hyperpool endpoint + hyperpool client, each with --metrics-listen ---
+bash "$here/../support/gencerts.sh" "$tmp/certs" >/dev/null 2>&1
+openssl rand -hex 32 >"$tmp/secret"; chmod 600 "$tmp/secret"
+: >"$tmp/ep.out"
+PGPASSWORD="$PW" "$HYPERPOOL_BINARY" endpoint --listen 127.0.0.1:0 --origin "$BARE" --tls-cert "$tmp/certs/server.crt" \
+  --tls-key "$tmp/certs/server.key" --link-secret-file "$tmp/secret" --pool-size 2 --metrics-listen 127.0.0.1:0 \
+  >"$tmp/ep.out" 2>"$tmp/err" &
+pid=$!
+wait_for 15 test -s "$tmp/ep.out" || fail "endpoint printed no address"
+ep_pid=$pid
+ep_metrics=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$tmp/err" | head -1)
+[ -n "$ep_metrics" ] || fail "endpoint logged no metrics address"
+cp "$tmp/err" "$tmp/ep.err"
+: >"$tmp/out"
+"$HYPERPOOL_BINARY" client --endpoint "$(head -1 "$tmp/ep.out")" --tls-ca "$tmp/certs/ca.crt" --link-secret-file "$tmp/secret" \
+  --threads 1 --listen-unix "$tmp/sock" --metrics-listen 127.0.0.1:0 >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+wait_for 15 test -s "$tmp/out" || fail "client printed no connection string"
+cl_metrics=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$tmp/err" | head -1)
+[ -n "$cl_metrics" ] || fail "client logged no metrics address"
+url=$(head -1 "$tmp/out")
+port=$(sed -E 's|.*@127\.0\.0\.1:([0-9]+)/.*|\1|' <<<"$url")
+password=$("$PY" -c 'import sys, urllib.parse as u; print(u.unquote(u.urlsplit(sys.argv[1]).password))' "$url")
+out=$(PGPASSWORD="$password" "$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -h "$tmp/sock" -p "$port" -U hyperpool -d hyperpool \
+  -c "BEGIN" -c "SELECT 'remote unix'" -c "COMMIT") || fail "psql over the client's Unix socket failed"
+[ "$out" = "remote unix" ] || fail "printed '$out'"
+metrics=$ep_metrics; http /metrics | tail -n +2 >"$tmp/ep.m"
+metrics=$cl_metrics; http /metrics | tail -n +2 >"$tmp/cl.m"
+"$PY" "$here/metrics_check.py" parse "$tmp/ep.m" >"$tmp/ep.json" || fail "endpoint scrape invalid"
+"$PY" "$here/metrics_check.py" parse "$tmp/cl.m" >"$tmp/cl.json" || fail "client scrape invalid"
+grep -Eq '^hyperpool_transactions_total [1-9]' "$tmp/ep.m" || fail "endpoint counted no transaction: $(grep transactions_total "$tmp/ep.m")"
+grep -Eq '^hyperpool_client_connections_accepted_total [1-9]' "$tmp/cl.m" || fail "client counted no connection: $(head -20 "$tmp/cl.m")"
+! grep -q '^hyperpool_pool_' "$tmp/cl.m" || fail "the client alone exposes pool metrics"
+stop_serve
+pid=$ep_pid
+stop_serve
 echo "ops_test: ok"
