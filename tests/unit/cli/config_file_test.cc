@@ -146,5 +146,18 @@ TEST_CASE("a missing file is an error naming it") {
   CHECK(std::string(config.status().message()).find("/nonexistent/hyperpool.toml") != std::string::npos);
 }
 
+TEST_CASE("the shipped example config (packaging/hyperpool.toml.example) parses and sets every flag") {
+  auto config = LoadConfigFile(std::string(HYPERPOOL_SOURCE_DIR) + "/packaging/hyperpool.toml.example");
+  REQUIRE(config.ok());
+  for (const char* flag : {"--threads", "--listen", "--listen-unix", "--metrics-listen", "--origin",
+                           "--origin-password-file", "--user", "--database", "--password-file", "--pool-size",
+                           "--min-idle", "--pool-mode", "--acquire-timeout", "--idle-timeout", "--max-lifetime",
+                           "--cache-max-age", "--cache-swr"}) {
+    INFO(flag);
+    CHECK(ValueOf(*config, flag) != "<absent>");
+  }
+  CHECK(config->origin_password.empty());  // commented out in the example
+}
+
 }  // namespace
 }  // namespace hyperpool::cli
