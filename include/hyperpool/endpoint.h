@@ -63,6 +63,9 @@ struct EndpointStats {
   // Transaction time as the Endpoint sees it: from the first message of a
   // transaction forwarded to the origin to its ReadyForQuery 'I'.
   LatencyHistogramSnapshot transaction_time;
+  // Time a unit of work waited for a pooled origin connection (including
+  // waits that ended in 53300, and opening a new connection).
+  LatencyHistogramSnapshot acquire_wait;
 };
 
 class Endpoint : public LinkAcceptor {

@@ -181,6 +181,7 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<std::size_t> transactions{0};
   std::atomic<std::size_t> queries{0};
   ops::LatencyHistogram transaction_time;  // observed at each ReadyForQuery 'I'
+  ops::LatencyHistogram acquire_wait;      // observed at each unit's pool Acquire()
   std::atomic<std::size_t> acquire_timeouts{0};
   std::atomic<std::size_t> discarded{0};
   std::atomic<std::size_t> pending_cancels{0};
@@ -505,7 +506,10 @@ class Session : public std::enable_shared_from_this<Session> {
       // COPY data outside COPY: PostgreSQL ignores it, and it starts no work.
       if (tag == 'd' || tag == 'c' || tag == 'f') co_return Next::kContinue;
       starting_unit_ = true;  // a cancel now ends this unit before it starts
+      const auto acquire_started = std::chrono::steady_clock::now();
       auto lease = co_await endpoint_->pool->Acquire();
+      endpoint_->acquire_wait.Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::steady_clock::now() - acquire_started));
       if (stopping_) co_return Next::kEnd;
       if (!lease.ok()) {
         starting_unit_ = cancel_requested_ = false;
@@ -1285,6 +1289,7 @@ EndpointStats Endpoint::Stats() const {
   s.origin_rtt_us = impl_->origin_rtt_us.load();
   s.queries = impl_->queries.load(std::memory_order_relaxed);
   s.transaction_time = impl_->transaction_time.Snapshot();
+  s.acquire_wait = impl_->acquire_wait.Snapshot();
   if (impl_->cache) {
     const endpoint::EndpointCacheReport c = impl_->cache->Report(0);
     s.cache_hits = c.tier.hits;

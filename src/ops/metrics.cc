@@ -14,6 +14,9 @@ void WriteEndpoint(ExpositionWriter& w, const EndpointStats& s, std::size_t pool
   w.Gauge("hyperpool_pool_max_connections", "Most origin connections the pool opens at once.",
           static_cast<double>(pool_max));
   w.Gauge("hyperpool_pool_waiting", "Transactions waiting for an origin connection.", static_cast<double>(s.waiting));
+  w.LatencyHistogram("hyperpool_pool_acquire_wait_seconds",
+                     "Time units of work waited for an origin connection (including 53300 timeouts).",
+                     s.acquire_wait);
   w.Counter("hyperpool_pool_acquire_timeouts_total", "Waits for an origin connection that ended in 53300.",
             s.acquire_timeouts);
   w.Counter("hyperpool_pool_discarded_total", "Origin connections closed instead of returned to the pool.",

@@ -128,6 +128,7 @@ def main():
     # The queries between the two scrapes were transactions on the origin.
     for name in ("hyperpool_transactions_total", "hyperpool_queries_total",
                  "hyperpool_transaction_duration_seconds_count",
+                 "hyperpool_pool_acquire_wait_seconds_count",
                  "hyperpool_client_connections_accepted_total"):
         if not value(second, name) > value(first, name):
             fail(f"{name} did not move: {value(first, name)} -> {value(second, name)}")

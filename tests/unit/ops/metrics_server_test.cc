@@ -147,6 +147,7 @@ TEST_CASE("RenderMetrics exposes pools, transactions, histogram, pins, cancels a
   CHECK(t.find("hyperpool_transactions_total 7\n") != std::string::npos);
   CHECK(t.find("hyperpool_queries_total 9\n") != std::string::npos);
   CHECK(t.find("hyperpool_transaction_duration_seconds_count 1\n") != std::string::npos);
+  CHECK(t.find("# TYPE hyperpool_pool_acquire_wait_seconds histogram\n") != std::string::npos);
   CHECK(t.find("hyperpool_pins_total{reason=\"listen\"} 2\n") != std::string::npos);
   CHECK(t.find("hyperpool_cancels_total{result=\"forwarded\"} 5\n") != std::string::npos);
   CHECK(t.find("hyperpool_cache_hits_total{tier=\"endpoint\"} 11\n") != std::string::npos);
