@@ -132,6 +132,21 @@ out=$("$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -d "$(head -1 "$tmp/out")" -c "SELE
 [ "$out" = 7 ] || fail "printed '$out'"
 if grep -qF -- "$PW" "$tmp/err"; then fail "the origin password appears in the log"; fi
 stop_serve
+# --origin-password-file on the command line overrides the file's inline password.
+printf 'wrong-password\n' >"$tmp/wrong-pw"; chmod 600 "$tmp/wrong-pw"
+: >"$tmp/out"
+PGPASSWORD= PGPASSFILE=/nonexistent "$HYPERPOOL_BINARY" serve --config "$tmp/pw.toml" --origin-password-file "$tmp/wrong-pw" \
+  --threads 1 >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+wait_for 15 test -s "$tmp/out" || fail "no connection string with --origin-password-file"
+if out=$("$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -d "$(head -1 "$tmp/out")" -c "SELECT 7" 2>&1); then
+  fail "the file's password was used although --origin-password-file overrides it"
+fi
+grep -q "password authentication failed" <<<"$out" || fail "unexpected error with the wrong password: $out"
+stop_serve
+# A config file that does not exist is a usage error naming it.
+set +e; "$HYPERPOOL_BINARY" serve --config "$tmp/none.toml" >/dev/null 2>"$tmp/err"; rc=$?; set -e
+[ "$rc" = 2 ] && grep -q "cannot read config file $tmp/none.toml" "$tmp/err" || fail "missing config file: rc $rc"
 # --- hyperpool endpoint + hyperpool client, each with --metrics-listen ---
 bash "$here/../support/gencerts.sh" "$tmp/certs" >/dev/null 2>&1
 openssl rand -hex 32 >"$tmp/secret"; chmod 600 "$tmp/secret"
