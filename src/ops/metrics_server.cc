@@ -68,7 +68,7 @@ struct MetricsServer::Impl {
       : options(std::move(options_in)), render(std::move(render_in)) {}
 
   asio::awaitable<void> AcceptLoop();
-  asio::awaitable<void> Serve(tcp::socket socket);
+  asio::awaitable<void> Serve(std::shared_ptr<tcp::socket> socket);
 
   const MetricsServerOptions options;
   const std::function<std::string()> render;
@@ -102,14 +102,16 @@ asio::awaitable<void> MetricsServer::Impl::AcceptLoop() {
       ::fcntl(socket.native_handle(), F_SETFD, flags | FD_CLOEXEC);
     }
     if (open.size() >= options.max_connections) continue;  // closed as `socket` goes
-    asio::co_spawn(*io, Serve(std::move(socket)), asio::detached);
+    // Counted from here, not from when Serve starts, so a burst of accepts
+    // cannot exceed the bound.
+    auto shared = std::make_shared<tcp::socket>(std::move(socket));
+    open.insert(shared);
+    asio::co_spawn(*io, Serve(std::move(shared)), asio::detached);
   }
 }
 
-asio::awaitable<void> MetricsServer::Impl::Serve(tcp::socket accepted) {
-  // Shared with the watchdog, whose handler may run after this frame ends.
-  auto socket = std::make_shared<tcp::socket>(std::move(accepted));
-  open.insert(socket);
+// `socket` is shared with the watchdog, whose handler may run after this frame ends.
+asio::awaitable<void> MetricsServer::Impl::Serve(std::shared_ptr<tcp::socket> socket) {
   struct Forget {
     Impl* impl;
     std::shared_ptr<tcp::socket> socket;

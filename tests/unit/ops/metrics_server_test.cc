@@ -111,6 +111,32 @@ TEST_CASE("Stop() returns with a connection still open, and the port is closed a
   ::close(probe);
 }
 
+TEST_CASE("connections beyond max_connections are closed at once; those within are served") {
+  MetricsServerOptions options;
+  options.max_connections = 2;
+  auto started = MetricsServer::Start(options, [] { return std::string("hp_up 1\n"); });
+  REQUIRE(started.ok());
+  auto& server = *started;
+  int a = Connect(server->port());
+  int b = Connect(server->port());
+  // Both are being served (each waits for its request head) once a request
+  // on a third connection is refused: poll for that, bounded.
+  std::string third;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  do {
+    int c = Connect(server->port());
+    ::send(c, "GET /healthz HTTP/1.1\r\n\r\n", 27, MSG_NOSIGNAL);
+    third = ReadAll(c);
+    ::close(c);
+  } while (!third.empty() && std::chrono::steady_clock::now() < deadline);
+  CHECK(third.empty());  // closed without an answer
+  const std::string text = "GET /healthz HTTP/1.1\r\n\r\n";
+  ::send(a, text.data(), text.size(), MSG_NOSIGNAL);
+  CHECK(ReadAll(a).rfind("HTTP/1.1 200 OK", 0) == 0);
+  ::close(a);
+  ::close(b);
+}
+
 TEST_CASE("a host that is not an IP address is refused") {
   MetricsServerOptions options;
   options.host = "not-an-address";
