@@ -19,7 +19,12 @@ PW=$(env_get ADMIN_PASSWORD)
 BARE="postgresql://$(env_get ADMIN_USER)@$(env_get PGHOST):$(env_get PGPORT)/$(env_get PGDATABASE)?sslmode=disable"
 tmp=$(mktemp -d)
 pid=
-cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$tmp"; }
+ep_pid=
+cleanup() {
+  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+  [ -n "$ep_pid" ] && kill -KILL "$ep_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; echo "--- serve stderr:" >&2; cat "$tmp/err" >&2 || true; exit 1; }
 wait_for() { local secs=$1; shift; local end=$((SECONDS + secs)); until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
@@ -182,5 +187,6 @@ grep -Eq '^hyperpool_client_connections_accepted_total [1-9]' "$tmp/cl.m" || fai
 ! grep -q '^hyperpool_pool_' "$tmp/cl.m" || fail "the client alone exposes pool metrics"
 stop_serve
 pid=$ep_pid
+ep_pid=
 stop_serve
 echo "ops_test: ok"
