@@ -9,6 +9,7 @@ APT_PACKAGES=(
   # build
   cmake ninja-build g++ pkg-config git ca-certificates
   libasio-dev android-libboringssl-dev libabsl-dev libfmt-dev libssl-dev
+  libtomlplusplus-dev  # hyperpool serve --config (src/cli/config_file.cc)
   # fuzzing: clang with libFuzzer
   clang libclang-rt-14-dev
   # integration tests and benchmarks

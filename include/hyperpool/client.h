@@ -3,6 +3,7 @@
 // PostgreSQL server on a local address. It answers the handshake locally,
 // tracks transaction state and forwards work to an Endpoint over a Transport.
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,21 @@
 #include "hyperpool/transport.h"
 
 namespace hyperpool {
+
+// A snapshot of a Client's counters (docs/architecture.md, "Operations").
+struct ClientStats {
+  std::size_t sessions = 0;  // application connections open now
+  std::size_t accepted = 0;  // application connections accepted since start (TCP and Unix)
+  // The Client's cache tier; all zero when it is off.
+  bool cache_enabled = false;
+  std::size_t cache_local_hits = 0;     // units answered with no link traffic
+  std::size_t cache_stores = 0;
+  std::size_t cache_evictions = 0;
+  std::size_t cache_invalidations = 0;  // invalidation messages applied
+  std::size_t cache_refused_stale = 0;  // results older than an invalidation, refused
+  std::size_t cache_bytes = 0;
+  std::size_t cache_entries = 0;
+};
 
 class Client {
  public:
@@ -30,6 +46,9 @@ class Client {
 
   // Stops accepting and closes every session. Safe to call from any thread.
   void Stop();
+
+  // A snapshot of the counters (thread-safe).
+  ClientStats Stats() const;
 
   // The Client cache tier's counters as a text line (thread-safe).
   std::string CacheReport() const;

@@ -10,6 +10,7 @@
 #include <asio/any_io_executor.hpp>
 
 #include "absl/status/statusor.h"
+#include "hyperpool/histogram.h"
 #include "hyperpool/options.h"
 #include "hyperpool/transport.h"
 
@@ -66,6 +67,15 @@ struct EndpointStats {
   std::size_t cache_write_invalidations = 0;  // writes seen
   std::size_t cache_bytes = 0;
   std::size_t cache_entries = 0;
+  // Units of work the origin answered (one ReadyForQuery each: a simple
+  // Query, an extended-query Sync, a FunctionCall).
+  std::size_t queries = 0;
+  // Transaction time as the Endpoint sees it: from the first message of a
+  // transaction forwarded to the origin to its ReadyForQuery 'I'.
+  LatencyHistogramSnapshot transaction_time;
+  // Time a unit of work waited for a pooled origin connection (including
+  // waits that ended in 53300, and opening a new connection).
+  LatencyHistogramSnapshot acquire_wait;
 };
 
 class Endpoint : public LinkAcceptor {

@@ -44,6 +44,8 @@ class Connection {
   // Both cache tiers' counters and the top query fingerprints with their
   // cache decision (text lines; docs/architecture.md, "Query cache").
   virtual std::string cache_report() const { return {}; }
+  // The local Client's counters (application connections, its cache tier).
+  virtual ClientStats client_stats() const { return {}; }
 };
 
 // Starts a Client and an in-process Endpoint for `options.endpoint.origin`.

@@ -104,6 +104,10 @@ struct ClientOptions {
   // and a queue per completion. Leave false for an io_context that several
   // threads run.
   bool one_thread_per_executor = false;
+  // When set, the Client also listens on the Unix-domain socket
+  // <listen_unix_dir>/.s.PGSQL.<port> (port: the TCP listener's), as
+  // PostgreSQL does, mode 0777; the socket file is removed by Stop().
+  std::string listen_unix_dir;
 };
 
 }  // namespace hyperpool

@@ -149,6 +149,9 @@ std::optional<std::string> ApplyClientOption(std::string_view name, const std::s
     if (!ParseHostPort(value, host, port)) return "--listen needs HOST:PORT";
     options.listen_host = host.empty() ? "127.0.0.1" : host;
     options.listen_port = port;
+  } else if (name == "--listen-unix") {
+    if (value.empty()) return "--listen-unix needs a directory";
+    options.listen_unix_dir = value;
   } else if (name == "--user") {
     options.user = value;
   } else if (name == "--password") {

@@ -47,7 +47,7 @@ void HideSecretsInArgv(int argc, char** argv);
 // (milliseconds, like --acquire-timeout).
 std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
                                                EndpointOptions& options);
-// The Client's: --listen, --user, --password, --password-file, --database, --threads,
+// The Client's: --listen, --listen-unix, --user, --password, --password-file, --database, --threads,
 // --cache-max-age, --cache-swr (its own tier).
 std::optional<std::string> ApplyClientOption(std::string_view name, const std::string& value,
                                              ClientOptions& options, unsigned& threads);

@@ -38,6 +38,7 @@
 #include "absl/strings/numbers.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
+#include "cli/metrics_flag.h"
 #include "client/client_util.h"
 #include "hyperpool/hyperpool.h"
 #include "hyperpool/placement.h"
@@ -67,6 +68,7 @@ Options:
   --link-secret-file FILE the secret Clients must know (at least 16 bytes; a trailing
                           newline is ignored), e.g. from `openssl rand -hex 32`
   --handshake-timeout MS  limit for a new link's TLS handshake and secret (default 10000)
+  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP (as for serve)
   --pool-size N           most origin connections open at once (default 10)
   --min-idle N            origin connections kept open while idle (default 0)
   --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
@@ -108,6 +110,8 @@ Options:
   --preopen-max-idle S    replace a link opened ahead after S seconds unused (default 30)
   --connect-timeout MS    limit for reaching the Endpoint (TCP + TLS) (default 5000)
   --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
+  --listen-unix DIR       also listen on the Unix socket DIR/.s.PGSQL.<port> (as for serve)
+  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP (as for serve)
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
   --password-file FILE    read that password from FILE (first line; mode 0600)
@@ -227,6 +231,7 @@ int RunEndpoint(int argc, char** argv) {
   listen.host.clear();
   bool have_listen = false;
   std::string secret_file;
+  std::string metrics_listen;
   Args args(argc, argv);
   while (args.Next()) {
     std::string_view name = args.name();
@@ -255,6 +260,8 @@ int RunEndpoint(int argc, char** argv) {
       listen.tls_key_file = value;
     } else if (name == "--link-secret-file") {
       secret_file = value;
+    } else if (name == "--metrics-listen") {
+      metrics_listen = value;
     } else if (name == "--handshake-timeout") {
       if (!ParseNumber(value, number) || number == 0) return usage_error("--handshake-timeout needs milliseconds");
       listen.handshake_timeout = std::chrono::milliseconds(number);
@@ -297,6 +304,7 @@ int RunEndpoint(int argc, char** argv) {
   });
   std::unique_ptr<Endpoint> endpoint;
   std::unique_ptr<LinkListener> listener;
+  std::unique_ptr<ops::MetricsServer> metrics;
   auto shut_down = [&] {
     if (listener) listener->Stop();
     if (endpoint) endpoint->Stop();
@@ -306,6 +314,7 @@ int RunEndpoint(int argc, char** argv) {
       if (!done_cv.wait_for(lock, kDrainLimit, [&] { return done; })) io.stop();
     }
     worker.join();
+    if (metrics) metrics->Stop();  // it reads the Endpoint's stats: stopped first
     listener.reset();
     endpoint.reset();
   };
@@ -325,6 +334,22 @@ int RunEndpoint(int argc, char** argv) {
     return 1;
   }
   listener = *std::move(made);
+  Endpoint* running = endpoint.get();
+  auto metrics_started = StartMetricsListener(
+      metrics_listen,
+      [running, pool_size] {
+        ops::ProcessMetrics m;
+        m.endpoint = running->Stats();
+        m.pool_max = pool_size;
+        return m;
+      },
+      [kCommand](const std::string& line) { LogLine(kCommand, line); });
+  if (!metrics_started.ok()) {
+    LogLine(kCommand, fmt::format("cannot start: {}", std::string(metrics_started.status().message())));
+    shut_down();
+    return 1;
+  }
+  metrics = *std::move(metrics_started);
   const std::string address = FormatHostPort(listen_host, listener->port());
   std::fputs((address + "\n").c_str(), stdout);
   std::fflush(stdout);
@@ -333,6 +358,7 @@ int RunEndpoint(int argc, char** argv) {
 
   int received = WaitForSignal(signals_io, signals);
   LogLine(kCommand, fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
+  if (metrics) metrics->SetDraining(true);
   const EndpointStats stats = endpoint->Stats();
   const LinkListenerStats links = listener->Stats();
   const std::string cache_report = endpoint->CacheReport(10);
@@ -401,6 +427,7 @@ int RunClient(int argc, char** argv) {
   RemoteConnectOptions options;
   std::string secret_file;
   std::vector<std::pair<std::string, uint16_t>> endpoints;
+  std::string metrics_listen;
   Args args(argc, argv);
   while (args.Next()) {
     std::string_view name = args.name();
@@ -423,6 +450,8 @@ int RunClient(int argc, char** argv) {
         return usage_error("--endpoint needs HOST:PORT");
       }
       endpoints.emplace_back(std::move(host), port);
+    } else if (name == "--metrics-listen") {
+      metrics_listen = value;
     } else if (name == "--tls-ca") {
       options.endpoint.tls_ca_file = value;
     } else if (name == "--tls-server-name") {
@@ -478,14 +507,29 @@ int RunClient(int argc, char** argv) {
     LogLine(kCommand, fmt::format("cannot start: {}", std::string(connection.status().message())));
     return 1;
   }
+  Connection& running = **connection;
+  absl::StatusOr<std::unique_ptr<ops::MetricsServer>> metrics = StartMetricsListener(
+      metrics_listen,
+      [&running] {
+        ops::ProcessMetrics m;
+        m.client = running.client_stats();
+        return m;
+      },
+      [kCommand](const std::string& line) { LogLine(kCommand, line); });
+  if (!metrics.ok()) {
+    LogLine(kCommand, fmt::format("cannot start: {}", std::string(metrics.status().message())));
+    return 1;
+  }
   std::fputs(((*connection)->connection_string() + "\n").c_str(), stdout);
   std::fflush(stdout);
   LogLine(kCommand, fmt::format("ready; endpoint {} (TLS, {} links opened ahead)", where, preopen));
 
   int received = WaitForSignal(signals_io, signals);
   LogLine(kCommand, fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
+  if (*metrics) (*metrics)->SetDraining(true);
   std::string cache_report = (*connection)->cache_report();
   (*connection)->Close();
+  if (*metrics) (*metrics)->Stop();  // it reads the connection's stats
   LogLine(kCommand, "stopped");
   if (!cache_report.empty()) LogLine(kCommand, fmt::format("query cache:\n{}", cache_report));
   return 0;

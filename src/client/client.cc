@@ -37,6 +37,7 @@
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
@@ -47,6 +48,7 @@
 #include "cache/tier.h"
 #include "client/client_cache.h"
 #include "client/client_util.h"
+#include "client/unix_listener.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
 #include "protocol/codec.h"
@@ -129,10 +131,16 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         transport(transport_in),
         options(std::move(options_in)),
         accept_strand(asio::make_strand(executors[0])),
-        acceptor(accept_strand) {}
+        acceptor(accept_strand),
+        unix_acceptor(accept_strand) {}
 
   // Coroutines take `self` so that the Impl outlives them.
   asio::awaitable<void> AcceptLoop(std::shared_ptr<Impl> self);
+  asio::awaitable<void> UnixAcceptLoop(std::shared_ptr<Impl> self);
+  // The executor the next session runs on (round robin over the workers).
+  asio::any_io_executor NextSessionExecutor();
+  // Starts a session on an accepted socket (bound to its session executor).
+  void StartSession(std::shared_ptr<Impl> self, tcp::socket socket);
   asio::awaitable<void> Probe(std::shared_ptr<Impl> self);
   void Stop();
 
@@ -150,6 +158,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::string connection_string;
   asio::strand<asio::any_io_executor> accept_strand;
   tcp::acceptor acceptor;                // used on accept_strand only
+  // Open when options.listen_unix_dir is set; accept_strand only.
+  asio::local::stream_protocol::acceptor unix_acceptor;
+  std::string unix_socket_path;  // removed by Stop()
+  std::atomic<size_t> accepted{0};
   std::unique_ptr<Link> probe_link;      // used on accept_strand only
   std::atomic<size_t> next_executor{0};
   std::atomic<bool> stopping{false};
@@ -1063,11 +1075,14 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
 // ---- Client::Impl ----
 
+asio::any_io_executor Client::Impl::NextSessionExecutor() {
+  size_t index = next_executor.fetch_add(1, std::memory_order_relaxed) % executors.size();
+  return options.one_thread_per_executor ? executors[index] : asio::any_io_executor(asio::make_strand(executors[index]));
+}
+
 asio::awaitable<void> Client::Impl::AcceptLoop(std::shared_ptr<Impl> self) {
   for (;;) {
-    size_t index = next_executor.fetch_add(1, std::memory_order_relaxed) % executors.size();
-    asio::any_io_executor session_executor =
-        options.one_thread_per_executor ? executors[index] : asio::any_io_executor(asio::make_strand(executors[index]));
+    asio::any_io_executor session_executor = NextSessionExecutor();
     // No structured binding here: g++ 12 mishandles the lifetime of a
     // non-trivial object bound from a co_await result.
     std::tuple<asio::error_code, tcp::socket> accepted =
@@ -1084,23 +1099,58 @@ asio::awaitable<void> Client::Impl::AcceptLoop(std::shared_ptr<Impl> self) {
       continue;
     }
     asio::error_code ignored;
-    SetCloseOnExec(socket.native_handle());
     socket.set_option(tcp::no_delay(true), ignored);
-    auto session = std::make_shared<ClientSession>(self, std::move(socket));
-    {
-      std::lock_guard lock(mu);
-      sessions[session.get()] = session;
-    }
-    asio::any_io_executor ex = session->executor();
-    asio::co_spawn(ex, session->Run(session), [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        Log(fmt::format("session ended by exception: {}", ex.what()));
-      }
-    });
+    StartSession(self, std::move(socket));
   }
+}
+
+// Sessions read, write, shut down and close their socket and ask it for
+// available bytes, all of which are the same calls on a Unix-domain stream:
+// the accepted descriptor is adopted by a tcp::socket so that one session
+// type serves both listeners (TCP-only options on it fail harmlessly).
+asio::awaitable<void> Client::Impl::UnixAcceptLoop(std::shared_ptr<Impl> self) {
+  for (;;) {
+    asio::any_io_executor session_executor = NextSessionExecutor();
+    std::tuple<asio::error_code, asio::local::stream_protocol::socket> accepted_socket =
+        co_await unix_acceptor.async_accept(session_executor, kAsTuple);
+    asio::error_code ec = std::get<0>(accepted_socket);
+    asio::local::stream_protocol::socket local = std::move(std::get<1>(accepted_socket));
+    if (stopping) co_return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) co_return;
+      Log(fmt::format("accept on {} failed: {}", unix_socket_path, ec.message()));
+      asio::steady_timer pause(accept_strand, std::chrono::milliseconds(50));
+      co_await pause.async_wait(kAsTuple);
+      continue;
+    }
+    tcp::socket socket(session_executor);
+    const int fd = local.release(ec);
+    if (!ec) socket.assign(tcp::v6(), fd, ec);
+    if (ec) {
+      Log(fmt::format("cannot adopt a connection on {}: {}", unix_socket_path, ec.message()));
+      continue;
+    }
+    StartSession(self, std::move(socket));
+  }
+}
+
+void Client::Impl::StartSession(std::shared_ptr<Impl> self, tcp::socket socket) {
+  accepted.fetch_add(1, std::memory_order_relaxed);
+  SetCloseOnExec(socket.native_handle());
+  auto session = std::make_shared<ClientSession>(self, std::move(socket));
+  {
+    std::lock_guard lock(mu);
+    sessions[session.get()] = session;
+  }
+  asio::any_io_executor ex = session->executor();
+  asio::co_spawn(ex, session->Run(session), [](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      Log(fmt::format("session ended by exception: {}", ex.what()));
+    }
+  });
 }
 
 void Client::Impl::StartProbeLocked() {
@@ -1206,8 +1256,11 @@ void Client::Impl::Stop() {
   asio::post(accept_strand, [self] {
     asio::error_code ec;
     self->acceptor.close(ec);
+    self->unix_acceptor.close(ec);
     if (self->probe_link) self->probe_link->Close();
   });
+  // Removed now, not on the strand: once Stop() returns no new app finds it.
+  client::RemoveUnixSocket(unix_socket_path);
   std::vector<std::shared_ptr<ClientSession>> live;
   {
     std::lock_guard lock(mu);
@@ -1270,6 +1323,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   uint16_t port = impl->acceptor.local_endpoint(ec).port();
   impl->connection_string = client::BuildConnectionString(impl->options.user, impl->options.password,
                                                           impl->options.listen_host, port, impl->options.database);
+  if (!impl->options.listen_unix_dir.empty()) {
+    absl::StatusOr<std::string> path = client::ListenUnix(impl->unix_acceptor, impl->options.listen_unix_dir, port);
+    if (!path.ok()) return path.status();
+    impl->unix_socket_path = *std::move(path);
+    asio::co_spawn(impl->accept_strand, impl->UnixAcceptLoop(impl), asio::detached);
+  }
   asio::co_spawn(impl->accept_strand, impl->AcceptLoop(impl), asio::detached);
   {
     // Learn the origin's parameters early so the first app need not wait long.
@@ -1286,6 +1345,27 @@ Client::~Client() { Stop(); }
 const std::string& Client::connection_string() const { return impl_->connection_string; }
 
 void Client::Stop() { impl_->Stop(); }
+
+ClientStats Client::Stats() const {
+  ClientStats s;
+  {
+    std::lock_guard lock(impl_->mu);
+    s.sessions = impl_->sessions.size();
+  }
+  s.accepted = impl_->accepted.load(std::memory_order_relaxed);
+  if (impl_->cache) {
+    client::ClientTierStats c = impl_->cache->Stats();
+    s.cache_enabled = true;
+    s.cache_local_hits = c.local_hits;
+    s.cache_stores = c.tier.stores;
+    s.cache_evictions = c.tier.evictions;
+    s.cache_invalidations = c.invalidations;
+    s.cache_refused_stale = c.refused_stale;
+    s.cache_bytes = c.tier.bytes;
+    s.cache_entries = c.tier.entries;
+  }
+  return s;
+}
 
 std::string Client::CacheReport() const {
   if (!impl_->cache) return "client tier: off\n";

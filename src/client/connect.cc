@@ -37,6 +37,11 @@ class ConnectionImpl final : public Connection {
     return endpoint_ ? endpoint_->Stats() : EndpointStats{};
   }
 
+  ClientStats client_stats() const override {
+    std::lock_guard lock(mu_);
+    return client_ ? client_->Stats() : ClientStats{};
+  }
+
   std::string cache_report() const override {
     std::lock_guard lock(mu_);
     std::string out;

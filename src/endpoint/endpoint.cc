@@ -56,6 +56,7 @@
 #include "endpoint/session_settings.h"
 #include "endpoint/settings_replay.h"
 #include "endpoint/statement_session.h"
+#include "ops/latency_histogram.h"
 #include "placement/probe.h"
 #include "pool/pool.h"
 #include "pool/release_policy.h"
@@ -188,6 +189,9 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<std::thread::id> executor_thread{};
   std::atomic<std::size_t> session_count{0};
   std::atomic<std::size_t> transactions{0};
+  std::atomic<std::size_t> queries{0};
+  ops::LatencyHistogram transaction_time;  // observed at each ReadyForQuery 'I'
+  ops::LatencyHistogram acquire_wait;      // observed at each unit's pool Acquire()
   std::atomic<std::size_t> acquire_timeouts{0};
   std::atomic<std::size_t> discarded{0};
   std::atomic<std::size_t> pending_cancels{0};
@@ -517,8 +521,11 @@ class Session : public std::enable_shared_from_this<Session> {
       if (tag == 'd' || tag == 'c' || tag == 'f') co_return Next::kContinue;
       starting_unit_ = true;  // a cancel now ends this unit before it starts
       acquiring_ = true;      // ...and a cancel while waiting leaves the queue at once
+      const auto acquire_started = std::chrono::steady_clock::now();
       auto lease = co_await endpoint_->pool->Acquire(&acquire_cancel_);
       acquiring_ = false;
+      endpoint_->acquire_wait.Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::steady_clock::now() - acquire_started));
       if (stopping_) co_return Next::kEnd;
       if (!lease.ok()) {
         starting_unit_ = cancel_requested_ = false;
@@ -548,6 +555,8 @@ class Session : public std::enable_shared_from_this<Session> {
     last_activity_ = std::chrono::steady_clock::now();
     // What a ReadyForQuery will answer, COPY included (copy_tracker.h).
     const bool answered = copy_.OnFrontend(tag);
+    // Metrics: a transaction starts with the first message sent outside one.
+    if (txn_started_ == std::chrono::steady_clock::time_point{}) txn_started_ = std::chrono::steady_clock::now();
     switch (tag) {
       case 'Q':
       case 'S':
@@ -1057,7 +1066,11 @@ class Session : public std::enable_shared_from_this<Session> {
         if (outstanding_ > 0) --outstanding_;
         statement_timeout_pending_ = false;
         NoteReady(frame->payload[0]);
-        if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') endpoint_->transactions++;
+        endpoint_->queries.fetch_add(1, std::memory_order_relaxed);
+        if (outstanding_ == 0 && !in_unit_ && frame->payload[0] == 'I') {
+          endpoint_->transactions++;
+          EndTransactionTimer();
+        }
         changed_.Notify();
         MaybeRelease();
       }
@@ -1111,6 +1124,7 @@ class Session : public std::enable_shared_from_this<Session> {
     EndAfterFlush();
     outstanding_ = 0;
     in_unit_ = false;
+    txn_started_ = {};  // a lost transaction is not timed
     if (writing_ || pump_reading_) {
       c->CloseNow();
       discard_pending_ = true;
@@ -1159,6 +1173,13 @@ class Session : public std::enable_shared_from_this<Session> {
                                                  copy_.uncertain(),
                                        .lifetime_exceeded = lease_.lifetime_exceeded()});
     ReleaseLease(d);
+  }
+
+  void EndTransactionTimer() {
+    if (txn_started_ == std::chrono::steady_clock::time_point{}) return;
+    endpoint_->transaction_time.Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - txn_started_));
+    txn_started_ = {};
   }
 
   void ReleaseLease(ReleaseDecision decision) {
@@ -1285,6 +1306,7 @@ class Session : public std::enable_shared_from_this<Session> {
   OriginConnection* conn_ = nullptr;  // lease_'s connection, or null
   std::size_t outstanding_ = 0;       // Query/Sync/FunctionCall sent, ReadyForQuery not yet seen
   bool in_unit_ = false;              // extended-query messages sent since the last Sync
+  std::chrono::steady_clock::time_point txn_started_{};  // first message of the open transaction, or zero
   bool writing_ = false;              // Run is inside conn_->Write
   bool pump_reading_ = false;         // Pump is inside conn_->ReadFrame
   bool discard_pending_ = false;      // close the lease once nobody is inside it
@@ -1459,6 +1481,9 @@ EndpointStats Endpoint::Stats() const {
   s.cancels_forwarded = impl_->cancels_forwarded.load();
   s.cancels_ignored = impl_->cancels_ignored.load();
   s.origin_rtt_us = impl_->origin_rtt_us.load();
+  s.queries = impl_->queries.load(std::memory_order_relaxed);
+  s.transaction_time = impl_->transaction_time.Snapshot();
+  s.acquire_wait = impl_->acquire_wait.Snapshot();
   if (impl_->cache) {
     const endpoint::EndpointCacheReport c = impl_->cache->Report(0);
     s.cache_hits = c.tier.hits;

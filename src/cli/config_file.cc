@@ -1,0 +1,194 @@
+#include "cli/config_file.h"
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+namespace hyperpool::cli {
+
+namespace {
+
+enum class Type { kString, kInteger, kBool };
+
+struct KeySpec {
+  std::string_view key;   // "pool.size"; top-level keys have no dot
+  Type type;
+  std::string_view flag;  // the flag it stands for; empty for the special keys
+};
+
+// The file's layout, one row per key: the flag each stands for.
+constexpr KeySpec kKeys[] = {
+    {"threads", Type::kInteger, "--threads"},
+    {"listen.address", Type::kString, "--listen"},
+    {"listen.unix_socket_dir", Type::kString, "--listen-unix"},
+    {"metrics.listen", Type::kString, "--metrics-listen"},
+    {"origin.url", Type::kString, "--origin"},
+    {"origin.password_file", Type::kString, "--origin-password-file"},
+    {"origin.password", Type::kString, ""},
+    {"client.user", Type::kString, "--user"},
+    {"client.database", Type::kString, "--database"},
+    {"client.password_file", Type::kString, "--password-file"},
+    {"client.password", Type::kString, ""},
+    {"pool.size", Type::kInteger, "--pool-size"},
+    {"pool.min_idle", Type::kInteger, "--min-idle"},
+    {"pool.mode", Type::kString, "--pool-mode"},
+    {"pool.acquire_timeout_ms", Type::kInteger, "--acquire-timeout"},
+    {"pool.idle_timeout_s", Type::kInteger, "--idle-timeout"},
+    {"pool.max_lifetime_s", Type::kInteger, "--max-lifetime"},
+    {"cache.enabled", Type::kBool, "--no-cache"},
+    {"cache.max_age_s", Type::kInteger, "--cache-max-age"},
+    {"cache.swr_s", Type::kInteger, "--cache-swr"},
+};
+
+const KeySpec* FindKey(std::string_view key) {
+  for (const KeySpec& spec : kKeys) {
+    if (spec.key == key) return &spec;
+  }
+  return nullptr;
+}
+
+bool IsSection(std::string_view name) {
+  for (const KeySpec& spec : kKeys) {
+    if (spec.key.size() > name.size() && spec.key.substr(0, name.size()) == name && spec.key[name.size()] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* TypeName(Type type) {
+  switch (type) {
+    case Type::kString:
+      return "a string";
+    case Type::kInteger:
+      return "an integer";
+    case Type::kBool:
+      return "true or false";
+  }
+  return "";
+}
+
+std::string Where(const std::string& name, const toml::node& node, std::string_view key) {
+  return fmt::format("{}:{}: {}", name, node.source().begin.line, key);
+}
+
+class Parser {
+ public:
+  Parser(const std::string& name, ConfigFile& out) : name_(name), out_(out) {}
+
+  absl::Status Value(std::string_view key, const toml::node& node) {
+    const KeySpec* spec = FindKey(key);
+    if (spec == nullptr) return absl::InvalidArgumentError(fmt::format("{}: unknown key", Where(name_, node, key)));
+    const std::string where = Where(name_, node, key);
+    std::string value;
+    switch (spec->type) {
+      case Type::kString:
+        if (!node.is_string()) return WrongType(where, *spec);
+        value = **node.as_string();
+        break;
+      case Type::kInteger: {
+        if (!node.is_integer()) return WrongType(where, *spec);
+        const int64_t number = **node.as_integer();
+        if (number < 0) return absl::InvalidArgumentError(fmt::format("{}: must not be negative", where));
+        value = fmt::format("{}", number);
+        break;
+      }
+      case Type::kBool:
+        if (!node.is_boolean()) return WrongType(where, *spec);
+        value = **node.as_boolean() ? "true" : "false";
+        break;
+    }
+    if (key == "origin.password") {
+      out_.origin_password = value;
+      has_password_ = true;
+    } else if (key == "client.password") {
+      out_.client_password = value;
+      has_password_ = true;
+    } else if (key == "cache.enabled") {
+      if (value == "false") out_.settings.push_back({std::string(spec->flag), "", where});
+    } else {
+      out_.settings.push_back({std::string(spec->flag), value, where});
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Table(std::string_view prefix, const toml::table& table) {
+    for (const auto& [k, node] : table) {
+      const std::string key = prefix.empty() ? std::string(k.str()) : fmt::format("{}.{}", prefix, k.str());
+      if (node.is_table()) {
+        if (!prefix.empty() || !IsSection(key)) {
+          return absl::InvalidArgumentError(fmt::format("{}: unknown section", Where(name_, node, key)));
+        }
+        if (absl::Status s = Table(key, *node.as_table()); !s.ok()) return s;
+        continue;
+      }
+      if (prefix.empty() && IsSection(key)) {
+        return absl::InvalidArgumentError(fmt::format("{}: must be a table ([{}])", Where(name_, node, key), key));
+      }
+      if (absl::Status s = Value(key, node); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  bool has_password() const { return has_password_; }
+
+ private:
+  static absl::Status WrongType(const std::string& where, const KeySpec& spec) {
+    return absl::InvalidArgumentError(fmt::format("{}: must be {}", where, TypeName(spec.type)));
+  }
+
+  const std::string& name_;
+  ConfigFile& out_;
+  bool has_password_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<ConfigFile> ParseConfig(const std::string& text, const std::string& name, unsigned mode) {
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(name));
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}:{}: {}", name, e.source().begin.line, std::string(e.description())));
+  }
+  ConfigFile out;
+  Parser parser(name, out);
+  if (absl::Status s = parser.Table("", root); !s.ok()) return s;
+  if (parser.has_password() && (mode & (S_IRWXG | S_IRWXO)) != 0) {
+    out.warnings.push_back(fmt::format(
+        "{} holds a password and can be read by group or others (mode {:04o}); chmod 600 it", name, mode & 07777));
+  }
+  return out;
+}
+
+absl::StatusOr<ConfigFile> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  struct stat st;
+  if (!in || ::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(fmt::format("cannot read config file {}", path));
+  }
+  // A config file is a few hundred bytes; refuse what cannot be one.
+  constexpr std::size_t kMaxConfigBytes = 1 << 20;
+  if (static_cast<std::size_t>(st.st_size) > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(fmt::format("config file {} is larger than 1 MiB", path));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseConfig(text.str(), path, st.st_mode);
+}
+
+std::vector<std::string> ConfigKeys() {
+  std::vector<std::string> keys;
+  for (const KeySpec& spec : kKeys) keys.emplace_back(spec.key);
+  return keys;
+}
+
+}  // namespace hyperpool::cli

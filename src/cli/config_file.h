@@ -1,0 +1,43 @@
+#pragma once
+// `hyperpool serve --config FILE`: a TOML file (parsed with toml++) holding
+// the options the flags take (packaging/hyperpool.toml.example shows every
+// key). The file is turned into the same (flag, value) settings the command
+// line gives, so one validation applies to both and flags given after it
+// override it. Unknown keys and wrong types are errors naming the key and
+// its line.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace hyperpool::cli {
+
+struct ConfigSetting {
+  std::string flag;   // "--pool-size"; "--no-cache" has an empty value
+  std::string value;  // as the flag's argument
+  std::string where;  // "FILE:LINE: pool.size", to prefix errors with
+};
+
+struct ConfigFile {
+  std::vector<ConfigSetting> settings;  // sorted by key (toml++ tables are ordered maps)
+  // Passwords the file holds inline (flags can never carry them: argv is
+  // public). Empty when absent.
+  std::string origin_password;
+  std::string client_password;
+  // Warnings to print (a file holding a password that group or others can read).
+  std::vector<std::string> warnings;
+};
+
+// Parses TOML text; `name` is used in messages. `mode` is the file's
+// st_mode (permission bits are checked when the text holds a password).
+absl::StatusOr<ConfigFile> ParseConfig(const std::string& text, const std::string& name, unsigned mode);
+
+// Reads and parses FILE.
+absl::StatusOr<ConfigFile> LoadConfigFile(const std::string& path);
+
+// Every key the file accepts, "section.key" (for --help and docs).
+std::vector<std::string> ConfigKeys();
+
+}  // namespace hyperpool::cli

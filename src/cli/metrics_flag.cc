@@ -1,0 +1,24 @@
+#include "cli/metrics_flag.h"
+
+#include <fmt/format.h>
+
+#include "cli/cli_options.h"
+
+namespace hyperpool::cli {
+
+absl::StatusOr<std::unique_ptr<ops::MetricsServer>> StartMetricsListener(
+    const std::string& listen, std::function<ops::ProcessMetrics()> snapshot,
+    const std::function<void(const std::string&)>& log) {
+  if (listen.empty()) return nullptr;
+  ops::MetricsServerOptions options;
+  if (!ParseHostPort(listen, options.host, options.port)) {
+    return absl::InvalidArgumentError("--metrics-listen needs HOST:PORT");
+  }
+  auto server = ops::MetricsServer::Start(std::move(options), [snapshot = std::move(snapshot)] {
+    return ops::RenderMetrics(snapshot());
+  });
+  if (server.ok()) log(fmt::format("metrics on http://{}/metrics", (*server)->address()));
+  return server;
+}
+
+}  // namespace hyperpool::cli

@@ -1,0 +1,109 @@
+#include "ops/metrics.h"
+
+#include "ops/exposition_writer.h"
+
+namespace hyperpool::ops {
+
+namespace {
+
+void WriteEndpoint(ExpositionWriter& w, const EndpointStats& s, std::size_t pool_max) {
+  const std::size_t active = s.origin_open >= s.origin_idle ? s.origin_open - s.origin_idle : 0;
+  w.Gauge("hyperpool_pool_connections", "Origin connections open, by state (active: lent or being opened).",
+          static_cast<double>(active), {{"state", "active"}});
+  w.Gauge("hyperpool_pool_connections", "", static_cast<double>(s.origin_idle), {{"state", "idle"}});
+  w.Gauge("hyperpool_pool_max_connections", "Most origin connections the pool opens at once.",
+          static_cast<double>(pool_max));
+  w.Gauge("hyperpool_pool_waiting", "Transactions waiting for an origin connection.", static_cast<double>(s.waiting));
+  w.LatencyHistogram("hyperpool_pool_acquire_wait_seconds",
+                     "Time units of work waited for an origin connection (including 53300 timeouts).",
+                     s.acquire_wait);
+  w.Counter("hyperpool_pool_acquire_timeouts_total", "Waits for an origin connection that ended in 53300.",
+            s.acquire_timeouts);
+  w.Counter("hyperpool_pool_discarded_total", "Origin connections closed instead of returned to the pool.",
+            s.discarded);
+  w.Gauge("hyperpool_endpoint_sessions", "Client links open to the Endpoint (one per application session).",
+          static_cast<double>(s.sessions));
+  w.Counter("hyperpool_transactions_total", "Transactions completed on origin connections.", s.transactions);
+  w.Counter("hyperpool_queries_total",
+            "Units of work the origin answered (simple Query, extended-query Sync, FunctionCall).", s.queries);
+  w.LatencyHistogram("hyperpool_transaction_duration_seconds",
+                     "Transaction time at the Endpoint: first message forwarded to ReadyForQuery 'I'.",
+                     s.transaction_time);
+  w.Gauge("hyperpool_pinned_sessions", "Sessions pinned to their origin connection now.",
+          static_cast<double>(s.pinned_sessions));
+  const char* const kPinHelp = "Sessions pinned to their origin connection since start, by reason.";
+  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_prepared_sql, {{"reason", "prepared_sql"}});
+  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_temp_table, {{"reason", "temp_table"}});
+  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_advisory_lock, {{"reason", "advisory_lock"}});
+  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_listen, {{"reason", "listen"}});
+  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_with_hold_cursor, {{"reason", "with_hold_cursor"}});
+  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_set_role, {{"reason", "set_role"}});
+  const char* const kCancelHelp = "Cancel requests: forwarded to the origin, or ignored (nothing running).";
+  w.Counter("hyperpool_cancels_total", kCancelHelp, s.cancels_forwarded, {{"result", "forwarded"}});
+  w.Counter("hyperpool_cancels_total", kCancelHelp, s.cancels_ignored, {{"result", "ignored"}});
+  w.Gauge("hyperpool_origin_rtt_seconds", "Smallest recent round trip to the origin (0 until measured).",
+          s.origin_rtt_us / 1e6);
+}
+
+// Families that both cache tiers have are written together, one sample per tier.
+void WriteCache(ExpositionWriter& w, const ProcessMetrics& m) {
+  const EndpointStats* e = m.endpoint ? &*m.endpoint : nullptr;
+  const ClientStats* c = m.client && m.client->cache_enabled ? &*m.client : nullptr;
+  const Labels kEndpoint = {{"tier", "endpoint"}};
+  const Labels kClient = {{"tier", "client"}};
+  auto both = [&](const char* name, const char* help, std::size_t endpoint_value, std::size_t client_value) {
+    if (e) w.Counter(name, help, endpoint_value, kEndpoint);
+    if (c) w.Counter(name, help, client_value, kClient);
+  };
+  both("hyperpool_cache_hits_total", "Query-cache hits served fresh, by tier.", e ? e->cache_hits : 0,
+       c ? c->cache_local_hits : 0);
+  both("hyperpool_cache_stores_total", "Results stored in the query cache, by tier.", e ? e->cache_stores : 0,
+       c ? c->cache_stores : 0);
+  both("hyperpool_cache_evictions_total", "Query-cache entries evicted for space, by tier.",
+       e ? e->cache_evictions : 0, c ? c->cache_evictions : 0);
+  both("hyperpool_cache_invalidations_total", "Query-cache entries (endpoint) or messages (client) invalidated by writes.",
+       e ? e->cache_invalidations : 0, c ? c->cache_invalidations : 0);
+  auto gauge_both = [&](const char* name, const char* help, std::size_t endpoint_value, std::size_t client_value) {
+    if (e) w.Gauge(name, help, static_cast<double>(endpoint_value), kEndpoint);
+    if (c) w.Gauge(name, help, static_cast<double>(client_value), kClient);
+  };
+  gauge_both("hyperpool_cache_bytes", "Bytes held by the query cache, by tier.", e ? e->cache_bytes : 0,
+             c ? c->cache_bytes : 0);
+  gauge_both("hyperpool_cache_entries", "Entries in the query cache, by tier.", e ? e->cache_entries : 0,
+             c ? c->cache_entries : 0);
+  if (e) {
+    w.Counter("hyperpool_cache_misses_total", "Cacheable units that found no entry, by tier.", e->cache_misses,
+              kEndpoint);
+    w.Counter("hyperpool_cache_stale_hits_total", "Stale entries served while one refresh ran, by tier.",
+              e->cache_stale_hits, kEndpoint);
+    w.Counter("hyperpool_cache_coalesced_total", "Misses that waited for an identical fetch in flight, by tier.",
+              e->cache_coalesced, kEndpoint);
+    w.Counter("hyperpool_cache_uncacheable_total", "Candidate units decided uncacheable, by tier.",
+              e->cache_uncacheable, kEndpoint);
+    w.Counter("hyperpool_cache_bypassed_total", "Units not considered for caching (off, session state, hint).",
+              e->cache_bypassed, kEndpoint);
+  }
+  if (c) {
+    w.Counter("hyperpool_cache_refused_stale_total", "Results refused as older than an invalidation, by tier.",
+              c->cache_refused_stale, kClient);
+  }
+}
+
+}  // namespace
+
+std::string RenderMetrics(const ProcessMetrics& m) {
+  ExpositionWriter w;
+  w.Gauge("hyperpool_up", "1 while the process runs.", 1);
+  w.Gauge("hyperpool_draining", "1 once the process stops accepting and drains.", m.draining ? 1 : 0);
+  if (m.client) {
+    w.Gauge("hyperpool_client_connections", "Application connections open to the Client.",
+            static_cast<double>(m.client->sessions));
+    w.Counter("hyperpool_client_connections_accepted_total", "Application connections accepted (TCP and Unix).",
+              m.client->accepted);
+  }
+  if (m.endpoint) WriteEndpoint(w, *m.endpoint, m.pool_max);
+  WriteCache(w, m);
+  return w.text();
+}
+
+}  // namespace hyperpool::ops

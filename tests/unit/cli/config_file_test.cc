@@ -1,0 +1,163 @@
+// `serve --config FILE`: the TOML layout maps to the flags; unknown keys,
+// wrong types, bad TOML and misplaced keys are errors naming key and line;
+// inline passwords are returned (never as flags) and warned about when
+// group or others can read the file.
+
+#include "cli/config_file.h"
+
+#include <string>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+namespace hyperpool::cli {
+namespace {
+
+std::string ValueOf(const ConfigFile& config, const std::string& flag) {
+  for (const ConfigSetting& s : config.settings) {
+    if (s.flag == flag) return s.value;
+  }
+  return "<absent>";
+}
+
+constexpr const char* kFull = R"(
+threads = 4
+[listen]
+address = "0.0.0.0:6432"
+unix_socket_dir = "/run/hyperpool"
+[metrics]
+listen = "127.0.0.1:9187"
+[origin]
+url = "postgresql://app@db/app"
+password_file = "/etc/hyperpool/pw"
+[client]
+user = "app"
+database = "appdb"
+password_file = "/etc/hyperpool/app"
+[pool]
+size = 20
+min_idle = 2
+mode = "session"
+acquire_timeout_ms = 500
+idle_timeout_s = 60
+max_lifetime_s = 120
+[cache]
+enabled = false
+max_age_s = 30
+swr_s = 5
+)";
+
+TEST_CASE("every key of a full file maps to its flag") {
+  auto config = ParseConfig(kFull, "hp.toml", 0100600);
+  REQUIRE(config.ok());
+  CHECK(ValueOf(*config, "--threads") == "4");
+  CHECK(ValueOf(*config, "--listen") == "0.0.0.0:6432");
+  CHECK(ValueOf(*config, "--listen-unix") == "/run/hyperpool");
+  CHECK(ValueOf(*config, "--metrics-listen") == "127.0.0.1:9187");
+  CHECK(ValueOf(*config, "--origin") == "postgresql://app@db/app");
+  CHECK(ValueOf(*config, "--origin-password-file") == "/etc/hyperpool/pw");
+  CHECK(ValueOf(*config, "--user") == "app");
+  CHECK(ValueOf(*config, "--database") == "appdb");
+  CHECK(ValueOf(*config, "--password-file") == "/etc/hyperpool/app");
+  CHECK(ValueOf(*config, "--pool-size") == "20");
+  CHECK(ValueOf(*config, "--min-idle") == "2");
+  CHECK(ValueOf(*config, "--pool-mode") == "session");
+  CHECK(ValueOf(*config, "--acquire-timeout") == "500");
+  CHECK(ValueOf(*config, "--idle-timeout") == "60");
+  CHECK(ValueOf(*config, "--max-lifetime") == "120");
+  CHECK(ValueOf(*config, "--no-cache") == "");
+  CHECK(ValueOf(*config, "--cache-max-age") == "30");
+  CHECK(ValueOf(*config, "--cache-swr") == "5");
+  CHECK(config->settings.size() == ConfigKeys().size() - 2);  // all but the two inline passwords
+  CHECK(config->warnings.empty());
+  for (const ConfigSetting& s : config->settings) CHECK(s.where.rfind("hp.toml:", 0) == 0);
+}
+
+TEST_CASE("cache.enabled = true adds no setting; an empty file none at all") {
+  auto on = ParseConfig("[cache]\nenabled = true\n", "f", 0600);
+  REQUIRE(on.ok());
+  CHECK(on->settings.empty());
+  auto empty = ParseConfig("", "f", 0600);
+  REQUIRE(empty.ok());
+  CHECK(empty->settings.empty());
+}
+
+TEST_CASE("a setting knows its line and key for error messages") {
+  auto config = ParseConfig("\n[pool]\n\nsize = 3\n", "hp.toml", 0600);
+  REQUIRE(config.ok());
+  REQUIRE(config->settings.size() == 1);
+  CHECK(config->settings[0].where == "hp.toml:4: pool.size");
+}
+
+struct BadCase {
+  const char* text;
+  const char* message;
+};
+
+TEST_CASE("bad files are errors that name the key and line") {
+  auto c = GENERATE(values<BadCase>({
+      {"[pool]\nsise = 3\n", "f:2: pool.sise: unknown key"},
+      {"treads = 3\n", "f:1: treads: unknown key"},
+      {"[pools]\nsize = 3\n", "f:1: pools: unknown section"},
+      {"[pool]\nsize = \"ten\"\n", "f:2: pool.size: must be an integer"},
+      {"[pool]\nsize = 1.5\n", "f:2: pool.size: must be an integer"},
+      {"[pool]\nsize = -1\n", "f:2: pool.size: must not be negative"},
+      {"[pool]\nmode = 1\n", "f:2: pool.mode: must be a string"},
+      {"[cache]\nenabled = \"no\"\n", "f:2: cache.enabled: must be true or false"},
+      {"[origin]\nurl = [\"a\"]\n", "f:2: origin.url: must be a string"},
+      {"pool = 3\n", "f:1: pool: must be a table ([pool])"},
+      {"[pool.inner]\nx = 1\n", "pool.inner: unknown section"},
+      {"[pool]\nsize = 3\nsize = 4\n", "f:3:"},     // TOML: a key defined twice
+      {"[pool\nsize = 3\n", "f:1:"},                // TOML syntax
+  }));
+  INFO(c.text);
+  auto config = ParseConfig(c.text, "f", 0600);
+  REQUIRE(!config.ok());
+  CHECK(std::string(config.status().message()).find(c.message) != std::string::npos);
+}
+
+TEST_CASE("inline passwords are returned apart from the flags") {
+  auto config = ParseConfig("[origin]\npassword = \"s3cret\"\n[client]\npassword = \"app\"\n", "f", 0100600);
+  REQUIRE(config.ok());
+  CHECK(config->origin_password == "s3cret");
+  CHECK(config->client_password == "app");
+  CHECK(config->settings.empty());
+  CHECK(config->warnings.empty());
+}
+
+TEST_CASE("a file with a password that group or others can read is warned about") {
+  const unsigned mode = GENERATE(0100640u, 0100604u, 0100644u);
+  auto config = ParseConfig("[origin]\npassword = \"s3cret\"\n", "hp.toml", mode);
+  REQUIRE(config.ok());
+  REQUIRE(config->warnings.size() == 1);
+  CHECK(config->warnings[0].find("hp.toml holds a password and can be read by group or others") == 0);
+  CHECK(config->warnings[0].find("s3cret") == std::string::npos);
+}
+
+TEST_CASE("a readable file without a password is not warned about") {
+  auto config = ParseConfig("[pool]\nsize = 2\n", "f", 0100644);
+  REQUIRE(config.ok());
+  CHECK(config->warnings.empty());
+}
+
+TEST_CASE("a missing file is an error naming it") {
+  auto config = LoadConfigFile("/nonexistent/hyperpool.toml");
+  REQUIRE(!config.ok());
+  CHECK(std::string(config.status().message()).find("/nonexistent/hyperpool.toml") != std::string::npos);
+}
+
+TEST_CASE("the shipped example config (packaging/hyperpool.toml.example) parses and sets every flag") {
+  auto config = LoadConfigFile(std::string(HYPERPOOL_SOURCE_DIR) + "/packaging/hyperpool.toml.example");
+  REQUIRE(config.ok());
+  for (const char* flag : {"--threads", "--listen", "--listen-unix", "--metrics-listen", "--origin",
+                           "--origin-password-file", "--user", "--database", "--password-file", "--pool-size",
+                           "--min-idle", "--pool-mode", "--acquire-timeout", "--idle-timeout", "--max-lifetime",
+                           "--cache-max-age", "--cache-swr"}) {
+    INFO(flag);
+    CHECK(ValueOf(*config, flag) != "<absent>");
+  }
+  CHECK(config->origin_password.empty());  // commented out in the example
+}
+
+}  // namespace
+}  // namespace hyperpool::cli
