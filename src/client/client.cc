@@ -59,6 +59,9 @@ namespace pr = protocol;
 using asio::ip::tcp;
 constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 
+// Longest statement text the Client lexes for the cache (ClassifyStatements);
+// a session that sends a longer one bypasses the Client tier from then on.
+constexpr size_t kMaxClassifiedSql = 1 << 20;
 // Bytes requested per socket read.
 constexpr size_t kReadSize = 16 * 1024;
 
@@ -568,9 +571,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     session_id_ = *id;
     client::ParamList hello_params = app_params_;
     if (!impl_->client_id.empty()) hello_params.emplace_back("hyperpool.client_id", impl_->client_id);
-    std::string initial = client::BuildLinkHello(hello_params, session_id_);
-    initial.append(first_frames);
-    auto link = co_await impl_->transport.Open(executor(), std::move(initial));
+    // The hello goes in front of the frames (which may be one large
+    // message, moved here without a copy): one more copy of it is avoided.
+    first_frames.insert(0, client::BuildLinkHello(hello_params, session_id_));
+    auto link = co_await impl_->transport.Open(executor(), std::move(first_frames));
     if (!link.ok()) {
       Log(fmt::format("could not open a link to the endpoint: {}", std::string(link.status().message())));
       co_await Fatal(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
@@ -602,6 +606,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // The unit at the start of `bytes` if it may be cached (shape and text).
   bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit) const {
     if (cache::ParseCandidateUnit(bytes, unit) != cache::UnitShape::kCandidate) return false;
+    // As on the Endpoint: longer queries are never cached (and a key would
+    // copy the whole unit).
+    if (unit.sql.size() > impl_->options.cache.max_query_bytes) return false;
     cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
     return !fx.nocache_hint && !fx.changes_session_state && !fx.only_cache_settings;
   }
@@ -623,6 +630,11 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       state_changed_ = true;
       return;
     } else {
+      return;
+    }
+    if (sql.size() > kMaxClassifiedSql) {
+      // Lexing it would cost several times its size; assume the worst.
+      state_changed_ = true;
       return;
     }
     if (cache::ClassifyStatements(sql, &cache_settings_).changes_session_state) state_changed_ = true;
@@ -904,6 +916,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           co_return;
         }
         buf.erase(0, consumed);
+        // A large chunk (a big result) is not kept for the session's life.
+        if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
       }
       absl::StatusOr<size_t> n = co_await link_->Receive(buf);
       if (!n.ok()) {
