@@ -47,6 +47,7 @@
 #include "cache/tier.h"
 #include "client/client_cache.h"
 #include "client/client_util.h"
+#include "client/in_buffer.h"
 #include "client/server_handshake.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
@@ -98,69 +99,6 @@ void SetCloseOnExec(int fd) {
   int flags = ::fcntl(fd, F_GETFD);
   if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
-
-// Received-but-unconsumed app bytes. Frames returned by FrameReader are views
-// into it and stay valid until the next Prepare() or Take().
-//
-// Memory follows what has arrived, never what a peer declared: Prepare()
-// is asked for at most kMaxReadChunk more bytes, and a buffer that grew past
-// kKeepCapacity for a large message is freed once it is empty again.
-class InBuffer {
- public:
-  std::string_view view() const { return {data_.data() + begin_, end_ - begin_}; }
-  size_t size() const { return end_ - begin_; }
-  size_t capacity() const { return data_.capacity(); }
-  void Consume(size_t n) {
-    begin_ += n;
-    if (begin_ == end_) Reset();
-  }
-  // The first `n` bytes as a string, consumed. A large message that is all
-  // there is moves out with its storage (no second copy of it); small ones
-  // are copied so the buffer is reused.
-  std::string Take(size_t n) {
-    if (begin_ == 0 && n == end_ && n > kKeepCapacity) {
-      std::string out = std::move(data_);
-      out.resize(n);
-      data_ = std::string();
-      begin_ = end_ = 0;
-      return out;
-    }
-    std::string out(data_.data() + begin_, n);
-    Consume(n);
-    return out;
-  }
-  // Free space of at least `n` bytes after the data (moving it to the front
-  // or growing when needed).
-  asio::mutable_buffer Prepare(size_t n) {
-    if (data_.size() - end_ < n && begin_ > 0) {
-      std::memmove(data_.data(), data_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    if (data_.size() - end_ < n) data_.resize(end_ + n);
-    return asio::buffer(data_.data() + end_, data_.size() - end_);
-  }
-  void Commit(size_t n) { end_ += n; }
-
-  // Most bytes asked of Prepare() per read, whatever length a header declared.
-  static constexpr size_t kMaxReadChunk = 1 << 20;
-
- private:
-  // A buffer this large is kept for reuse; a larger one is released.
-  static constexpr size_t kKeepCapacity = 256 << 10;
-
-  void Reset() {
-    begin_ = end_ = 0;
-    if (data_.capacity() > kKeepCapacity) {
-      data_ = std::string();
-      client::ReleaseFreedMemory();
-    }
-  }
-
-  std::string data_;
-  size_t begin_ = 0;
-  size_t end_ = 0;
-};
 
 }  // namespace
 
@@ -387,7 +325,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Reads once, so that (when possible) `needed` bytes in total are buffered.
   asio::awaitable<bool> Fill(size_t needed) {
     size_t want = needed > in_.size() ? needed - in_.size() : 1;
-    auto buffer = in_.Prepare(std::clamp(want, kReadSize, InBuffer::kMaxReadChunk));
+    auto [space, space_size] = in_.Prepare(std::clamp(want, kReadSize, client::InBuffer::kMaxReadChunk));
+    auto buffer = asio::buffer(space, space_size);
     auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
     if (ec || n == 0) co_return false;
     in_.Commit(n);
@@ -974,7 +913,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::steady_timer params_timer_;
   State state_ = State::kStartup;
   EndReason reason_ = EndReason::kNone;
-  InBuffer in_;
+  client::InBuffer in_;  // app bytes not consumed yet
   std::string out_;
   bool timed_out_ = false;
   bool params_notified_ = false;
