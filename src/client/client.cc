@@ -273,6 +273,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       if (!self || self->idle_generation_ != generation) return;
       if (self->state_ != State::kIdle || self->outstanding_ != 0 || self->txn_status_ != 'I') return;
       if (self->reason_ != EndReason::kNone) return;
+      // Set now, not when the coroutine starts: AppToLink must not send on
+      // the link in between.
+      self->reason_ = EndReason::kIdleTimeout;
       asio::co_spawn(self->executor(), self->EndIdleSession(self), asio::detached);
     });
   }
@@ -284,7 +287,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // The idle timeout fired: FATAL 57P05 to the app, Terminate to the
   // Endpoint (a clean end, not a vanished client), then close both.
   asio::awaitable<void> EndIdleSession(std::shared_ptr<ClientSession> self) {
-    reason_ = EndReason::kIdleTimeout;
     pending_error_ = ErrorFrame(kSqlStateIdleSessionTimeout, "terminating connection due to idle-session timeout");
     Log("closing an app connection: idle-session timeout");
     if (link_) {

@@ -621,15 +621,22 @@ TEST_CASE("the idle timeout does not apply inside a transaction") {
   CHECK(SqlState(*m) == "57P05");
 }
 
-TEST_CASE("an absurd message length after login gets 08P01") {
+TEST_CASE("an absurd message length after login: 54000 if above the limit, 08P01 if malformed") {
+  // 0x7ffffff0 is well-formed but above max_message_size; 0x80000000 and 3
+  // cannot be a length at all.
+  auto [header, sqlstate] = GENERATE(table<std::string, std::string>({
+      {std::string("Q\x7f\xff\xff\xf0", 5), "54000"},
+      {std::string("Q\x80\x00\x00\x00", 5), "08P01"},
+      {std::string("Q\x00\x00\x00\x03", 5), "08P01"},
+  }));
   Harness h;
   App app(h.port());
   app.Login();
-  app.Send(std::string("Q\x7f\xff\xff\xf0", 5));
+  app.Send(header);
   auto m = app.Read();
   REQUIRE(m);
   REQUIRE(m->tag == 'E');
-  CHECK(SqlState(*m) == "54000");  // well-formed but above max_message_size
+  CHECK(SqlState(*m) == sqlstate);
   CHECK(app.Closed());
 }
 
