@@ -118,6 +118,22 @@ def test_an_open_idle_session_gives_back_a_large_message():
         conn.close()
 
 
+def test_max_message_size_flag():
+    with wire.Serve(["--max-message-size", "1M"]) as small:
+        conn = wire.Conn(small.host, small.port)
+        try:
+            conn.login(small.user, small.password, small.database)
+            conn.send(wire.query("SELECT length('%s')" % ("z" * (900 * 1024))))
+            rows = [p for t, p in conn.read_until("Z") if t == "D"]
+            check(rows and rows[0].endswith(str(900 * 1024).encode()), "a 900 KiB query failed: %r" % (rows,))
+            conn.send(b"Q" + struct.pack("!I", 2 * 1024 * 1024))
+            m = conn.read_msg()
+            check(m and m[0] == "E" and wire.error_fields(m[1])["C"] == "54000", "a 2 MiB header got %r" % (m,))
+            check(conn.closed_within(5), "not closed after 54000")
+        finally:
+            conn.close()
+
+
 if __name__ == "__main__":
     with wire.Serve(["--threads", "2"]) as SERVE:
         wire.run([
@@ -125,4 +141,5 @@ if __name__ == "__main__":
             test_message_above_the_limit_is_refused_with_54000,
             test_memory_returns_after_three_50mb_queries,
             test_an_open_idle_session_gives_back_a_large_message,
+            test_max_message_size_flag,
         ])
