@@ -95,8 +95,18 @@ struct ClientOptions {
   std::string user = "hyperpool";
   std::string password;
   std::string database = "hyperpool";
-  // How long an application may take to finish its handshake.
+  // client_login_timeout: how long an application may take to finish its
+  // handshake (like PostgreSQL's authentication_timeout). The connection is
+  // then closed without a message, as PostgreSQL does.
   std::chrono::milliseconds handshake_timeout{15000};
+  // client_idle_timeout: an application idle this long outside a transaction
+  // (ReadyForQuery 'I' sent, nothing outstanding) gets FATAL 57P05 and is
+  // closed, like PostgreSQL's idle_session_timeout. 0 = never.
+  std::chrono::milliseconds idle_timeout{0};
+  // Largest message an application may send after login (the value of its
+  // length field). Larger ones get FATAL 54000 and a close, before any of the
+  // body is buffered. PostgreSQL's own limit is 1 GiB.
+  std::size_t max_message_size = 64u << 20;
   CacheOptions cache;
   // Each executor given to Client::Create runs on exactly one thread (as
   // hyperpool's own workers do; connect() sets this): a session then runs on

@@ -89,6 +89,33 @@ std::optional<std::string> ApplyCacheOption(std::string_view name, const std::st
 
 }  // namespace
 
+std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+  uint64_t number = 0;
+  if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
+    if (!ParseNumber(text.substr(0, text.size() - 2), number) || number > 86'400'000'000ull) return std::nullopt;
+    return std::chrono::milliseconds(number);
+  }
+  if (text.size() > 1 && text.back() == 's') text.remove_suffix(1);
+  if (!ParseNumber(text, number) || number > 86'400'000ull) return std::nullopt;
+  return std::chrono::milliseconds(number * 1000);
+}
+
+std::optional<uint64_t> ParseSize(std::string_view text) {
+  uint64_t multiplier = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K': case 'k': multiplier = uint64_t{1} << 10; break;
+      case 'M': case 'm': multiplier = uint64_t{1} << 20; break;
+      case 'G': case 'g': multiplier = uint64_t{1} << 30; break;
+      default: break;
+    }
+    if (multiplier != 1) text.remove_suffix(1);
+  }
+  uint64_t number = 0;
+  if (!ParseNumber(text, number) || number > (uint64_t{1} << 40)) return std::nullopt;
+  return number * multiplier;
+}
+
 std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
                                                EndpointOptions& options) {
   uint64_t number = 0;
@@ -164,6 +191,21 @@ std::optional<std::string> ApplyClientOption(std::string_view name, const std::s
     options.database = value;
   } else if (name == "--threads") {
     if (!ParseNumber(value, threads)) return "--threads needs a number";
+  } else if (name == "--client-login-timeout") {
+    std::optional<std::chrono::milliseconds> d = ParseDuration(value);
+    if (!d || *d <= std::chrono::milliseconds(0)) return "--client-login-timeout needs seconds (or Nms), above 0";
+    options.handshake_timeout = *d;
+  } else if (name == "--client-idle-timeout") {
+    std::optional<std::chrono::milliseconds> d = ParseDuration(value);
+    if (!d) return "--client-idle-timeout needs seconds (or Nms; 0 = off)";
+    options.idle_timeout = *d;
+  } else if (name == "--max-message-size") {
+    std::optional<uint64_t> bytes = ParseSize(value);
+    // At least room for a Query of a few bytes; at most PostgreSQL's 1 GiB.
+    if (!bytes || *bytes < 1024 || *bytes > (uint64_t{1} << 30) - 1) {
+      return "--max-message-size needs bytes (suffix K, M or G allowed), from 1K to 1G-1";
+    }
+    options.max_message_size = static_cast<std::size_t>(*bytes);
   } else {
     return ApplyCacheOption(name, value, options.cache);
   }

@@ -3,6 +3,7 @@
 // client): numbers, HOST:PORT, and the options of each half, so that one
 // option means the same in every command.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,6 +23,11 @@ bool ParseNumber(std::string_view text, T& out) {
   out = static_cast<T>(value);
   return static_cast<uint64_t>(out) == value;
 }
+
+// "N" or "Ns" seconds, or "Nms" milliseconds.
+std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text);
+// Bytes, optionally with a binary suffix K, M or G.
+std::optional<uint64_t> ParseSize(std::string_view text);
 
 // "HOST:PORT" or "[v6]:PORT" (HOST may be empty).
 bool ParseHostPort(const std::string& value, std::string& host, uint16_t& port);
@@ -48,6 +54,7 @@ void HideSecretsInArgv(int argc, char** argv);
 std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,
                                                EndpointOptions& options);
 // The Client's: --listen, --listen-unix, --user, --password, --password-file, --database, --threads,
+// --client-login-timeout, --client-idle-timeout, --max-message-size,
 // --cache-max-age, --cache-swr (its own tier).
 std::optional<std::string> ApplyClientOption(std::string_view name, const std::string& value,
                                              ClientOptions& options, unsigned& threads);

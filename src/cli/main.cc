@@ -4,6 +4,9 @@
 
 #include <cstdio>
 #include <cstring>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +58,17 @@ int PrintVersion() {
   return 0;
 }
 
+// glibc raises its mmap threshold (up to 32 MiB) each time a large mmapped
+// block is freed, so after one big message every later one comes from the
+// heap and its pages stay with the process when freed (106-160 MB kept after
+// three 50 MB queries). A fixed 1 MiB threshold returns every large buffer
+// to the system when it is freed; below it nothing changes.
+void ConfigureAllocator() {
+#if defined(__GLIBC__)
+  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +81,7 @@ int main(int argc, char** argv) {
   hyperpool::cli::HideSecretsInArgv(argc, argv);
   argv = copies.data();
   RaiseDescriptorLimit();
+  ConfigureAllocator();
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;

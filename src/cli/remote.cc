@@ -117,6 +117,12 @@ Options:
   --password-file FILE    read that password from FILE (first line; mode 0600)
   --database D            database name applications use (default hyperpool)
   --threads N             worker threads (default 0 = one per core)
+  --client-login-timeout S  close an application that has not logged in after S seconds
+                          (or Nms; default 15), without a message, as PostgreSQL does
+  --client-idle-timeout S close an application idle outside a transaction for S seconds
+                          (or Nms) with FATAL 57P05 (default 0 = never)
+  --max-message-size N    largest message an application may send, in bytes (suffix K, M,
+                          G; default 64M); larger ones get FATAL 54000
   --no-cache              turn the Client's query-cache tier off
   --cache-max-age S       at most this many seconds for a locally cached result (default 60)
   --cache-swr S           as for serve (default 15)

@@ -49,6 +49,8 @@
 #include "client/client_cache.h"
 #include "client/client_util.h"
 #include "client/unix_listener.h"
+#include "client/in_buffer.h"
+#include "client/server_handshake.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
 #include "protocol/codec.h"
@@ -60,18 +62,26 @@ namespace pr = protocol;
 using asio::ip::tcp;
 constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 
-// Largest tagged message accepted while authenticating (SCRAM payloads are
-// bounded at 4 KiB by ScramLimits); afterwards PostgreSQL's 1 GiB limit.
-constexpr uint32_t kAuthMaxMessageLength = 16 * 1024;
+// Longest statement text the Client lexes for the cache (ClassifyStatements);
+// a session that sends a longer one bypasses the Client tier from then on.
+constexpr size_t kMaxClassifiedSql = 1 << 20;
 // Bytes requested per socket read.
 constexpr size_t kReadSize = 16 * 1024;
 
 constexpr std::string_view kSqlStateProtocolViolation = "08P01";
 constexpr std::string_view kSqlStateConnectionFailure = "08006";
-constexpr std::string_view kSqlStateInvalidAuthorization = "28000";
-constexpr std::string_view kSqlStateInvalidPassword = "28P01";
-constexpr std::string_view kSqlStateInvalidCatalog = "3D000";
 constexpr std::string_view kSqlStateAdminShutdown = "57P01";
+constexpr std::string_view kSqlStateIdleSessionTimeout = "57P05";
+constexpr std::string_view kSqlStateProgramLimitExceeded = "54000";
+
+// True when `bytes` starts with a frame header whose (well-formed) length
+// is above `limit`: a size we refuse, not a malformed stream.
+bool DeclaresLengthAbove(std::string_view bytes, uint32_t limit) {
+  if (bytes.size() < 5) return false;
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
+  const uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  return len < 0x80000000u && len > limit;
+}
 
 void Log(std::string_view line) {
   std::string text = fmt::format("hyperpool client: {}\n", line);
@@ -91,35 +101,6 @@ void SetCloseOnExec(int fd) {
   int flags = ::fcntl(fd, F_GETFD);
   if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
-
-// Received-but-unconsumed app bytes. Frames returned by FrameReader are views
-// into it and stay valid until the next Prepare().
-class InBuffer {
- public:
-  std::string_view view() const { return {data_.data() + begin_, end_ - begin_}; }
-  size_t size() const { return end_ - begin_; }
-  void Consume(size_t n) {
-    begin_ += n;
-    if (begin_ == end_) begin_ = end_ = 0;
-  }
-  // Free space of at least `n` bytes after the data (moving it to the front
-  // or growing when needed).
-  asio::mutable_buffer Prepare(size_t n) {
-    if (data_.size() - end_ < n && begin_ > 0) {
-      std::memmove(data_.data(), data_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    if (data_.size() - end_ < n) data_.resize(end_ + n);
-    return asio::buffer(data_.data() + end_, data_.size() - end_);
-  }
-  void Commit(size_t n) { end_ += n; }
-
- private:
-  std::vector<char> data_;
-  size_t begin_ = 0;
-  size_t end_ = 0;
-};
 
 }  // namespace
 
@@ -154,7 +135,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   const std::vector<asio::any_io_executor> executors;
   Transport& transport;
   const ClientOptions options;
-  auth::ScramVerifier verifier;  // of options.password, computed once
+  // User, database, the verifier of options.password (computed once) and
+  // the mock secret for unknown users: what every session's handshake needs.
+  client::HandshakeConfig handshake_config;
   std::string connection_string;
   asio::strand<asio::any_io_executor> accept_strand;
   tcp::acceptor acceptor;                // used on accept_strand only
@@ -204,6 +187,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     kTerminate,         // app sent Terminate: forwarded, then both closed
     kAppGone,           // app socket closed or failed: link closed (a vanished client)
     kAppProtocolError,  // app sent a malformed frame: pending_error_ goes to the app
+    kIdleTimeout,       // idle past options.idle_timeout: pending_error_ (57P05) goes to the app
     kLinkFailed,        // the link broke: 08006 to the app
     kStopped,           // Client::Stop()
   };
@@ -212,6 +196,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       : impl_(std::move(impl)),
         socket_(std::move(socket)),
         watchdog_(socket_.get_executor()),
+        idle_timer_(socket_.get_executor()),
         params_timer_(socket_.get_executor()),
         write_done_(socket_.get_executor()) {}
 
@@ -237,6 +222,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       if (state_ != State::kClosed) SetState(State::kClosed);
       co_return;
     }
+    ArmIdleTimer();
     hello_fp_ = cache::HelloFingerprint(app_params_, &hello_unsupported_);
     cache::ApplyStartupParameters(app_params_, cache_settings_);
     co_await AppToLink();
@@ -246,6 +232,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void Shutdown() {
     if (reason_ == EndReason::kNone) reason_ = EndReason::kStopped;
     timed_out_ = true;
+    DisarmIdleTimer();
     params_timer_.cancel();
     watchdog_.cancel();
     CloseLink();
@@ -285,6 +272,49 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     });
   }
 
+  // client_idle_timeout (ClientOptions::idle_timeout): armed whenever a
+  // ReadyForQuery 'I' leaves with nothing outstanding, disarmed by the next
+  // message from the app, as PostgreSQL's idle_session_timeout.
+  void ArmIdleTimer() {
+    ++idle_generation_;
+    if (impl_->options.idle_timeout <= std::chrono::milliseconds(0) || reason_ != EndReason::kNone) return;
+    idle_timer_.expires_after(impl_->options.idle_timeout);
+    idle_timer_.async_wait([weak = weak_from_this(), generation = idle_generation_](asio::error_code ec) {
+      if (ec) return;
+      auto self = weak.lock();
+      if (!self || self->idle_generation_ != generation) return;
+      if (self->state_ != State::kIdle || self->outstanding_ != 0 || self->txn_status_ != 'I') return;
+      if (self->reason_ != EndReason::kNone) return;
+      // Set now, not when the coroutine starts: AppToLink must not send on
+      // the link in between.
+      self->reason_ = EndReason::kIdleTimeout;
+      asio::co_spawn(self->executor(), self->EndIdleSession(self), asio::detached);
+    });
+  }
+  void DisarmIdleTimer() {
+    ++idle_generation_;
+    idle_timer_.cancel();
+  }
+
+  // The idle timeout fired: FATAL 57P05 to the app, Terminate to the
+  // Endpoint (a clean end, not a vanished client), then close both.
+  asio::awaitable<void> EndIdleSession(std::shared_ptr<ClientSession> self) {
+    pending_error_ = ErrorFrame(kSqlStateIdleSessionTimeout, "terminating connection due to idle-session timeout");
+    Log("closing an app connection: idle-session timeout");
+    if (link_) {
+      // LinkToApp is the socket's writer: it delivers pending_error_ when
+      // the link ends.
+      std::string terminate;
+      pr::Encode(pr::Terminate{}, terminate);
+      (void)co_await link_->Send(std::move(terminate));
+      CloseLink();
+      co_return;
+    }
+    co_await Write(pending_error_);
+    CloseSocket();
+    SetState(State::kClosed);
+  }
+
   void CloseSocket() {
     asio::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
@@ -309,7 +339,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Reads once, so that (when possible) `needed` bytes in total are buffered.
   asio::awaitable<bool> Fill(size_t needed) {
     size_t want = needed > in_.size() ? needed - in_.size() : 1;
-    auto buffer = in_.Prepare(std::max(want, kReadSize));
+    auto [space, space_size] = in_.Prepare(std::clamp(want, kReadSize, client::InBuffer::kMaxReadChunk));
+    auto buffer = asio::buffer(space, space_size);
     auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
     if (ec || n == 0) co_return false;
     in_.Commit(n);
@@ -333,116 +364,54 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // ---- Handshake (PostgreSQL docs, "Message Flow" > "Start-up") ----
 
+  // Runs the sans-I/O ServerHandshake over the socket, then sends the
+  // origin's parameters, BackendKeyData and ReadyForQuery. False: closed.
   asio::awaitable<bool> Handshake() {
-    pr::FrameReader startup_reader(pr::FrameReader::Mode::kStartup);
-    bool ssl_refused = false;
-    bool gss_refused = false;
-    int32_t version = 0;
+    using Event = client::ServerHandshake::Event;
+    client::ServerHandshake hs(impl_->handshake_config);
     for (;;) {
-      absl::StatusOr<pr::Frame> frame = co_await ReadFrame(startup_reader);
-      if (!frame.ok()) {
-        if (pr::IsProtocolError(frame.status()) && !timed_out_) {
-          co_await Fatal(kSqlStateProtocolViolation, std::string(frame.status().message()));
+      client::ServerHandshake::Step step = hs.Advance(in_.view());
+      in_.Consume(step.consumed);
+      if (!step.log.empty()) Log(fmt::format("closing an app connection: {}", step.log));
+      if (step.event == Event::kNeedMore) {
+        if (!step.output.empty()) co_await Write(step.output);
+        if (hs.state() != client::ServerHandshake::State::kStartup && state_ == State::kStartup) {
+          SetState(State::kAuthenticating);
         }
-        co_return false;
-      }
-      const size_t frame_size = frame->size();
-      std::string_view payload = frame->payload;
-      const auto* u = reinterpret_cast<const unsigned char*>(payload.data());
-      const int32_t code = static_cast<int32_t>((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) |
-                                                (uint32_t{u[2]} << 8) | u[3]);
-      if (code != pr::kSslRequestCode && code != pr::kGssEncRequestCode && code != pr::kCancelRequestCode &&
-          pr::ProtocolMajor(code) != 3) {
-        co_await Fatal(kSqlStateProtocolViolation,
-                       fmt::format("unsupported frontend protocol {}.{}: server supports 3.0 to 3.0",
-                                   pr::ProtocolMajor(code), pr::ProtocolMinor(code)));
-        co_return false;
-      }
-      absl::StatusOr<pr::StartupPacket> packet = pr::DecodeStartupPacket(payload);
-      if (!packet.ok()) {
-        co_await Fatal(kSqlStateProtocolViolation, std::string(packet.status().message()));
-        co_return false;
-      }
-      if (std::holds_alternative<pr::SslRequest>(*packet) || std::holds_alternative<pr::GssEncRequest>(*packet)) {
-        bool ssl = std::holds_alternative<pr::SslRequest>(*packet);
-        bool& refused = ssl ? ssl_refused : gss_refused;
-        if (refused) {
-          std::string message = ssl ? "duplicate SSLRequest" : "duplicate GSSENCRequest";
-          co_await Fatal(kSqlStateProtocolViolation, std::move(message));
-          co_return false;
-        }
-        refused = true;
-        in_.Consume(frame_size);
-        // Bytes sent before our answer cannot be meant for the (refused)
-        // encrypted channel: a client that pipelines them is attempting the
-        // CVE-2021-23222 class of injection. Close without answering.
-        asio::error_code ec;
-        if (in_.size() > 0 || socket_.available(ec) > 0) {
-          Log(fmt::format("closing an app connection: data received after {} before the answer",
-                          ssl ? "SSLRequest" : "GSSENCRequest"));
-          co_return false;
-        }
-        co_await Write("N");
+        // EOF before a complete packet, or the login timeout: close silently
+        // (PostgreSQL does the same).
+        if (!co_await Fill(step.bytes_needed)) co_return false;
         continue;
       }
-      if (const auto* cancel = std::get_if<pr::CancelRequest>(&*packet)) {
-        int32_t pid = cancel->process_id;
-        std::string secret(cancel->secret_key);
-        in_.Consume(frame_size);
-        co_await ForwardCancel(pid, secret);
+      if (step.event == Event::kEncryptionRefused) {
+        // Bytes already on their way before our answer: see ServerHandshake.
+        asio::error_code ec;
+        if (socket_.available(ec) > 0) {
+          Log("closing an app connection: data received after SSLRequest/GSSENCRequest before the answer");
+          co_return false;
+        }
+        co_await Write(step.output);
+        continue;
+      }
+      if (step.event == Event::kCancelRequest) {
+        co_await ForwardCancel(hs.cancel_process_id(), hs.cancel_secret());
         co_return false;
       }
-      const auto& startup = std::get<pr::StartupMessage>(*packet);
-      version = startup.protocol_version;
-      for (const auto& [name, value] : startup.parameters) {
-        if (name == "user") {
-          user_ = std::string(value);
-        } else if (name == "database") {
-          database_ = std::string(value);
-          has_database_ = true;
-        } else if (name == "replication") {
-          replication_ = std::string(value);
-        } else if (name.substr(0, 5) == "_pq_.") {
-          unrecognized_options_.emplace_back(name);
-        } else {
-          app_params_.emplace_back(std::string(name), std::string(value));
-        }
+      if (step.event == Event::kClose) {
+        if (!step.output.empty() && !timed_out_) co_await Write(step.output);
+        CloseSocket();
+        SetState(State::kClosed);
+        co_return false;
       }
-      in_.Consume(frame_size);
+      // kAuthenticated: output holds [NegotiateProtocolVersion] ... AuthenticationOk.
+      out_ = std::move(step.output);
+      user_ = hs.user();
+      database_ = hs.database();
+      app_params_ = hs.parameters();
       break;
     }
+    if (state_ == State::kStartup) SetState(State::kAuthenticating);
 
-    out_.clear();
-    if (pr::ProtocolMinor(version) > 0 || !unrecognized_options_.empty()) {
-      // We speak 3.0 and no protocol extensions (PostgreSQL docs,
-      // "Protocol versions"; NegotiateProtocolVersion).
-      pr::NegotiateProtocolVersion npv;
-      npv.newest_minor_version = 0;
-      for (const auto& name : unrecognized_options_) npv.unrecognized_options.emplace_back(name);
-      pr::Encode(npv, out_);
-    }
-    if (user_.empty()) {
-      co_await FatalAfter(kSqlStateInvalidAuthorization, "no PostgreSQL user name specified in startup packet");
-      co_return false;
-    }
-    if (!has_database_ || database_.empty()) database_ = user_;
-    if (!replication_.empty() && replication_ != "false" && replication_ != "off" && replication_ != "no" &&
-        replication_ != "0") {
-      co_await FatalAfter(kSqlStateProtocolViolation, "replication connections are not supported by hyperpool");
-      co_return false;
-    }
-    if (user_ != impl_->options.user) {
-      co_await FatalAfter(kSqlStateInvalidAuthorization, fmt::format("role \"{}\" is not permitted", user_));
-      co_return false;
-    }
-    if (database_ != impl_->options.database) {
-      co_await FatalAfter(kSqlStateInvalidCatalog, fmt::format("database \"{}\" does not exist", database_));
-      co_return false;
-    }
-    SetState(State::kAuthenticating);
-    if (!co_await Authenticate()) co_return false;
-
-    // Authenticated: out_ holds SASLFinal + AuthenticationOk.
     client::ParamList origin_params;
     bool have_params = false;
     {
@@ -474,98 +443,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     if (ec) co_return false;
     out_.clear();
     out_.shrink_to_fit();
-    co_return true;
-  }
-
-  // Fatal() after whatever out_ already holds (e.g. NegotiateProtocolVersion).
-  asio::awaitable<void> FatalAfter(std::string_view sqlstate, std::string message) {
-    pr::EncodeErrorResponse(out_, "FATAL", sqlstate, message);
-    co_await Write(out_);
-    CloseSocket();
-    SetState(State::kClosed);
-  }
-
-  // SCRAM-SHA-256 (PostgreSQL docs, "SASL Authentication"). out_ may already
-  // hold NegotiateProtocolVersion. On success out_ holds SASLFinal + AuthenticationOk.
-  asio::awaitable<bool> Authenticate() {
-    auth::ScramServer::Options scram_options;
-    scram_options.verifier = impl_->verifier;
-    absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(std::move(scram_options));
-    if (!scram.ok()) {
-      co_await FatalAfter(kSqlStateConnectionFailure, "could not start SCRAM authentication");
-      co_return false;
-    }
-    pr::AuthenticationSasl sasl;
-    sasl.mechanisms = {auth::kScramSha256};
-    pr::Encode(pr::Authentication{sasl}, out_);
-    co_await Write(out_);
-    out_.clear();
-
-    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
-    reader.set_max_message_length(kAuthMaxMessageLength);
-    auto expect_password_frame = [&](absl::StatusOr<pr::Frame>& frame) -> absl::Status {
-      if (!frame.ok()) return frame.status();
-      if (frame->tag != 'p') {
-        return pr::ProtocolError(fmt::format("expected SASL response, got message type {}", int(frame->tag)));
-      }
-      return absl::OkStatus();
-    };
-    auto fail = [&](const absl::Status& status) -> asio::awaitable<void> {
-      if (absl::IsUnavailable(status) || timed_out_) co_return;  // closed: nobody to tell
-      if (absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status)) {
-        Log(fmt::format("password authentication failed for user \"{}\"", user_));
-        co_await Fatal(kSqlStateInvalidPassword, fmt::format("password authentication failed for user \"{}\"", user_));
-      } else {
-        co_await Fatal(kSqlStateProtocolViolation, std::string(status.message()));
-      }
-    };
-
-    absl::StatusOr<pr::Frame> frame = co_await ReadFrame(reader);
-    if (absl::Status s = expect_password_frame(frame); !s.ok()) {
-      co_await fail(s);
-      co_return false;
-    }
-    absl::StatusOr<pr::SaslInitialResponse> initial = pr::DecodeSaslInitialResponse(frame->payload);
-    if (!initial.ok()) {
-      co_await fail(initial.status());
-      co_return false;
-    }
-    if (initial->mechanism != auth::kScramSha256) {
-      co_await fail(pr::ProtocolError("client selected an invalid SASL authentication mechanism"));
-      co_return false;
-    }
-    if (!initial->data) {
-      co_await fail(pr::ProtocolError("SASLInitialResponse carries no client-first message"));
-      co_return false;
-    }
-    absl::StatusOr<std::string> server_first = scram->HandleClientFirst(initial->mechanism, *initial->data);
-    in_.Consume(frame->size());
-    if (!server_first.ok()) {
-      co_await fail(server_first.status());
-      co_return false;
-    }
-    pr::Encode(pr::Authentication{pr::AuthenticationSaslContinue{*server_first}}, out_);
-    co_await Write(out_);
-    out_.clear();
-
-    frame = co_await ReadFrame(reader);
-    if (absl::Status s = expect_password_frame(frame); !s.ok()) {
-      co_await fail(s);
-      co_return false;
-    }
-    absl::StatusOr<pr::SaslResponse> response = pr::DecodeSaslResponse(frame->payload);
-    if (!response.ok()) {
-      co_await fail(response.status());
-      co_return false;
-    }
-    absl::StatusOr<std::string> server_final = scram->HandleClientFinal(response->data);
-    in_.Consume(frame->size());
-    if (!server_final.ok()) {
-      co_await fail(server_final.status());
-      co_return false;
-    }
-    pr::Encode(pr::Authentication{pr::AuthenticationSaslFinal{*server_final}}, out_);
-    pr::Encode(pr::Authentication{pr::AuthenticationOk{}}, out_);
     co_return true;
   }
 
@@ -650,9 +527,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     // The pid of our BackendKeyData: the Endpoint shows it as the sender of
     // this session's notifications (src/endpoint/notification_pid.h).
     if (cancel_pid_ != 0) hello_params.emplace_back("hyperpool.backend_pid", std::to_string(cancel_pid_));
-    std::string initial = client::BuildLinkHello(hello_params, session_id_);
-    initial.append(first_frames);
-    auto link = co_await impl_->transport.Open(executor(), std::move(initial));
+    // The hello goes in front of the frames (which may be one large
+    // message, moved here without a copy): one more copy of it is avoided.
+    first_frames.insert(0, client::BuildLinkHello(hello_params, session_id_));
+    auto link = co_await impl_->transport.Open(executor(), std::move(first_frames));
     if (!link.ok()) {
       Log(fmt::format("could not open a link to the endpoint: {}", std::string(link.status().message())));
       co_await Fatal(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
@@ -684,6 +562,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // The unit at the start of `bytes` if it may be cached (shape and text).
   bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit) const {
     if (cache::ParseCandidateUnit(bytes, unit) != cache::UnitShape::kCandidate) return false;
+    // As on the Endpoint: longer queries are never cached (and a key would
+    // copy the whole unit).
+    if (unit.sql.size() > impl_->options.cache.max_query_bytes) return false;
     cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
     return !fx.nocache_hint && !fx.changes_session_state && !fx.only_cache_settings;
   }
@@ -705,6 +586,11 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       state_changed_ = true;
       return;
     } else {
+      return;
+    }
+    if (sql.size() > kMaxClassifiedSql) {
+      // Lexing it would cost several times its size; assume the worst.
+      state_changed_ = true;
       return;
     }
     if (cache::ClassifyStatements(sql, &cache_settings_).changes_session_state) state_changed_ = true;
@@ -735,6 +621,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       (void)written;
       in_.Consume(n);
       if (ec) co_return false;
+      ArmIdleTimer();  // a ReadyForQuery 'I' went out
     }
     co_return true;
   }
@@ -805,8 +692,13 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   }
 
   asio::awaitable<void> AppToLink() {
-    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+    const uint32_t max_length = static_cast<uint32_t>(
+        std::min<size_t>(impl_->options.max_message_size, pr::kDefaultMaxMessageLength));
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged, pr::FrameLimits{.max_message_length = max_length});
     for (;;) {
+      // The idle timeout ended the session while we waited for the app (see
+      // EndIdleSession): nothing more may be sent on the link.
+      if (reason_ == EndReason::kIdleTimeout) co_return;
       if (!co_await ServeLocalHits()) {
         if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
         CloseLink();
@@ -823,6 +715,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       size_t needed = 0;
       bool terminate = false;
       absl::Status bad;
+      std::string_view bad_sqlstate = kSqlStateProtocolViolation;
       for (;;) {
         pr::FrameReader::Result r = reader.Read(view.substr(batch));
         if (r.is_need_more()) {
@@ -831,6 +724,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         }
         if (r.is_error()) {
           bad = r.status();
+          if (DeclaresLengthAbove(view.substr(batch), max_length)) bad_sqlstate = kSqlStateProgramLimitExceeded;
           break;
         }
         const char tag = r.frame().tag;
@@ -859,9 +753,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       // Set before the Terminate goes out: the Endpoint may close the link
       // before Send() returns, and LinkToApp must not call that a failure.
       if (terminate && reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
+      if (batch > 0) DisarmIdleTimer();  // a message arrived: not idle until the next ReadyForQuery
       if (batch > 0 && !(terminate && !link_ && batch == 5)) {
-        std::string bytes(view.substr(0, batch));
-        in_.Consume(batch);
+        std::string bytes = in_.Take(batch);
         if (!link_) {
           if (!co_await OpenLink(std::move(bytes))) {
             CloseSocket();
@@ -881,7 +775,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         co_return;
       }
       if (!bad.ok()) {
-        std::string error = ErrorFrame(kSqlStateProtocolViolation, std::string(bad.message()));
+        std::string error = ErrorFrame(bad_sqlstate, std::string(bad.message()));
         Log(fmt::format("closing an app connection: {}", std::string(bad.message())));
         if (link_ && reason_ == EndReason::kNone) {
           // LinkToApp is the socket's writer: let it deliver the error.
@@ -978,6 +872,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           co_return;
         }
         buf.erase(0, consumed);
+        // A large chunk (a big result) is not kept for the session's life.
+        if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
       }
       absl::StatusOr<size_t> n = co_await link_->Receive(buf);
       if (!n.ok()) {
@@ -997,6 +893,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     if (!units_.empty()) units_.pop_front();
     if (outstanding_ > 0) --outstanding_;
     if (outstanding_ == 0 && state_ == State::kBusy) SetState(State::kIdle);
+    if (outstanding_ == 0 && status == 'I') ArmIdleTimer();
   }
 
   // The link stopped delivering: tell the app why (unless it left or we stopped).
@@ -1012,6 +909,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         break;
       }
       case EndReason::kAppProtocolError:
+      case EndReason::kIdleTimeout:
         co_await Write(pending_error_);
         break;
       case EndReason::kStopped:
@@ -1027,10 +925,12 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::shared_ptr<Client::Impl> impl_;
   tcp::socket socket_;
   asio::steady_timer watchdog_;
+  asio::steady_timer idle_timer_;
+  uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
   asio::steady_timer params_timer_;
   State state_ = State::kStartup;
   EndReason reason_ = EndReason::kNone;
-  InBuffer in_;
+  client::InBuffer in_;  // app bytes not consumed yet
   std::string out_;
   bool timed_out_ = false;
   bool params_notified_ = false;
@@ -1038,10 +938,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   std::string user_;
   std::string database_;
-  bool has_database_ = false;
-  std::string replication_;
   client::ParamList app_params_;
-  std::vector<std::string> unrecognized_options_;
   int32_t cancel_pid_ = 0;
   std::string cancel_secret_;
 
@@ -1289,7 +1186,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   auto impl = std::make_shared<Impl>(std::move(executors), transport, std::move(options));
   absl::StatusOr<auth::ScramVerifier> verifier = auth::MakeScramVerifier(impl->options.password);
   if (!verifier.ok()) return verifier.status();
-  impl->verifier = *std::move(verifier);
+  impl->handshake_config.user = impl->options.user;
+  impl->handshake_config.database = impl->options.database;
+  impl->handshake_config.verifier = *std::move(verifier);
+  absl::StatusOr<std::string> mock_secret = auth::RandomBytes(32);
+  if (!mock_secret.ok()) return mock_secret.status();
+  impl->handshake_config.mock_secret = *std::move(mock_secret);
   if (impl->options.cache.enabled) {
     impl->cache = std::make_shared<client::ClientTier>(impl->options.cache);
     absl::StatusOr<std::string> client_id = client::NewSessionId();

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "protocol/auth/auth_util.h"
@@ -145,6 +149,12 @@ std::string RedactOrigin(std::string_view origin) {
     pos = v + 3;
   }
   return s;
+}
+
+void ReleaseFreedMemory() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
 }
 
 }  // namespace hyperpool::client

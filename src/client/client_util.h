@@ -65,6 +65,13 @@ ParamList OverlayParams(const ParamList& origin, const ParamList& app_params);
 // string can be logged.
 std::string RedactOrigin(std::string_view origin);
 
+// Returns memory the allocator keeps after a large buffer was freed to the
+// system (glibc's malloc_trim; glibc otherwise keeps freed heap pages, and
+// raises its mmap threshold after a large free so the next large buffer
+// comes from the heap too). Call it after freeing a buffer of megabytes, not
+// per message: it walks the heap.
+void ReleaseFreedMemory();
+
 // Walks a backend byte stream chunk by chunk (frames may span chunks) and
 // reports the status byte of every ReadyForQuery, without copying or
 // buffering message bodies. Used on the hot path between link and app.

@@ -77,6 +77,12 @@ constexpr char kSqlStatePayload[] = "type.hyperpool/sqlstate";
 constexpr std::size_t kMaxLinkBatch = 256 * 1024;
 // Frontend bytes written to the origin in one go.
 constexpr std::size_t kMaxOriginBatch = 256 * 1024;
+// A session buffer that grew past this for one large message is freed once
+// empty, so an idle session does not keep the message's size.
+constexpr std::size_t kKeepBufferCapacity = 256 * 1024;
+void ReleaseIfLarge(std::string& buffer) {
+  if (buffer.empty() && buffer.capacity() > kKeepBufferCapacity) std::string().swap(buffer);
+}
 // Locally made answers waiting for the link before Run() stops reading.
 constexpr std::size_t kMaxLocalBacklog = 1024 * 1024;
 
@@ -449,6 +455,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       if (!to_origin_.empty()) co_await FlushToOrigin();
       in_.erase(0, offset);
+      ReleaseIfLarge(in_);
       if (end || stopping_) co_return;
       // Backpressure for locally made answers: let the pump catch up.
       while (local_out_.size() > kMaxLocalBacklog && !stopping_) co_await changed_.Wait();
@@ -872,6 +879,7 @@ class Session : public std::enable_shared_from_this<Session> {
     absl::Status st = co_await c->Write(to_origin_);
     writing_ = false;
     to_origin_.clear();
+    ReleaseIfLarge(to_origin_);
     if (discard_pending_) {
       if (!pump_reading_) ReleaseLease(ReleaseDecision::kClose);
     } else if (!st.ok() && conn_ == c) {

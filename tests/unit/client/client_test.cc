@@ -27,6 +27,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include "client/client_util.h"
 #include "hyperpool/client.h"
@@ -135,7 +136,10 @@ class FakeEndpoint final : public LinkAcceptor {
           }
           std::string answer;
           pr::Encode(pr::CommandComplete{"SELECT 1"}, answer);
-          pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, answer);
+          // "BEGIN" leaves the session in a transaction, anything else idle.
+          pr::Encode(pr::ReadyForQuery{sql == "BEGIN" ? pr::TransactionStatus::kInBlock
+                                                      : pr::TransactionStatus::kIdle},
+                     answer);
           if (!(co_await link->Send(std::move(answer))).ok()) co_return;
         }
       }
@@ -475,22 +479,25 @@ TEST_CASE("a wrong password gets 28P01 and the connection closes") {
   CHECK(app.Closed());
 }
 
-TEST_CASE("a wrong user gets 28000") {
+TEST_CASE("an unknown user runs SCRAM and gets the wrong-password 28P01") {
   Harness h;
   App app(h.port());
   app.SendStartup({{"user", "mallory"}, {"database", "appdb"}});
-  auto m = app.Read();
+  auto m = app.Scram("s3cret");
   REQUIRE(m);
   REQUIRE(m->tag == 'E');
-  CHECK(SqlState(*m) == "28000");
-  CHECK(ErrorMessage(*m) == "role \"mallory\" is not permitted");
+  CHECK(SqlState(*m) == "28P01");
+  CHECK(ErrorMessage(*m) == "password authentication failed for user \"mallory\"");
   CHECK(app.Closed());
 }
 
-TEST_CASE("a wrong database gets 3D000") {
+TEST_CASE("a wrong database gets 3D000 after authentication") {
   Harness h;
   App app(h.port());
   app.SendStartup({{"user", "app"}, {"database", "other"}});
+  auto ok = app.Scram("s3cret");
+  REQUIRE(ok);
+  REQUIRE(ok->tag == 'R');  // AuthenticationOk first, as from PostgreSQL
   auto m = app.Read();
   REQUIRE(m);
   REQUIRE(m->tag == 'E');
@@ -515,37 +522,121 @@ TEST_CASE("protocol 3.2 is downgraded with NegotiateProtocolVersion listing _pq_
   CHECK(ok->tag == 'R');
 }
 
-TEST_CASE("protocol 4.0 gets 08P01") {
+TEST_CASE("protocol 4.0 gets 0A000") {
   Harness h;
   App app(h.port());
   app.SendStartup({{"user", "app"}}, pr::MakeProtocolVersion(4, 0));
   auto m = app.Read();
   REQUIRE(m);
   REQUIRE(m->tag == 'E');
-  CHECK(SqlState(*m) == "08P01");
+  CHECK(SqlState(*m) == "0A000");
   CHECK(app.Closed());
 }
 
-TEST_CASE("an absurd startup length gets 08P01") {
+TEST_CASE("an absurd startup length closes without an answer, as PostgreSQL does") {
+  // The second is node-postgres's Terminate before its startup packet.
+  const std::string bytes = GENERATE(std::string("\x7f\xff\xff\xff\x00\x03\x00\x00", 8), std::string("X\0\0\0\x04", 5));
   Harness h;
   App app(h.port());
-  app.Send(std::string("\x7f\xff\xff\xff\x00\x03\x00\x00", 8));
+  app.Send(bytes);
+  CHECK(!app.ReadExact(1));
+}
+
+TEST_CASE("a message above max_message_size gets 54000 at its header") {
+  ClientOptions options = Harness::DefaultOptions();
+  options.max_message_size = 1 << 20;
+  Harness h(options);
+  App app(h.port());
+  app.Login();
+  app.Send(std::string("Q\x00\x20\x00\x00", 5));  // 2 MiB declared, nothing more sent
   auto m = app.Read();
   REQUIRE(m);
   REQUIRE(m->tag == 'E');
-  CHECK(SqlState(*m) == "08P01");
+  CHECK(SqlState(*m) == "54000");
   CHECK(app.Closed());
 }
 
-TEST_CASE("an absurd message length after login gets 08P01") {
+TEST_CASE("a message up to max_message_size goes through whole") {
+  ClientOptions options = Harness::DefaultOptions();
+  options.max_message_size = 1 << 20;
+  Harness h(options);
+  App app(h.port());
+  app.Login();
+  std::string sql = "SELECT '" + std::string(900 << 10, 'x') + "'";
+  app.SendQuery(sql);
+  REQUIRE(app.Read()->tag == 'C');
+  REQUIRE(app.Read()->tag == 'Z');
+  CHECK(h.endpoint().WaitFor([&](const std::vector<LinkRecord>& r) {
+    return r.size() >= 2 && r.back().all_bytes.find(sql) != std::string::npos;
+  }));
+}
+
+TEST_CASE("the idle timeout ends an idle session with 57P05, with or without a link") {
+  const bool with_link = GENERATE(false, true);
+  ClientOptions options = Harness::DefaultOptions();
+  options.idle_timeout = 200ms;
+  Harness h(options);
+  App app(h.port());
+  app.Login();
+  if (with_link) {
+    app.SendQuery("SELECT 1");
+    REQUIRE(app.Read()->tag == 'C');
+    REQUIRE(app.Read()->tag == 'Z');
+  }
+  auto m = app.Read();
+  REQUIRE(m);
+  REQUIRE(m->tag == 'E');
+  CHECK(SqlState(*m) == "57P05");
+  CHECK(ErrorMessage(*m) == "terminating connection due to idle-session timeout");
+  CHECK(app.Closed());
+  if (with_link) {
+    // The Endpoint was told with Terminate: a clean end, not a vanished client.
+    CHECK(h.endpoint().WaitFor([](const std::vector<LinkRecord>& r) { return !r.empty() && r.back().saw_terminate; }));
+  }
+}
+
+TEST_CASE("the idle timeout does not apply inside a transaction") {
+  ClientOptions options = Harness::DefaultOptions();
+  options.idle_timeout = 150ms;
+  Harness h(options);
+  App app(h.port());
+  app.Login();
+  app.SendQuery("BEGIN");
+  REQUIRE(app.Read()->tag == 'C');
+  auto z = app.Read();
+  REQUIRE(z->payload == "T");
+  // Four timeout periods without a byte from the Client.
+  timeval tv{0, 600000};
+  ::setsockopt(app.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char c;
+  CHECK(::recv(app.fd(), &c, 1, 0) < 0);
+  CHECK((errno == EAGAIN || errno == EWOULDBLOCK));
+  timeval normal{5, 0};
+  ::setsockopt(app.fd(), SOL_SOCKET, SO_RCVTIMEO, &normal, sizeof normal);
+  app.SendQuery("COMMIT");
+  REQUIRE(app.Read()->tag == 'C');
+  REQUIRE(app.Read()->payload == "I");
+  auto m = app.Read();  // idle outside a transaction again
+  REQUIRE(m);
+  CHECK(SqlState(*m) == "57P05");
+}
+
+TEST_CASE("an absurd message length after login: 54000 if above the limit, 08P01 if malformed") {
+  // 0x7ffffff0 is well-formed but above max_message_size; 0x80000000 and 3
+  // cannot be a length at all.
+  auto [header, sqlstate] = GENERATE(table<std::string, std::string>({
+      {std::string("Q\x7f\xff\xff\xf0", 5), "54000"},
+      {std::string("Q\x80\x00\x00\x00", 5), "08P01"},
+      {std::string("Q\x00\x00\x00\x03", 5), "08P01"},
+  }));
   Harness h;
   App app(h.port());
   app.Login();
-  app.Send(std::string("Q\x7f\xff\xff\xf0", 5));
+  app.Send(header);
   auto m = app.Read();
   REQUIRE(m);
   REQUIRE(m->tag == 'E');
-  CHECK(SqlState(*m) == "08P01");
+  CHECK(SqlState(*m) == sqlstate);
   CHECK(app.Closed());
 }
 

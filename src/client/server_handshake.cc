@@ -1,0 +1,273 @@
+#include "client/server_handshake.h"
+
+#include <utility>
+#include <variant>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::client {
+namespace {
+
+namespace pr = protocol;
+
+constexpr std::string_view kSqlStateProtocolViolation = "08P01";
+constexpr std::string_view kSqlStateFeatureNotSupported = "0A000";
+constexpr std::string_view kSqlStateConnectionFailure = "08006";
+constexpr std::string_view kSqlStateInvalidAuthorization = "28000";
+constexpr std::string_view kSqlStateInvalidPassword = "28P01";
+constexpr std::string_view kSqlStateInvalidCatalog = "3D000";
+
+int32_t LoadInt32(std::string_view bytes) {
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  return static_cast<int32_t>((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3]);
+}
+
+bool ReplicationRequested(std::string_view value) {
+  return !value.empty() && value != "false" && value != "off" && value != "no" && value != "0";
+}
+
+}  // namespace
+
+ServerHandshake::ServerHandshake(HandshakeConfig config) : config_(std::move(config)) {}
+
+void ServerHandshake::SetState(State next) {
+  // Forward only; the terminal states are final.
+  if (state_ == State::kAuthenticated || state_ == State::kCancel || state_ == State::kFailed) return;
+  if (next == State::kStartup && state_ != State::kStartup) return;
+  state_ = next;
+}
+
+void ServerHandshake::Fail(Step& step, std::string_view sqlstate, std::string_view message) {
+  pr::EncodeErrorResponse(step.output, "FATAL", sqlstate, message);
+  step.event = Event::kClose;
+  SetState(State::kFailed);
+}
+
+void ServerHandshake::FailScram(Step& step, const absl::Status& status) {
+  if (absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status)) {
+    // The same bytes whether the user exists or not (no user enumeration).
+    std::string message = absl::StrCat("password authentication failed for user \"", user_, "\"");
+    step.log = message;
+    Fail(step, kSqlStateInvalidPassword, message);
+  } else {
+    Fail(step, kSqlStateProtocolViolation, std::string(status.message()));
+  }
+}
+
+ServerHandshake::Step ServerHandshake::Advance(std::string_view input) {
+  Step step;
+  for (;;) {
+    std::string_view rest = input.substr(step.consumed);
+    switch (state_) {
+      case State::kStartup: {
+        pr::FrameReader reader(pr::FrameReader::Mode::kStartup);
+        pr::FrameReader::Result r = reader.Read(rest);
+        if (r.is_need_more()) {
+          step.event = Event::kNeedMore;
+          step.bytes_needed = r.bytes_needed();
+          return step;
+        }
+        if (r.is_error()) {
+          // PostgreSQL logs "invalid length of startup packet" (COMMERROR)
+          // and closes without a word; drivers that send Terminate before
+          // their startup packet (node-postgres) expect exactly that.
+          step.log = std::string(r.status().message());
+          step.event = Event::kClose;
+          SetState(State::kFailed);
+          return step;
+        }
+        const pr::Frame frame = r.frame();
+        step.consumed += frame.size();
+        if (!OnStartupPacket(frame.payload, input.substr(step.consumed), step)) return step;
+        if (step.event == Event::kEncryptionRefused) return step;
+        continue;  // the StartupMessage was accepted: AuthenticationSASL is in output
+      }
+      case State::kAwaitingSaslInitial:
+      case State::kAwaitingSaslFinal: {
+        // Check the tag before the length: a second StartupMessage (tag
+        // 0x00) must not be read as a message with a bogus length.
+        if (!rest.empty() && rest[0] != 'p') {
+          Fail(step, kSqlStateProtocolViolation,
+               absl::StrCat("expected SASL response, got message type ", int(static_cast<unsigned char>(rest[0]))));
+          return step;
+        }
+        pr::FrameReader reader(pr::FrameReader::Mode::kTagged,
+                               pr::FrameLimits{.max_message_length = kAuthMaxMessageLength});
+        pr::FrameReader::Result r = reader.Read(rest);
+        if (r.is_need_more()) {
+          step.event = Event::kNeedMore;
+          step.bytes_needed = r.bytes_needed();
+          return step;
+        }
+        if (r.is_error()) {
+          Fail(step, kSqlStateProtocolViolation, std::string(r.status().message()));
+          return step;
+        }
+        step.consumed += r.frame().size();
+        if (!OnSaslMessage(r.frame().payload, step)) return step;
+        if (state_ == State::kAuthenticated) {
+          step.event = Event::kAuthenticated;
+          return step;
+        }
+        continue;
+      }
+      case State::kAuthenticated:
+      case State::kCancel:
+      case State::kFailed:
+        step.event = Event::kClose;
+        return step;
+    }
+  }
+}
+
+bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view rest, Step& step) {
+  const int32_t code = LoadInt32(payload);
+  if (code != pr::kSslRequestCode && code != pr::kGssEncRequestCode && code != pr::kCancelRequestCode &&
+      pr::ProtocolMajor(code) != 3) {
+    Fail(step, kSqlStateFeatureNotSupported,
+         absl::StrCat("unsupported frontend protocol ", pr::ProtocolMajor(code), ".", pr::ProtocolMinor(code),
+                      ": server supports 3.0 to 3.0"));
+    return false;
+  }
+  absl::StatusOr<pr::StartupPacket> packet = pr::DecodeStartupPacket(payload);
+  if (!packet.ok()) {
+    Fail(step, kSqlStateProtocolViolation, std::string(packet.status().message()));
+    return false;
+  }
+  if (std::holds_alternative<pr::SslRequest>(*packet) || std::holds_alternative<pr::GssEncRequest>(*packet)) {
+    const bool ssl = std::holds_alternative<pr::SslRequest>(*packet);
+    bool& refused = ssl ? ssl_refused_ : gss_refused_;
+    if (refused) {
+      Fail(step, kSqlStateProtocolViolation, ssl ? "duplicate SSLRequest" : "duplicate GSSENCRequest");
+      return false;
+    }
+    refused = true;
+    if (!rest.empty()) {
+      // Bytes sent before our answer cannot be meant for the (refused)
+      // encrypted channel: the CVE-2021-23222 class of injection.
+      step.log = absl::StrCat("data received after ", ssl ? "SSLRequest" : "GSSENCRequest", " before the answer");
+      step.event = Event::kClose;
+      SetState(State::kFailed);
+      return false;
+    }
+    step.output.append("N");
+    step.event = Event::kEncryptionRefused;
+    return true;
+  }
+  if (const auto* cancel = std::get_if<pr::CancelRequest>(&*packet)) {
+    cancel_pid_ = cancel->process_id;
+    cancel_secret_ = std::string(cancel->secret_key);
+    step.event = Event::kCancelRequest;
+    SetState(State::kCancel);
+    return false;
+  }
+  const auto& startup = std::get<pr::StartupMessage>(*packet);
+  bool has_database = false;
+  std::string replication;
+  std::vector<std::string_view> unrecognized;
+  for (const auto& [name, value] : startup.parameters) {
+    if (name == "user") {
+      user_ = std::string(value);
+    } else if (name == "database") {
+      database_ = std::string(value);
+      has_database = true;
+    } else if (name == "replication") {
+      replication = std::string(value);
+    } else if (name.substr(0, 5) == "_pq_.") {
+      unrecognized.push_back(name);
+    } else {
+      parameters_.emplace_back(std::string(name), std::string(value));
+    }
+  }
+  if (pr::ProtocolMinor(startup.protocol_version) > 0 || !unrecognized.empty()) {
+    // We speak 3.0 and no protocol extensions (PostgreSQL docs, "Protocol
+    // versions"; NegotiateProtocolVersion).
+    pr::NegotiateProtocolVersion npv;
+    npv.newest_minor_version = 0;
+    npv.unrecognized_options = std::move(unrecognized);
+    pr::Encode(npv, step.output);
+  }
+  if (user_.empty()) {
+    Fail(step, kSqlStateInvalidAuthorization, "no PostgreSQL user name specified in startup packet");
+    return false;
+  }
+  if (!has_database || database_.empty()) database_ = user_;
+  if (ReplicationRequested(replication)) {
+    Fail(step, kSqlStateProtocolViolation, "replication connections are not supported by hyperpool");
+    return false;
+  }
+  BeginAuthentication(step);
+  return state_ != State::kFailed;
+}
+
+void ServerHandshake::BeginAuthentication(Step& step) {
+  // Who is known is not revealed before authentication: an unknown user
+  // runs the same exchange against a mock verifier that always fails (the
+  // client does the same PBKDF2 work, so the timing matches too); an
+  // unknown database is reported only after a successful authentication.
+  known_user_ = user_ == config_.user;
+  known_database_ = database_ == config_.database;
+  auth::ScramServer::Options options;
+  options.verifier = known_user_ ? config_.verifier : auth::MakeMockScramVerifier(user_, config_.mock_secret);
+  options.always_fail = !known_user_;
+  options.server_nonce = config_.server_nonce;
+  absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(std::move(options));
+  if (!scram.ok()) {
+    Fail(step, kSqlStateConnectionFailure, "could not start SCRAM authentication");
+    return;
+  }
+  scram_.emplace(*std::move(scram));
+  pr::AuthenticationSasl sasl;
+  sasl.mechanisms = {auth::kScramSha256};
+  pr::Encode(pr::Authentication{sasl}, step.output);
+  SetState(State::kAwaitingSaslInitial);
+}
+
+bool ServerHandshake::OnSaslMessage(std::string_view payload, Step& step) {
+  if (state_ == State::kAwaitingSaslInitial) {
+    absl::StatusOr<pr::SaslInitialResponse> initial = pr::DecodeSaslInitialResponse(payload);
+    if (!initial.ok()) {
+      Fail(step, kSqlStateProtocolViolation, std::string(initial.status().message()));
+      return false;
+    }
+    if (initial->mechanism != auth::kScramSha256) {
+      Fail(step, kSqlStateProtocolViolation, "client selected an invalid SASL authentication mechanism");
+      return false;
+    }
+    if (!initial->data) {
+      Fail(step, kSqlStateProtocolViolation, "SASLInitialResponse carries no client-first message");
+      return false;
+    }
+    absl::StatusOr<std::string> server_first = scram_->HandleClientFirst(initial->mechanism, *initial->data);
+    if (!server_first.ok()) {
+      FailScram(step, server_first.status());
+      return false;
+    }
+    pr::Encode(pr::Authentication{pr::AuthenticationSaslContinue{*server_first}}, step.output);
+    SetState(State::kAwaitingSaslFinal);
+    return true;
+  }
+  absl::StatusOr<pr::SaslResponse> response = pr::DecodeSaslResponse(payload);
+  if (!response.ok()) {
+    Fail(step, kSqlStateProtocolViolation, std::string(response.status().message()));
+    return false;
+  }
+  absl::StatusOr<std::string> server_final = scram_->HandleClientFinal(response->data);
+  if (!server_final.ok()) {
+    FailScram(step, server_final.status());
+    return false;
+  }
+  pr::Encode(pr::Authentication{pr::AuthenticationSaslFinal{*server_final}}, step.output);
+  pr::Encode(pr::Authentication{pr::AuthenticationOk{}}, step.output);
+  if (!known_database_) {
+    // What PostgreSQL does: the database is looked up after authentication.
+    Fail(step, kSqlStateInvalidCatalog, absl::StrCat("database \"", database_, "\" does not exist"));
+    return false;
+  }
+  SetState(State::kAuthenticated);
+  return true;
+}
+
+}  // namespace hyperpool::client

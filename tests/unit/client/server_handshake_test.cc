@@ -1,0 +1,329 @@
+// ServerHandshake (src/client/server_handshake.h) without sockets: bytes in,
+// bytes and decisions out, fed whole or one byte at a time.
+
+#include "client/server_handshake.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "protocol/auth/scram.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::client {
+namespace {
+
+namespace pr = protocol;
+using Event = ServerHandshake::Event;
+
+HandshakeConfig Config() {
+  static const auth::ScramVerifier verifier = *auth::MakeScramVerifier("s3cret", "0123456789abcdef", 4096);
+  HandshakeConfig c;
+  c.user = "app";
+  c.database = "appdb";
+  c.verifier = verifier;
+  c.mock_secret = "mock-secret-for-tests";
+  c.server_nonce = "ServerNonce";
+  return c;
+}
+
+std::string Startup(std::vector<std::pair<std::string_view, std::string_view>> params,
+                    int32_t version = pr::kProtocolVersion30) {
+  pr::StartupMessage m;
+  m.protocol_version = version;
+  m.parameters = std::move(params);
+  std::string out;
+  pr::Encode(m, out);
+  return out;
+}
+
+// Drives a ServerHandshake like the session does; records every step.
+struct Driver {
+  ServerHandshake hs{Config()};
+  std::string pending;  // bytes "received", not yet consumed
+  std::string written;  // everything the handshake asked to write
+  std::vector<Event> events;
+
+  // Feeds `bytes` (all at once, or one byte per Advance when `bytewise`) and
+  // runs until it needs more or reaches a final event.
+  Event Feed(std::string_view bytes, bool bytewise = false) {
+    size_t fed = 0;
+    for (;;) {
+      if (bytewise) {
+        if (fed < bytes.size()) pending.push_back(bytes[fed++]);
+      } else {
+        pending.append(bytes);
+        fed = bytes.size();
+      }
+      for (;;) {
+        ServerHandshake::Step s = hs.Advance(pending);
+        REQUIRE(s.consumed <= pending.size());
+        pending.erase(0, s.consumed);
+        written += s.output;
+        events.push_back(s.event);
+        if (s.event == Event::kEncryptionRefused) continue;
+        if (s.event != Event::kNeedMore) return s.event;
+        // Progress is guaranteed: it never asks for bytes it already has.
+        REQUIRE(s.bytes_needed > pending.size());
+        break;
+      }
+      if (fed == bytes.size()) return Event::kNeedMore;
+    }
+  }
+  // The last whole message written (nullopt when none); takes them all.
+  std::optional<std::pair<char, std::string>> LastWritten() {
+    std::optional<std::pair<char, std::string>> last;
+    while (auto m = NextWritten()) last = std::move(m);
+    return last;
+  }
+  // Takes the next whole message written (nullopt when none).
+  std::optional<std::pair<char, std::string>> NextWritten() {
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+    auto r = reader.Read(written);
+    if (!r.is_frame()) return std::nullopt;
+    std::pair<char, std::string> m{r.frame().tag, std::string(r.frame().payload)};
+    written.erase(0, r.frame().size());
+    return m;
+  }
+};
+
+// Runs SCRAM from the client side against `d` with `password`; returns the
+// final event.
+Event RunScram(Driver& d, const std::string& password, bool bytewise = false) {
+  auto sasl = d.NextWritten();
+  REQUIRE(sasl);
+  REQUIRE(sasl->first == 'R');
+  auto client = auth::ScramClient::Create({.password = password, .client_nonce = "ClientNonce"});
+  REQUIRE(client.ok());
+  std::string out;
+  pr::Encode(pr::SaslInitialResponse{client->mechanism(), client->ClientFirstMessage()}, out);
+  Event e = d.Feed(out, bytewise);
+  if (e != Event::kNeedMore) return e;
+  auto cont = d.NextWritten();
+  REQUIRE(cont);
+  REQUIRE(cont->first == 'R');
+  auto decoded = pr::DecodeAuthentication(cont->second);
+  REQUIRE(decoded.ok());
+  auto final_msg = client->HandleServerFirst(std::get<pr::AuthenticationSaslContinue>(*decoded).data);
+  REQUIRE(final_msg.ok());
+  out.clear();
+  pr::Encode(pr::SaslResponse{*final_msg}, out);
+  return d.Feed(out, bytewise);
+}
+
+std::string SqlStateOf(const std::pair<char, std::string>& m) {
+  auto e = pr::DecodeErrorResponse(m.second);
+  return e.ok() ? std::string(e->sqlstate()) : "undecodable";
+}
+
+TEST_CASE("a full SCRAM login authenticates and reports the startup parameters") {
+  const bool bytewise = GENERATE(false, true);
+  Driver d;
+  REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}, {"application_name", "t"}}), bytewise) ==
+          Event::kNeedMore);
+  REQUIRE(RunScram(d, "s3cret", bytewise) == Event::kAuthenticated);
+  CHECK(d.hs.user() == "app");
+  CHECK(d.hs.database() == "appdb");
+  REQUIRE(d.hs.parameters().size() == 1);
+  CHECK(d.hs.parameters()[0].first == "application_name");
+  auto final_msg = d.NextWritten();
+  REQUIRE(final_msg);
+  CHECK(final_msg->first == 'R');  // SASLFinal
+  auto ok = d.NextWritten();
+  REQUIRE(ok);
+  CHECK(ok->second == std::string("\0\0\0\0", 4));  // AuthenticationOk
+  CHECK(d.pending.empty());
+}
+
+std::string Replace(std::string text, std::string_view from, std::string_view to) {
+  for (size_t at; (at = text.find(from)) != std::string::npos;) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST_CASE("an unknown user runs the whole SCRAM exchange and gets the wrong-password answer") {
+  Event wrong_password_end, unknown_user_end;
+  Driver wrong;
+  REQUIRE(wrong.Feed(Startup({{"user", "app"}, {"database", "appdb"}})) == Event::kNeedMore);
+  wrong_password_end = RunScram(wrong, "not-it");
+  Driver unknown;
+  REQUIRE(unknown.Feed(Startup({{"user", "mallory"}, {"database", "appdb"}})) == Event::kNeedMore);
+  unknown_user_end = RunScram(unknown, "s3cret");
+  CHECK(wrong_password_end == Event::kClose);
+  CHECK(unknown_user_end == Event::kClose);
+  // Same sequence of decisions: the unknown user got a server-first too.
+  CHECK(wrong.events == unknown.events);
+  auto a = wrong.LastWritten();
+  auto b = unknown.LastWritten();
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->first == 'E');
+  CHECK(b->first == 'E');
+  CHECK(SqlStateOf(*a) == "28P01");
+  CHECK(SqlStateOf(*b) == "28P01");
+  CHECK(pr::DecodeErrorResponse(b->second)->message() == "password authentication failed for user \"mallory\"");
+  // Byte for byte the same answer apart from the name.
+  CHECK(Replace(a->second, "\"app\"", "\"<user>\"") == Replace(b->second, "\"mallory\"", "\"<user>\""));
+}
+
+TEST_CASE("the mock salt of an unknown user is the same on every attempt") {
+  Driver a, b;
+  REQUIRE(a.Feed(Startup({{"user", "mallory"}})) == Event::kNeedMore);
+  REQUIRE(b.Feed(Startup({{"user", "mallory"}})) == Event::kNeedMore);
+  auto client = auth::ScramClient::Create({.password = "x", .client_nonce = "ClientNonce"});
+  REQUIRE(client.ok());
+  std::string initial;
+  pr::Encode(pr::SaslInitialResponse{client->mechanism(), client->ClientFirstMessage()}, initial);
+  REQUIRE(a.Feed(initial) == Event::kNeedMore);
+  REQUIRE(b.Feed(initial) == Event::kNeedMore);
+  CHECK(a.written == b.written);
+  CHECK(a.written.find("s=") != std::string::npos);
+}
+
+TEST_CASE("an unknown database is reported only after authentication") {
+  SECTION("right password: AuthenticationOk, then 3D000") {
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "other"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kClose);
+    REQUIRE(d.NextWritten()->first == 'R');  // SASLFinal
+    REQUIRE(d.NextWritten()->first == 'R');  // AuthenticationOk
+    auto e = d.NextWritten();
+    REQUIRE(e);
+    CHECK(SqlStateOf(*e) == "3D000");
+    CHECK(pr::DecodeErrorResponse(e->second)->message() == "database \"other\" does not exist");
+  }
+  SECTION("wrong password: 28P01, the database is not mentioned") {
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "other"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "nope") == Event::kClose);
+    auto e = d.NextWritten();
+    REQUIRE(e);
+    CHECK(SqlStateOf(*e) == "28P01");
+  }
+}
+
+TEST_CASE("during SASL any message that is not 'p' fails at once with 08P01, from its tag alone") {
+  const std::string first_byte = GENERATE(std::string(1, '\0'), std::string("X"), std::string("Q"), std::string("S"));
+  Driver d;
+  REQUIRE(d.Feed(Startup({{"user", "app"}})) == Event::kNeedMore);
+  REQUIRE(d.NextWritten()->first == 'R');
+  // Only the tag byte has arrived: no length is known yet.
+  REQUIRE(d.Feed(first_byte) == Event::kClose);
+  auto e = d.NextWritten();
+  REQUIRE(e);
+  CHECK(SqlStateOf(*e) == "08P01");
+  CHECK(pr::DecodeErrorResponse(e->second)->message() ==
+        "expected SASL response, got message type " + std::to_string(int(static_cast<unsigned char>(first_byte[0]))));
+}
+
+TEST_CASE("a second StartupMessage during SASL gets 08P01 without waiting for its bogus length") {
+  Driver d;
+  REQUIRE(d.Feed(Startup({{"user", "app"}})) == Event::kNeedMore);
+  REQUIRE(d.Feed(Startup({{"user", "app"}})) == Event::kClose);
+  d.NextWritten();  // AuthenticationSASL
+  auto e = d.NextWritten();
+  REQUIRE(e);
+  CHECK(SqlStateOf(*e) == "08P01");
+}
+
+TEST_CASE("a SASL message longer than any SCRAM payload fails when its header arrives") {
+  Driver d;
+  REQUIRE(d.Feed(Startup({{"user", "app"}})) == Event::kNeedMore);
+  REQUIRE(d.Feed(std::string("p\x00\x10\x00\x01", 5)) == Event::kClose);
+  d.NextWritten();
+  auto e = d.NextWritten();
+  REQUIRE(e);
+  CHECK(SqlStateOf(*e) == "08P01");
+}
+
+TEST_CASE("an invalid startup packet length closes silently, as PostgreSQL does") {
+  // 'X' 0 0 0 4 is node-postgres's Terminate sent before any startup packet.
+  const std::string bytes = GENERATE(std::string("X\0\0\0\x04", 5), std::string("\x7f\xff\xff\xff", 4),
+                                     std::string("\x00\x00\x00\x03", 4), std::string("\xff\xff\xff\xff", 4));
+  Driver d;
+  CHECK(d.Feed(bytes) == Event::kClose);
+  CHECK(d.written.empty());
+  CHECK(d.hs.state() == ServerHandshake::State::kFailed);
+}
+
+TEST_CASE("an unsupported protocol version gets 0A000 as from PostgreSQL") {
+  Driver d;
+  REQUIRE(d.Feed(Startup({{"user", "app"}}, pr::MakeProtocolVersion(4, 0))) == Event::kClose);
+  auto e = d.NextWritten();
+  REQUIRE(e);
+  CHECK(SqlStateOf(*e) == "0A000");
+  CHECK(pr::DecodeErrorResponse(e->second)->message() == "unsupported frontend protocol 4.0: server supports 3.0 to 3.0");
+}
+
+TEST_CASE("SSLRequest is refused with N; bytes pipelined after it close unanswered") {
+  std::string ssl;
+  pr::Encode(pr::SslRequest{}, ssl);
+  SECTION("alone") {
+    ServerHandshake hs(Config());
+    ServerHandshake::Step s = hs.Advance(ssl);
+    CHECK(s.event == Event::kEncryptionRefused);
+    CHECK(s.output == "N");
+    CHECK(s.consumed == ssl.size());
+    CHECK(hs.Advance("").event == Event::kNeedMore);
+  }
+  SECTION("with a StartupMessage behind it") {
+    ServerHandshake hs(Config());
+    ServerHandshake::Step s = hs.Advance(ssl + Startup({{"user", "app"}}));
+    CHECK(s.event == Event::kClose);
+    CHECK(s.output.empty());
+  }
+  SECTION("twice") {
+    Driver d;
+    REQUIRE(d.Feed(ssl) == Event::kNeedMore);
+    REQUIRE(d.Feed(ssl) == Event::kClose);
+    CHECK(d.written.substr(0, 1) == "N");
+  }
+}
+
+TEST_CASE("a CancelRequest reports its key") {
+  pr::CancelRequest c;
+  c.process_id = 4242;
+  c.secret_key = "abcd";
+  std::string bytes;
+  pr::Encode(c, bytes);
+  ServerHandshake hs(Config());
+  ServerHandshake::Step s = hs.Advance(bytes);
+  CHECK(s.event == Event::kCancelRequest);
+  CHECK(s.output.empty());
+  CHECK(hs.cancel_process_id() == 4242);
+  CHECK(hs.cancel_secret() == "abcd");
+}
+
+TEST_CASE("startup checks before authentication keep their answers") {
+  SECTION("no user: 28000") {
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"database", "appdb"}})) == Event::kClose);
+    CHECK(SqlStateOf(*d.NextWritten()) == "28000");
+  }
+  SECTION("replication: 08P01") {
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"replication", "database"}})) == Event::kClose);
+    CHECK(SqlStateOf(*d.NextWritten()) == "08P01");
+  }
+  SECTION("protocol 3.2 with _pq_ options: NegotiateProtocolVersion, then AuthenticationSASL") {
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"_pq_.x", "1"}}, pr::kProtocolVersion32)) == Event::kNeedMore);
+    CHECK(d.NextWritten()->first == 'v');
+    CHECK(d.NextWritten()->first == 'R');
+  }
+}
+
+TEST_CASE("after a final event the handshake only says close") {
+  Driver d;
+  REQUIRE(d.Feed(std::string("X\0\0\0\x04", 5)) == Event::kClose);
+  ServerHandshake::Step s = d.hs.Advance(Startup({{"user", "app"}}));
+  CHECK(s.event == Event::kClose);
+  CHECK(s.consumed == 0);
+  CHECK(s.output.empty());
+}
+
+}  // namespace
+}  // namespace hyperpool::client
