@@ -33,18 +33,24 @@ def open_many(n):
 
 def wait_all_closed(socks, seconds):
     """How many of `socks` are still open after the peer had `seconds` to close them."""
-    open_set = set(socks)
+    by_fd = {s.fileno(): s for s in socks if s.fileno() >= 0}
+    poller = select.poll()  # select() cannot take descriptors above 1023
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     deadline = time.monotonic() + seconds
-    while open_set and time.monotonic() < deadline:
-        readable, _, _ = select.select(list(open_set)[:1000], [], [], 0.2)
-        for s in readable:
+    while by_fd and time.monotonic() < deadline:
+        for fd, _ in poller.poll(200):
+            s = by_fd.get(fd)
+            if s is None:
+                continue
             try:
                 data = s.recv(4096)
             except (ConnectionResetError, BlockingIOError):
-                data = b""
-            if not data:
-                open_set.discard(s)
-    return len(open_set)
+                data = b"" if not isinstance(sys.exc_info()[1], BlockingIOError) else None
+            if data == b"":
+                poller.unregister(fd)
+                del by_fd[fd]
+    return len(by_fd)
 
 
 def query_ok(sql="SELECT 40 + 2"):
