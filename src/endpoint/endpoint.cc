@@ -871,11 +871,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // LISTENed, before that ReadyForQuery is forwarded (a NOTIFY the app
   // sends after it cannot be missed).
   asio::awaitable<void> ApplyCommittedListens(const std::vector<endpoint::ListenOp>& committed) {
-    if (!endpoint_->listener) co_return;
+    if (!endpoint_->listener || session_done_) co_return;  // ended: ForgetSession unsubscribed it
     std::set<std::string> channels = endpoint_->listener->ChannelsOf(listen_id_);
     endpoint::ApplyListenOps(committed, channels);
     std::shared_ptr<endpoint::ListenerConnection> listener = endpoint_->listener;
     co_await listener->Set(listen_id_, std::move(channels));
+    if (session_done_) listener->Remove(listen_id_);  // ended while waiting
   }
 
   // Pump: UNLISTEN * on the lent connection before it is shared (Run waits

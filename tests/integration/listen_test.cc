@@ -126,6 +126,21 @@ TEST_CASE("20 listening sessions on a pool of 2 get every NOTIFY once and hold n
   // A listener still works as an ordinary session.
   Result one = Await(io, listeners.front()->Query("SELECT 1"));
   CHECK(one.Cell() == "1");
+
+  // Inside a transaction block a notification waits for its end, and comes
+  // just before the ReadyForQuery 'I' (as from a backend). Another listener
+  // getting it first shows the listener connection has fanned it out.
+  LinkClient& in_txn = *listeners[0];
+  Ok(io, in_txn, "BEGIN", 'T');
+  Ok(io, *sender, "NOTIFY hp_fanout, 'in txn'");
+  CHECK(NextNotification(io, *listeners[1]).payload == "in txn");
+  Result select = Await(io, in_txn.Query("SELECT 1"));
+  CHECK(select.status == 'T');
+  CHECK_FALSE(select.Has('A'));
+  Result commit = Await(io, in_txn.Query("COMMIT"));
+  CHECK(commit.status == 'I');
+  REQUIRE(commit.messages.size() >= 2);
+  CHECK(commit.messages[commit.messages.size() - 2].tag == 'A');  // right before ReadyForQuery
   ep->Stop();
 }
 
