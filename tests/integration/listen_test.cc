@@ -195,11 +195,51 @@ TEST_CASE("LISTEN in a rolled-back transaction does not subscribe; UNLISTEN stop
   }
   CHECK(own_seen == 1);
 
+  // LISTEN and NOTIFY in one transaction: heard once, through the lent
+  // connection (the listener LISTENs only after the commit).
+  Result same = Await(io, s->Query("BEGIN; LISTEN hp_same; NOTIFY hp_same, 'same'; COMMIT"));
+  REQUIRE(same.sqlstate.empty());
+  int same_seen = 0;
+  for (const auto& m : same.messages) same_seen += m.tag == 'A' ? 1 : 0;
+  Ok(io, *sender, "NOTIFY hp_same, 'fence'");
+  for (;;) {
+    Note n = NextNotification(io, *s);
+    if (n.payload == "fence") break;
+    CHECK(n.payload == "same");
+    ++same_seen;
+  }
+  CHECK(same_seen == 1);
+
   Ok(io, *s, "UNLISTEN *");
   Ok(io, *s, "LISTEN hp_last");
   Ok(io, *sender, "NOTIFY \"Marker\", 'no'");
   Ok(io, *sender, "NOTIFY hp_last, 'last'");
   CHECK(NextNotification(io, *s).payload == "last");
+  ep->Stop();
+}
+
+TEST_CASE("a session that queues notifications without bound is ended with 53200, not buffered") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_listen_bound"), 2);
+  auto s = OpenSession(io, *ep);
+  auto sender = OpenSession(io, *ep);
+  Ok(io, *s, "LISTEN hp_flood");
+  Ok(io, *s, "BEGIN", 'T');  // in a transaction block: notifications wait for its end
+  // About 9.6 MB of notifications in one commit (more than the 8 MiB a
+  // session may queue); distinct payloads, since PostgreSQL folds identical ones.
+  Ok(io, *sender, "SELECT count(pg_notify('hp_flood', i || repeat('x', 7990))) FROM generate_series(1, 1200) i");
+  std::optional<Message> m = Await(io, s->ReadOne(), 20s);
+  while (m.has_value() && m->tag == 'h') m = Await(io, s->ReadOne(), 20s);
+  REQUIRE(m.has_value());
+  REQUIRE(m->tag == 'E');
+  auto e = protocol::DecodeErrorResponse(m->payload);
+  REQUIRE(e.ok());
+  CHECK(std::string(e->sqlstate()) == "53200");
+  CHECK(std::string(e->severity()) == "FATAL");
+  CHECK(Await(io, s->ClosedByPeer(), 10s));
+  // The others go on.
+  CHECK(Await(io, sender->Query("SELECT 1")).Cell() == "1");
   ep->Stop();
 }
 
