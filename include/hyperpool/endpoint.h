@@ -49,6 +49,11 @@ struct EndpointStats {
   // and ignored (the session was idle, or unknown).
   std::size_t cancels_forwarded = 0;
   std::size_t cancels_ignored = 0;
+  // LISTEN/NOTIFY (docs/architecture.md, "Session state"): notifications
+  // the listener connection handed to listening sessions (one per session
+  // per notification), and times that connection was reopened after a loss.
+  std::size_t notifications_delivered = 0;
+  std::size_t listener_reconnects = 0;
   // The Endpoint's round trip to its origin: the smallest of the last few
   // measured (empty-query pings: health checks and placement probes), in
   // microseconds; 0 until one has been measured.

@@ -48,6 +48,8 @@
 #include "endpoint/copy_tracker.h"
 #include "endpoint/endpoint_cache.h"
 #include "endpoint/notification_pid.h"
+#include "endpoint/listen_state.h"
+#include "endpoint/listener.h"
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/origin_password.h"
@@ -189,6 +191,11 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::uint64_t last_session_serial = 0;
   // Origin backend pid -> app pid of its last session (notification_pid.h).
   endpoint::NotifierPids notifier_pids;
+  // LISTEN/NOTIFY without pinning (listener.h): the listener connection and
+  // the sessions it delivers to, by subscriber id.
+  std::shared_ptr<endpoint::ListenerConnection> listener;
+  std::unordered_map<endpoint::ListenRegistry::Subscriber, Session*> listen_sessions;
+  endpoint::ListenRegistry::Subscriber next_listen_id = 0;
 
   // Thread-safe.
   std::atomic<bool> stopped{false};
@@ -208,6 +215,7 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::array<std::atomic<std::size_t>, static_cast<std::size_t>(kLastPinReason) + 1> pins{};
   std::atomic<std::size_t> cancels_forwarded{0};
   std::atomic<std::size_t> cancels_ignored{0};
+  std::atomic<std::size_t> notifications_delivered{0};
   std::mutex mutex;
   std::condition_variable sessions_done;
 
@@ -283,10 +291,14 @@ class Session : public std::enable_shared_from_this<Session> {
         cache_(endpoint_->cache, endpoint_->executor, [this](std::string control) {
           local_out_ += control;  // a broadcast invalidation for this session's Client
           pump_wake_.Notify();
-        }) {}
+        }),
+        listen_id_(++endpoint_->next_listen_id) {
+    endpoint_->listen_sessions[listen_id_] = this;
+  }
 
   ~Session() {
     // A lease still held here closes its connection (Lease's destructor).
+    endpoint_->listen_sessions.erase(listen_id_);
     std::lock_guard<std::mutex> lock(endpoint_->mutex);
     endpoint_->sessions.erase(this);
     endpoint_->session_count.fetch_sub(1);
@@ -296,6 +308,29 @@ class Session : public std::enable_shared_from_this<Session> {
   // Starts Run(); Run() starts Pump() once link-ready is sent.
   void Start() {
     asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Run(); }, asio::detached);
+  }
+
+  // The listener connection (listener.h) has a notification for a channel
+  // this session listens on: delivered as PostgreSQL does, between the
+  // session's units and outside a transaction block (the pump sends it when
+  // the session is idle, or just before the ReadyForQuery 'I' that ends the
+  // current unit).
+  void DeliverNotification(std::string_view raw_frame) {
+    if (session_done_ || stopping_ || notifications_overflowed_) return;
+    if (pending_notifications_.size() + raw_frame.size() > kMaxQueuedNotificationBytes) {
+      // A session that never goes idle while notifications pour in: end it
+      // rather than buffer without bound (PostgreSQL's own queue is bounded
+      // too, and a full one makes NOTIFY fail).
+      notifications_overflowed_ = true;
+      pending_notifications_.clear();
+      QueueError("FATAL", "53200", "hyperpool: too many notifications queued for this session");
+      close_after_send_ = true;
+      return;
+    }
+    // The sender pid as the apps know it (notification_pid.h).
+    endpoint::AppendTranslatedNotification(pending_notifications_, raw_frame, endpoint_->notifier_pids);
+    endpoint_->notifications_delivered++;
+    pump_wake_.Notify();
   }
 
   // Endpoint::Stop(): ends the session as if the client vanished.
@@ -491,6 +526,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (stopping_) co_return Next::kEnd;
     if (!rewritten_pin_ && !NoteSessionEffects(frame)) co_return co_await HandleRefusedPin(frame, offset);
+    if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload);  // remembered by name
     if (lease_ && conn_->broken()) {
       // The origin connection died; wait until it has been accounted for
       // (errors queued, lease dropped) before starting new work. Nothing
@@ -590,6 +626,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // not make a session idle in a transaction look busy).
     if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'H') NoteWorkSent();
     cache_.OnForward(frame);  // writes and state changes, for the query cache
+    if (tag != 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload);  // LISTEN/UNLISTEN (listen_state.h)
     if (statements_.StartShapeCheck(frame, conn_->statements(), to_origin_)) {
       // A statement prepared before DDL is re-Parsed here: its result shape
       // is checked before the client's Bind goes out (statement_session.h).
@@ -716,7 +753,7 @@ class Session : public std::enable_shared_from_this<Session> {
            endpoint_->options.pool.mode == PoolMode::kTransaction && pins_.empty() && !statements_.pinned() &&
            outstanding_ == 0 && !in_unit_ && conn_->transaction_status() == 'I' && !conn_->broken();
   }
-  bool GateClosed() const { return CapturePending() || cancels_in_flight_ > 0; }
+  bool GateClosed() const { return CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0; }
 
   // The pin for DecideRelease: session state, or a capture or cancel that
   // must finish before the connection may go to anyone else.
@@ -725,6 +762,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (statements_.pinned()) return PinReason::kPreparedSql;
     if (cancels_in_flight_ > 0) return PinReason::kOther;
     if (CapturePending()) return PinReason::kSessionSetting;
+    if (ListenCleanupPending()) return PinReason::kOther;  // UNLISTEN * first
     return PinReason::kNone;
   }
 
@@ -856,6 +894,88 @@ class Session : public std::enable_shared_from_this<Session> {
     pump_wake_.Notify();
   }
 
+  // ----- LISTEN/NOTIFY without pinning (listen_state.h, listener.h) -------
+
+  // Transaction mode: LISTEN is carried by the listener connection. (In
+  // session mode the session keeps its connection, which LISTENs itself.)
+  bool TracksListens() const { return endpoint_->options.pool.mode == PoolMode::kTransaction; }
+
+  // The lent connection may LISTEN (a unit ran LISTEN, or text that might):
+  // it runs UNLISTEN * before it goes back to the pool.
+  bool ListenCleanupPending() const {
+    return TracksListens() && lease_ && conn_ != nullptr && listens_.connection_listened() && outstanding_ == 0 &&
+           !in_unit_ && conn_->transaction_status() == 'I' && !conn_->broken();
+  }
+
+  // Between units and outside a transaction block: where PostgreSQL sends
+  // NotificationResponse.
+  bool IdleForNotifications() const {
+    return outstanding_ == 0 && !in_unit_ && !parse_only_unit_ && !skip_until_sync_ && !failed_txn_ &&
+           to_origin_.empty() && !statements_.shape_check_pending() &&
+           (!lease_ || conn_ == nullptr || conn_->transaction_status() == 'I');
+  }
+
+  // A NotificationResponse read from the lent connection on a channel the
+  // listener connection also delivers to this session: dropped here, so the
+  // session gets it exactly once.
+  bool NotificationViaListener(std::string_view payload) const {
+    if (!TracksListens() || !endpoint_->listener) return false;
+    auto n = protocol::DecodeNotificationResponse(payload);
+    return n.ok() && endpoint_->listener->Listens(listen_id_, n->channel);
+  }
+
+  // Pump, at a ReadyForQuery 'I' that committed LISTEN/UNLISTEN: updates
+  // the session's channel set and waits until the listener connection has
+  // LISTENed, before that ReadyForQuery is forwarded (a NOTIFY the app
+  // sends after it cannot be missed).
+  asio::awaitable<void> ApplyCommittedListens(const std::vector<endpoint::ListenOp>& committed) {
+    if (!endpoint_->listener || session_done_) co_return;  // ended: ForgetSession unsubscribed it
+    std::set<std::string> channels = endpoint_->listener->ChannelsOf(listen_id_);
+    endpoint::ApplyListenOps(committed, channels);
+    std::shared_ptr<endpoint::ListenerConnection> listener = endpoint_->listener;
+    co_await listener->Set(listen_id_, std::move(channels));
+    if (session_done_) listener->Remove(listen_id_);  // ended while waiting
+  }
+
+  // Pump: UNLISTEN * on the lent connection before it is shared (Run waits
+  // at the gate meanwhile). Notifications that arrive on it first are
+  // kept for the session unless the listener delivers them.
+  asio::awaitable<void> UnlistenBeforeRelease() {
+    OriginConnection* c = conn_;
+    pump_reading_ = true;
+    std::string query;
+    protocol::Encode(protocol::Query{"UNLISTEN *"}, query);
+    absl::Status status = co_await c->Write(query);
+    while (status.ok()) {
+      auto frame = co_await c->ReadFrame();
+      if (!frame.ok()) {
+        status = frame.status();
+        break;
+      }
+      if (frame->tag == 'A' && !NotificationViaListener(frame->payload)) {
+        endpoint::AppendTranslatedNotification(pending_notifications_, frame->raw, endpoint_->notifier_pids);
+      }
+      if (frame->tag == 'E') status = absl::InternalError("UNLISTEN * failed");
+      if (frame->tag == 'Z') break;
+    }
+    pump_reading_ = false;
+    listens_.ClearConnectionListened();
+    if (conn_ == c) {
+      if (!status.ok() || c->transaction_status() != 'I' || discard_pending_ || session_done_ || stopping_) {
+        if (writing_) {
+          c->CloseNow();
+          discard_pending_ = true;
+        } else {
+          ReleaseLease(ReleaseDecision::kClose);
+        }
+      } else {
+        MaybeRelease();
+      }
+    }
+    changed_.Notify();
+    pump_wake_.Notify();
+  }
+
   void ForgetSession() {
     auto it = endpoint_->sessions_by_id.find(session_id_);
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
@@ -863,6 +983,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!pins_.empty() && !pin_counted_gone_) endpoint_->pinned_sessions--;
     pin_counted_gone_ = true;
     GivePinBudget();
+    if (endpoint_->listener) endpoint_->listener->Remove(listen_id_);
+    endpoint_->listen_sessions.erase(listen_id_);
+    pending_notifications_.clear();
     if (idle_watch_) idle_watch_->cancel();
   }
 
@@ -981,6 +1104,14 @@ class Session : public std::enable_shared_from_this<Session> {
         co_await CaptureSessionSettings();
         continue;
       }
+      if (ListenCleanupPending() && !writing_ && !session_done_) {
+        co_await UnlistenBeforeRelease();
+        continue;
+      }
+      if (!pending_notifications_.empty() && IdleForNotifications()) {
+        local_out_ += pending_notifications_;
+        pending_notifications_.clear();
+      }
       if (!local_out_.empty()) {
         std::string out = std::move(local_out_);
         local_out_.clear();
@@ -1058,6 +1189,15 @@ class Session : public std::enable_shared_from_this<Session> {
       const endpoint::CopyTracker::BackendEffect copy = copy_.OnBackend(tag);
       if (copy.unanswered > 0) outstanding_ -= std::min(outstanding_, copy.unanswered);
       if (copy.unit_reopened) in_unit_ = true;
+      if (tag == 'A' && NotificationViaListener(frame->payload)) continue;  // the listener delivers it
+      if ((tag == 'Z' || tag == 'E' || tag == 'C') && TracksListens()) {
+        std::vector<endpoint::ListenOp> committed = listens_.OnBackend(tag, frame->payload);
+        if (!committed.empty()) co_await ApplyCommittedListens(committed);
+        if (tag == 'Z' && frame->payload[0] == 'I' && outstanding_ <= 1 && !in_unit_ && !pending_notifications_.empty()) {
+          batch += pending_notifications_;  // as a backend does: after the commit, before ReadyForQuery
+          pending_notifications_.clear();
+        }
+      }
       cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
       const bool checking = statements_.shape_check_pending();
       if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
@@ -1124,6 +1264,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // carrying on over a fresh origin connection could commit half of it.
   void OnOriginLost(OriginConnection* c, const absl::Status& reason) {
     if (conn_ != c || discard_pending_) return;
+    listens_.OnConnectionLost();
     if (!origin_fatal_sent_) {
       QueueError("FATAL", endpoint::kSqlStateConnectionFailure,
                  fmt::format("hyperpool: the connection to the origin database was lost: {}",
@@ -1205,6 +1346,7 @@ class Session : public std::enable_shared_from_this<Session> {
     statements_.Reset();
     copy_.Reset();
     timeouts_.OnQuiet();
+    if (decision == ReleaseDecision::kClose) listens_.OnConnectionLost();
     lease_.Release(decision);
     conn_ = nullptr;
     discard_after_unit_ = false;
@@ -1365,6 +1507,13 @@ class Session : public std::enable_shared_from_this<Session> {
   bool close_after_send_ = false;     // end the session once local_out_ is sent (a FATAL)
   std::chrono::steady_clock::time_point last_activity_{};  // last frame or ReadyForQuery
   std::unique_ptr<asio::steady_timer> idle_watch_;  // WatchPinnedIdle's timer
+
+  // LISTEN/NOTIFY (listen_state.h, listener.h).
+  static constexpr std::size_t kMaxQueuedNotificationBytes = 8 * 1024 * 1024;
+  endpoint::ListenRegistry::Subscriber listen_id_;  // this session in the listener's registry
+  endpoint::ListenTracker listens_;                 // LISTEN/UNLISTEN awaiting their commit
+  std::string pending_notifications_;               // NotificationResponse frames not yet deliverable
+  bool notifications_overflowed_ = false;           // the queue hit its bound: the session ends
 };
 
 // ---------------------------------------------------------------------------
@@ -1406,6 +1555,18 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
   auto pool = Pool::Create(executor, impl->options.pool, std::move(callbacks));
   if (!pool.ok()) return pool.status();
   impl->pool = std::move(*pool);
+  endpoint::ListenerConnection::Connect listener_connect = [cfg, connect, executor]() {
+    return endpoint::ConnectOrigin(executor, *cfg, connect);
+  };
+  impl->listener = std::make_shared<endpoint::ListenerConnection>(
+      executor, std::move(listener_connect),
+      [weak](endpoint::ListenRegistry::Subscriber id, std::string_view raw) {
+        auto self = weak.lock();
+        if (!self) return;
+        auto it = self->listen_sessions.find(id);
+        if (it != self->listen_sessions.end()) it->second->DeliverNotification(raw);
+      },
+      endpoint::ListenerConnection::Options{});
   impl->cache = std::make_shared<endpoint::EndpointCache>(
       executor, impl->options.cache, cfg->dbname.empty() ? cfg->user : cfg->dbname, cfg->user,
       impl->options.pool.max_size, [weak]() -> asio::awaitable<absl::StatusOr<Lease>> {
@@ -1443,6 +1604,7 @@ void Endpoint::Stop() {
   if (!impl->stopped.exchange(true)) {
     asio::post(impl->executor, [impl] {
       impl->pool->Stop();
+      impl->listener->Stop();
       std::vector<Session*> sessions;
       {
         std::lock_guard<std::mutex> lock(impl->mutex);
@@ -1458,7 +1620,10 @@ void Endpoint::Stop() {
   std::unique_lock<std::mutex> lock(impl->mutex);
   while (std::chrono::steady_clock::now() < deadline) {
     const PoolStats stats = impl->pool->Stats();
-    if (impl->sessions.empty() && stats.open == 0 && stats.closing == 0 && impl->pending_cancels.load() == 0) return;
+    if (impl->sessions.empty() && stats.open == 0 && stats.closing == 0 && impl->pending_cancels.load() == 0 &&
+        !impl->listener->running()) {
+      return;
+    }
     impl->sessions_done.wait_for(lock, std::chrono::milliseconds(5));
   }
 }
@@ -1488,6 +1653,8 @@ EndpointStats Endpoint::Stats() const {
   s.pinned_idle_timeouts = impl_->pinned_idle_timeouts.load();
   s.cancels_forwarded = impl_->cancels_forwarded.load();
   s.cancels_ignored = impl_->cancels_ignored.load();
+  s.notifications_delivered = impl_->notifications_delivered.load();
+  s.listener_reconnects = impl_->listener->reconnects();
   s.origin_rtt_us = impl_->origin_rtt_us.load();
   s.queries = impl_->queries.load(std::memory_order_relaxed);
   s.transaction_time = impl_->transaction_time.Snapshot();

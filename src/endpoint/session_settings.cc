@@ -219,8 +219,6 @@ void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {
       }
       if (t[i].IsKeyword("table") || t[i].IsKeyword("view") || t[i].IsKeyword("sequence")) break;
     }
-  } else if (first.IsKeyword("listen")) {
-    fx.pins.push_back(PinReason::kListen);
   } else if (first.IsKeyword("declare")) {
     for (std::size_t i = 1; i + 1 < t.size(); ++i) {
       if (t[i].IsKeyword("with") && t[i + 1].IsKeyword("hold")) {

@@ -18,9 +18,10 @@
 //    their names are collected from the statements and read with
 //    current_setting(name, true).
 //  - Pins: state that cannot be replayed (temporary tables, session advisory
-//    locks, LISTEN, WITH HOLD cursors, SET ROLE / SESSION AUTHORIZATION,
-//    SQL-level PREPARE) keeps the session on its connection until the session
-//    ends (PinSet, read by DecideRelease).
+//    locks, WITH HOLD cursors, SET ROLE / SESSION AUTHORIZATION, SQL-level
+//    PREPARE) keeps the session on its connection until the session ends
+//    (PinSet, read by DecideRelease). LISTEN does not pin: the Endpoint's
+//    listener connection carries it (listen_state.h, listener.h).
 //
 // Setting names are case-insensitive in PostgreSQL; maps here are keyed by
 // the lowercased name.

@@ -11,8 +11,9 @@
 #   pgbouncer  (optional, for the record; not counted in the exit status) PgBouncer
 #              in transaction mode, default_pool_size 2.
 #
-# Env: DRIVERS="asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema"
-#      (default: all; the *_schema ones are prepared statements across a table change),
+# Env: DRIVERS="asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema
+#      postgresjs_listen python_listen" (default: all; the *_schema ones are prepared
+#      statements across a table change, the *_listen ones LISTEN/NOTIFY fan-out),
 #      TARGETS="direct hyperpool" (default), HYPERPOOL_BINARY (needed for hyperpool),
 #      DRV_KEEP=1 keeps the temp dir (logs, cluster stopped) for inspection.
 # Exit 0 only if every selected driver passes on every counted target.
@@ -21,7 +22,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DRV="$ROOT/tests/drivers"
 PGCLUSTER="$ROOT/tests/support/pgcluster.sh"
-DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema"}
+DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema postgresjs_listen python_listen"}
 TARGETS=${TARGETS:-"direct hyperpool"}
 POOL_SIZE=${DRV_POOL_SIZE:-2}
 DRIVER_TIMEOUT_S=120

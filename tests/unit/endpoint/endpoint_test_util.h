@@ -161,6 +161,24 @@ class LinkClient {
     }
   }
 
+  // Reads the next backend message, whatever it is (e.g. a
+  // NotificationResponse pushed to an idle session); nullopt if the link
+  // closes first.
+  asio::awaitable<std::optional<Message>> ReadOne() {
+    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+    for (;;) {
+      auto r = reader.Read(buffer_);
+      if (r.is_frame()) {
+        Message m{r.frame().tag, std::string(r.frame().payload)};
+        buffer_.erase(0, r.frame().size());
+        co_return m;
+      }
+      if (r.is_error()) co_return std::nullopt;
+      auto n = co_await link_->Receive(buffer_);
+      if (!n.ok()) co_return std::nullopt;
+    }
+  }
+
   // Sends a simple Query and reads its answer.
   asio::awaitable<Result> Query(std::string sql) {
     absl::Status sent = co_await link_->Send(QueryBytes(sql));

@@ -115,7 +115,6 @@ TEST_CASE("state that cannot be replayed pins the session") {
       {"SELECT 1 AS a INTO TEMP t", PinReason::kTempTable},
       {"SELECT pg_advisory_lock(42)", PinReason::kAdvisoryLock},
       {"select pg_catalog.pg_try_advisory_lock_shared(1, 2)", PinReason::kAdvisoryLock},
-      {"LISTEN chan", PinReason::kListen},
       {"DECLARE c CURSOR WITH HOLD FOR SELECT 1", PinReason::kWithHoldCursor},
       {"SET ROLE other", PinReason::kSetRole},
       {"SET SESSION AUTHORIZATION other", PinReason::kSetRole},
@@ -187,6 +186,12 @@ TEST_CASE("the capture query also reads current_user and session_user; parsing f
   CHECK(ParseCapture(rows).RoleIs("admin"));
   rows.pop_back();  // no identity row: unproven, so not the login role
   CHECK_FALSE(ParseCapture(rows).RoleIs("admin"));
+}
+
+TEST_CASE("LISTEN and UNLISTEN do not pin: the listener connection carries them (listen_state.h)") {
+  auto sql = GENERATE(as<std::string>{}, "LISTEN chan", "listen \"Chan\"", "UNLISTEN *", "BEGIN; LISTEN a; COMMIT");
+  CAPTURE(sql);
+  CHECK(AnalyzeSessionEffects(sql).pins.empty());
 }
 
 TEST_CASE("custom placeholder names are collected from SET, RESET and set_config") {

@@ -1,0 +1,273 @@
+#include "endpoint/listen_state.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "cache/sql_analysis.h"
+#include "protocol/codec.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+using cache::Token;
+using cache::TokenKind;
+
+// NAMEDATALEN - 1: PostgreSQL truncates identifiers (channel names too) to
+// this many bytes, never inside a multibyte character.
+constexpr std::size_t kMaxIdentifierBytes = 63;
+
+std::string TruncateIdentifier(std::string name) {
+  if (name.size() <= kMaxIdentifierBytes) return name;
+  std::size_t cut = kMaxIdentifierBytes;
+  // Back up over UTF-8 continuation bytes so the cut lands on a boundary.
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  name.resize(cut);
+  return name;
+}
+
+// The channel named by token `i`, or "" if it is not an identifier.
+std::string ChannelAt(const std::vector<Token>& t, std::size_t i) {
+  if (i >= t.size()) return {};
+  if (t[i].kind != TokenKind::kIdentifier && t[i].kind != TokenKind::kQuotedIdentifier) return {};
+  return TruncateIdentifier(t[i].value);
+}
+
+void ParseOne(const std::vector<Token>& t, std::vector<ListenOp>& out) {
+  if (t.empty()) return;
+  if (t[0].IsKeyword("listen")) {
+    std::string channel = ChannelAt(t, 1);
+    if (!channel.empty() && t.size() == 2) out.push_back({ListenOp::Kind::kListen, std::move(channel)});
+  } else if (t[0].IsKeyword("unlisten")) {
+    if (t.size() == 2 && t[1].kind == TokenKind::kOperator && t[1].text == "*") {
+      out.push_back({ListenOp::Kind::kUnlistenAll, {}});
+      return;
+    }
+    std::string channel = ChannelAt(t, 1);
+    if (!channel.empty() && t.size() == 2) out.push_back({ListenOp::Kind::kUnlisten, std::move(channel)});
+  }
+}
+
+// Reads a NUL-terminated string at `pos`; advances `pos` past the NUL.
+bool ReadCString(std::string_view payload, std::size_t& pos, std::string_view& out) {
+  std::size_t end = payload.find('\0', pos);
+  if (end == std::string_view::npos) return false;
+  out = payload.substr(pos, end - pos);
+  pos = end + 1;
+  return true;
+}
+
+void AppendQuotedIdentifier(std::string& out, std::string_view name) {
+  out += '"';
+  for (char c : name) {
+    if (c == '"') out += c;
+    out += c;
+  }
+  out += '"';
+}
+
+}  // namespace
+
+bool MayListen(std::string_view sql) {
+  constexpr std::string_view kWord = "listen";
+  for (std::size_t i = 0; i + kWord.size() <= sql.size(); ++i) {
+    if ((sql[i] | 0x20) != 'l') continue;  // cheap first-byte filter
+    std::size_t k = 0;
+    while (k < kWord.size() && absl::ascii_tolower(static_cast<unsigned char>(sql[i + k])) == kWord[k]) ++k;
+    if (k == kWord.size()) return true;
+  }
+  return false;
+}
+
+std::vector<ListenOp> ParseListenOps(std::string_view sql) {
+  std::vector<ListenOp> out;
+  if (!MayListen(sql)) return out;  // cheap: most texts never reach the lexer
+  auto tokens = cache::Lex(sql);
+  if (!tokens.ok()) return out;  // PostgreSQL rejects it too
+  std::vector<Token> statement;
+  for (auto& tok : *tokens) {
+    if (tok.kind == TokenKind::kSemicolon) {
+      ParseOne(statement, out);
+      statement.clear();
+    } else {
+      statement.push_back(std::move(tok));
+    }
+  }
+  ParseOne(statement, out);
+  return out;
+}
+
+void ApplyListenOps(const std::vector<ListenOp>& ops, std::set<std::string>& channels) {
+  for (const ListenOp& op : ops) {
+    switch (op.kind) {
+      case ListenOp::Kind::kListen:
+        channels.insert(op.channel);
+        break;
+      case ListenOp::Kind::kUnlisten:
+        channels.erase(op.channel);
+        break;
+      case ListenOp::Kind::kUnlistenAll:
+        channels.clear();
+        break;
+    }
+  }
+}
+
+// ----- ListenTracker ---------------------------------------------------------
+
+void ListenTracker::AddToCurrentUnit(const std::vector<ListenOp>& ops) {
+  if (ops.empty()) return;
+  const std::uint64_t index = forwarded_units_ + 1;
+  if (open_.empty() || open_.back().index != index) open_.push_back({index, {}});
+  open_.back().ops.insert(open_.back().ops.end(), ops.begin(), ops.end());
+}
+
+void ListenTracker::OnFrontend(char tag, std::string_view payload) {
+  switch (tag) {
+    case 'Q': {
+      auto q = protocol::DecodeQuery(payload);
+      if (q.ok()) {
+        if (MayListen(q->query)) connection_listened_ = true;
+        AddToCurrentUnit(ParseListenOps(q->query));
+      }
+      ++forwarded_units_;
+      break;
+    }
+    case 'P': {
+      auto p = protocol::DecodeParse(payload);
+      if (!p.ok()) break;
+      if (MayListen(p->query)) connection_listened_ = true;
+      std::vector<ListenOp> ops = ParseListenOps(p->query);
+      if (ops.empty()) {
+        statements_.erase(std::string(p->statement));
+      } else {
+        statements_[std::string(p->statement)] = std::move(ops);
+      }
+      break;
+    }
+    case 'B': {
+      std::size_t pos = 0;
+      std::string_view portal;
+      std::string_view statement;
+      if (!ReadCString(payload, pos, portal) || !ReadCString(payload, pos, statement)) break;
+      auto it = statements_.find(std::string(statement));
+      if (it != statements_.end()) {
+        connection_listened_ = true;
+        AddToCurrentUnit(it->second);
+      }
+      break;
+    }
+    case 'S':
+    case 'F':
+      ++forwarded_units_;
+      break;
+    default:
+      break;
+  }
+}
+
+std::vector<ListenOp> ListenTracker::OnBackend(char tag, std::string_view payload) {
+  if (tag == 'E') {
+    doomed_ = true;
+    return {};
+  }
+  if (tag == 'C') {
+    auto c = protocol::DecodeCommandComplete(payload);
+    if (c.ok() && c->tag == "ROLLBACK") doomed_ = true;
+    return {};
+  }
+  if (tag != 'Z' || payload.empty()) return {};
+  ++completed_units_;
+  while (!open_.empty() && open_.front().index <= completed_units_) {
+    pending_.insert(pending_.end(), open_.front().ops.begin(), open_.front().ops.end());
+    open_.pop_front();
+  }
+  const char status = payload[0];
+  if (status == 'E') doomed_ = true;
+  if (status != 'I') return {};
+  std::vector<ListenOp> committed;
+  if (!doomed_) committed.swap(pending_);
+  pending_.clear();
+  doomed_ = false;
+  return committed;
+}
+
+void ListenTracker::OnConnectionLost() {
+  open_.clear();
+  pending_.clear();
+  doomed_ = false;
+  completed_units_ = forwarded_units_;
+  connection_listened_ = false;  // the connection is gone, and its LISTENs with it
+}
+
+// ----- ListenRegistry --------------------------------------------------------
+
+ListenRegistry::Change ListenRegistry::Set(Subscriber subscriber, const std::set<std::string>& channels) {
+  Change change;
+  std::set<std::string> empty;
+  auto it = by_subscriber_.find(subscriber);
+  const std::set<std::string>& before = it == by_subscriber_.end() ? empty : it->second;
+  for (const std::string& ch : before) {
+    if (channels.count(ch) != 0) continue;
+    auto c = by_channel_.find(ch);
+    if (c == by_channel_.end()) continue;
+    auto& subs = c->second;
+    subs.erase(std::remove(subs.begin(), subs.end(), subscriber), subs.end());
+    if (subs.empty()) {
+      by_channel_.erase(c);
+      change.to_unlisten.push_back(ch);
+    }
+  }
+  for (const std::string& ch : channels) {
+    if (before.count(ch) != 0) continue;
+    auto& subs = by_channel_[ch];
+    if (subs.empty()) change.to_listen.push_back(ch);
+    subs.push_back(subscriber);
+  }
+  if (channels.empty()) {
+    if (it != by_subscriber_.end()) by_subscriber_.erase(it);
+  } else {
+    by_subscriber_[subscriber] = channels;
+  }
+  return change;
+}
+
+const std::vector<ListenRegistry::Subscriber>& ListenRegistry::SubscribersOf(std::string_view channel) const {
+  static const std::vector<Subscriber> kNone;
+  auto it = by_channel_.find(channel);
+  return it == by_channel_.end() ? kNone : it->second;
+}
+
+const std::set<std::string>& ListenRegistry::ChannelsOf(Subscriber subscriber) const {
+  static const std::set<std::string> kNone;
+  auto it = by_subscriber_.find(subscriber);
+  return it == by_subscriber_.end() ? kNone : it->second;
+}
+
+bool ListenRegistry::Listens(Subscriber subscriber, std::string_view channel) const {
+  const std::set<std::string>& mine = ChannelsOf(subscriber);
+  return mine.find(std::string(channel)) != mine.end();
+}
+
+std::vector<std::string> ListenRegistry::Channels() const {
+  std::vector<std::string> out;
+  out.reserve(by_channel_.size());
+  for (const auto& [ch, subs] : by_channel_) out.push_back(ch);
+  return out;
+}
+
+std::string BuildListenerQuery(const ListenRegistry::Change& change) {
+  std::string sql;
+  for (const std::string& ch : change.to_unlisten) {
+    sql += "UNLISTEN ";
+    AppendQuotedIdentifier(sql, ch);
+    sql += ';';
+  }
+  for (const std::string& ch : change.to_listen) {
+    sql += "LISTEN ";
+    AppendQuotedIdentifier(sql, ch);
+    sql += ';';
+  }
+  return sql;
+}
+
+}  // namespace hyperpool::endpoint
