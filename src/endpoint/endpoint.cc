@@ -910,7 +910,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Between units and outside a transaction block: where PostgreSQL sends
   // NotificationResponse.
   bool IdleForNotifications() const {
-    return outstanding_ == 0 && !in_unit_ && !parse_only_unit_ && !skip_until_sync_ && !failed_txn_ &&
+    return outstanding_ == 0 && !in_unit_ && !parse_only_unit_ && !skip_until_sync_ &&
            to_origin_.empty() && !statements_.shape_check_pending() &&
            (!lease_ || conn_ == nullptr || conn_->transaction_status() == 'I');
   }
