@@ -146,7 +146,7 @@ std::optional<Control> DecodeControl(std::string_view payload) {
   return out;
 }
 
-UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
+UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const StatementLookup* lookup) {
   out = CandidateUnit{};
   std::optional<RawFrame> f = NextFrame(bytes);
   if (!f) return UnitShape::kNotCandidate;
@@ -159,9 +159,14 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
     out.replay.form = ProtocolForm::kSimple;
     return UnitShape::kCandidate;
   }
-  if (f->tag != 'P') return UnitShape::kNotCandidate;
+  if (f->tag != 'P' && !(f->tag == 'B' && lookup != nullptr)) return UnitShape::kNotCandidate;
+  // [Parse] [Describe(statement)] Bind [Describe(portal)] Execute(no limit) Sync,
+  // one statement and one portal throughout.
+  enum Stage { kWantParseOrBind, kWantDescribeOrBind, kWantBind, kWantDescribeOrExecute, kWantExecute, kWantSync };
+  Stage stage = kWantParseOrBind;
   size_t pos = 0;
-  int stage = 0;  // 0: want P, 1: want B, 2: want D or E, 3: want E, 4: want S
+  std::string_view statement;
+  std::string_view portal;
   out.form = ProtocolForm::kExtended;
   out.replay = ReplayRequest{};
   out.replay.form = ProtocolForm::kExtended;
@@ -174,19 +179,32 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
     pos += fr->size;
     switch (fr->tag) {
       case 'P': {
-        if (stage != 0) return UnitShape::kNotCandidate;
+        if (stage != kWantParseOrBind) return UnitShape::kNotCandidate;
         auto p = protocol::DecodeParse(fr->payload);
-        if (!p.ok() || !p->statement.empty()) return UnitShape::kNotCandidate;
+        if (!p.ok()) return UnitShape::kNotCandidate;
+        statement = p->statement;
         out.sql = p->query;
         out.param_types.assign(p->parameter_types.begin(), p->parameter_types.end());
         out.replay.parse = true;
-        stage = 1;
+        out.named_parse = !statement.empty();
+        stage = kWantDescribeOrBind;
         break;
       }
       case 'B': {
-        if (stage != 1) return UnitShape::kNotCandidate;
+        if (stage != kWantParseOrBind && stage != kWantDescribeOrBind && stage != kWantBind) {
+          return UnitShape::kNotCandidate;
+        }
         auto b = protocol::DecodeBind(fr->payload);
-        if (!b.ok() || !b->portal.empty() || !b->statement.empty()) return UnitShape::kNotCandidate;
+        if (!b.ok()) return UnitShape::kNotCandidate;
+        if (stage == kWantParseOrBind) {
+          // No Parse in the unit: the session's own statement, by name.
+          std::vector<uint32_t> types;
+          if (!(*lookup)(b->statement, &out.sql, &types)) return UnitShape::kNotCandidate;
+          out.param_types = std::move(types);
+        } else if (b->statement != statement) {
+          return UnitShape::kNotCandidate;
+        }
+        portal = b->portal;
         out.params.clear();
         for (size_t i = 0; i < b->parameters.size(); ++i) {
           int16_t format = 0;
@@ -196,36 +214,38 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
         }
         out.result_formats.assign(b->result_formats.begin(), b->result_formats.end());
         out.replay.bind = true;
-        stage = 2;
+        stage = kWantDescribeOrExecute;
         break;
       }
       case 'D': {
-        if (stage != 2) return UnitShape::kNotCandidate;
         auto d = protocol::DecodeDescribe(fr->payload);
-        if (!d.ok() || !d->name.empty()) return UnitShape::kNotCandidate;
-        if (d->kind == protocol::ObjectKind::kPortal) {
+        if (!d.ok()) return UnitShape::kNotCandidate;
+        if (d->kind == protocol::ObjectKind::kStatement) {
+          // Before the Bind, of the statement just parsed: answered before
+          // BindComplete (ParameterDescription + RowDescription with zero
+          // format codes), as the replay's statement form does.
+          if (stage != kWantDescribeOrBind || d->name != statement) return UnitShape::kNotCandidate;
+          out.replay.describe = ReplayRequest::Describe::kStatement;
+          out.describe = 'S';
+          stage = kWantBind;
+        } else {
+          if (stage != kWantDescribeOrExecute || d->name != portal) return UnitShape::kNotCandidate;
           out.replay.describe = ReplayRequest::Describe::kPortal;
           out.describe = 'P';
-        } else {
-          // Describe statement after Bind: PostgreSQL answers it in order
-          // (ParameterDescription + RowDescription after BindComplete); the
-          // replay helper's statement form puts them before BindComplete, so
-          // this shape is left to the origin.
-          return UnitShape::kNotCandidate;
+          stage = kWantExecute;
         }
-        stage = 3;
         break;
       }
       case 'E': {
-        if (stage != 2 && stage != 3) return UnitShape::kNotCandidate;
+        if (stage != kWantDescribeOrExecute && stage != kWantExecute) return UnitShape::kNotCandidate;
         auto e = protocol::DecodeExecute(fr->payload);
-        if (!e.ok() || !e->portal.empty() || e->max_rows != 0) return UnitShape::kNotCandidate;
+        if (!e.ok() || e->portal != portal || e->max_rows != 0) return UnitShape::kNotCandidate;
         out.replay.execute = true;
-        stage = 4;
+        stage = kWantSync;
         break;
       }
       case 'S': {
-        if (stage != 4) return UnitShape::kNotCandidate;
+        if (stage != kWantSync) return UnitShape::kNotCandidate;
         out.replay.sync = true;
         out.frames = bytes.substr(0, pos);
         return UnitShape::kCandidate;
@@ -552,6 +572,32 @@ std::string ClientLocalKey(std::string_view hello_fingerprint, const SessionCach
   PutU64(k, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);
   PutU32(k, static_cast<uint32_t>(unit_frames.size()));
   k.append(unit_frames);
+  return k;
+}
+
+std::string ClientExtendedKey(std::string_view hello_fingerprint, const SessionCacheSettings& s,
+                              const CandidateUnit& unit) {
+  std::string k("hpx1");
+  PutU32(k, static_cast<uint32_t>(hello_fingerprint.size()));
+  k.append(hello_fingerprint);
+  PutU64(k, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);
+  k.push_back(unit.describe);
+  PutU32(k, static_cast<uint32_t>(unit.param_types.size()));
+  for (uint32_t t : unit.param_types) PutU32(k, t);
+  PutU32(k, static_cast<uint32_t>(unit.params.size()));
+  for (const ParamValue& v : unit.params) {
+    k.push_back(static_cast<char>(v.format));
+    if (!v.value) {
+      PutU32(k, 0xffffffffu);
+      continue;
+    }
+    PutU32(k, static_cast<uint32_t>(v.value->size()));
+    k.append(*v.value);
+  }
+  PutU32(k, static_cast<uint32_t>(unit.result_formats.size()));
+  for (int16_t f : unit.result_formats) k.push_back(static_cast<char>(f)), k.push_back(static_cast<char>(f >> 8));
+  PutU32(k, static_cast<uint32_t>(unit.sql.size()));
+  k.append(unit.sql);
   return k;
 }
 

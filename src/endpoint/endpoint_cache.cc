@@ -253,7 +253,7 @@ SessionCache::SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_ex
 }
 
 SessionCache::~SessionCache() {
-  if (leader_ && !leader_->done) cache_->tier().Abandon(leader_->key);
+  if (leader_ && !leader_->done && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
   cache_->Unregister(this);
   cache_->Publish();
@@ -315,7 +315,7 @@ std::chrono::milliseconds SessionCache::Ttl() const {
 
 void SessionCache::EndLeader(bool abandon) {
   if (!leader_) return;
-  if (!leader_->done && abandon) cache_->tier().Abandon(leader_->key);
+  if (!leader_->done && abandon && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   leader_.reset();
   cache_->Publish();
 }
@@ -363,7 +363,7 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     building_ = Effect{};
     txn_written_ = cache::WriteEffect{};
   }
-  if (!idle || (frame.tag != 'Q' && frame.tag != 'P')) co_return false;
+  if (!idle || (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B')) co_return false;
   RefreshSettingsKey();
   if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
     cache_->NoteBypassed();
@@ -371,7 +371,19 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
   }
   cache::CandidateUnit unit;
   std::string_view bytes(frame.raw.data(), frame.raw.size() + rest.size());
-  if (cache::ParseCandidateUnit(bytes, unit) != cache::UnitShape::kCandidate) co_return false;
+  // A unit without a Parse runs one of the session's named statements: keyed
+  // by its text (the unnamed statement is not resolved: a unit answered here
+  // skips its Parse, so what the session's unnamed statement is may differ).
+  const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
+                                               std::vector<uint32_t>* types) {
+    if (name.empty()) return false;
+    auto it = statement_texts_.find(std::string(name));
+    if (it == statement_texts_.end() || it->second.poisoned) return false;
+    *sql = it->second.sql;
+    *types = it->second.types;
+    return true;
+  };
+  if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) co_return false;
   cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
     cache_->NoteBypassed();
@@ -418,6 +430,20 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     switch (lk.status) {
       case CacheLookupStatus::kHit:
       case CacheLookupStatus::kStale: {
+        if (unit.named_parse) {
+          // The origin must see a named Parse (the statement outlives the
+          // unit), so the unit goes there; its result refreshes the entry
+          // and is marked for the Client tier as a leader's would be.
+          leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
+          leader_->key = std::move(key);
+          leader_->digest = digest;
+          leader_->generation = cache_->generation();
+          leader_->tables = std::move(d.tables);
+          leader_->ttl = Ttl();
+          leader_->owns_key = false;
+          cache_->Publish();
+          co_return false;
+        }
         bool served = Serve(lk.entry, unit, digest, local_out, skip_until_sync, skip_status);
         if (served) cache_->NoteServed(waited);
         cache_->Publish();
@@ -508,6 +534,18 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       auto p = protocol::DecodeParse(frame.payload);
       if (!p.ok()) break;
       statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/true);
+      if (!p->statement.empty()) {
+        // Re-parsing a name that exists fails at the origin (42P05) or
+        // redefines it through the statement registry: either way, which
+        // text the name runs is not certain here until it is closed.
+        auto [it, inserted] = statement_texts_.try_emplace(std::string(p->statement));
+        if (!inserted) {
+          it->second.poisoned = true;
+        } else {
+          it->second.sql = std::string(p->query);
+          it->second.types.assign(p->parameter_types.begin(), p->parameter_types.end());
+        }
+      }
       break;
     }
     case 'B': {
@@ -539,6 +577,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       if (c.ok()) {
         if (c->kind == protocol::ObjectKind::kStatement) {
           statements_.erase(std::string(c->name));
+          statement_texts_.erase(std::string(c->name));
         } else {
           portals_.erase(std::string(c->name));
         }
@@ -581,7 +620,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
     if (!l.done) {
       cache::ResultCapture::State s = l.capture.Feed(tag, raw);
       if (s == cache::ResultCapture::State::kRejected || !l.usable) {
-        cache_->tier().Abandon(l.key);
+        if (l.owns_key) cache_->tier().Abandon(l.key);
         l.done = true;
       } else if (s == cache::ResultCapture::State::kComplete) {
         auto now = std::chrono::steady_clock::now();
@@ -592,7 +631,11 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
         entry.database = cache_->database();
         entry.tables = l.tables;
         const auto expires = entry.expires;
-        cache_->tier().Complete(l.key, std::move(entry));
+        if (l.owns_key) {
+          cache_->tier().Complete(l.key, std::move(entry));
+        } else {
+          cache_->tier().Put(l.key, std::move(entry));
+        }
         l.done = true;
         std::shared_ptr<const CacheEntry> stored = cache_->tier().Get(l.key);
         if (stored && stored->expires == expires) {

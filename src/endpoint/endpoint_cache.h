@@ -210,6 +210,10 @@ class SessionCache {
     bool begun = false;
     bool usable = true;
     bool done = false;  // Complete()/Abandon() called; skip to the unit's end
+    // False for a unit that must reach the origin although its key is
+    // cached (it creates a named statement): its result is Put, not
+    // Complete()d, and nothing is abandoned.
+    bool owns_key = true;
     explicit Leader(std::size_t max) : capture(max) {}
   };
 
@@ -257,6 +261,14 @@ class SessionCache {
   cache::WriteEffect txn_written_;
   std::unordered_map<std::string, Effect> statements_;
   std::unordered_map<std::string, std::string> portals_;
+  // The text and declared types of each named statement the session parsed
+  // (to key units that Bind it without a Parse).
+  struct StatementText {
+    std::string sql;
+    std::vector<uint32_t> types;
+    bool poisoned = false;  // parsed twice before a Close: not resolved
+  };
+  std::unordered_map<std::string, StatementText> statement_texts_;
 };
 
 }  // namespace hyperpool::endpoint
