@@ -347,6 +347,14 @@ void ExtendedSession::Lose(std::string_view raw, std::string& out) {
 
 void ExtendedSession::OnError(std::string_view raw, std::string& out) {
   Pending& front = pending_.front();
+  if (store_ != nullptr && raw.size() > 5) {
+    // The origin's own "cached plan must not change result type": DDL this
+    // Client did not hear of changed some statement's shape, so none of
+    // the shapes it knows can be promised any more (the driver re-prepares
+    // next, and must get the origin's answer).
+    auto e = pr::DecodeErrorResponse(raw.substr(5));
+    if (e.ok() && e->sqlstate() == "0A000") store_->InvalidateAll();
+  }
   if (front.kind == Expect::kParse && front.swallow && store_ != nullptr) {
     // A deferred Parse failed: its error is the driver's answer at this Bind.
     if (!front.key.empty()) store_->Drop(front.key);

@@ -264,6 +264,21 @@ TEST_CASE("a deferred Parse that fails reports at the Bind and drops the metadat
   CHECK(store.Stats().deferred_failures == 1);
 }
 
+TEST_CASE("the origin's own 0A000 drops every shape the Client knows: the driver's re-prepare reaches the origin") {
+  StatementMetadataStore store;
+  Learn(store);
+  ExtendedSession ext(&store, kDb, kFp);
+  Driver d{ext};
+  d.Send(Bind("known", {"1"}) + Execute() + Sync());
+  std::string err;
+  AppendCachedPlanChanged(err);
+  CHECK(d.Receive(err + kReadyIdle) == err + kReadyIdle);
+  CHECK(store.Get(StatementMetadataKey(kDb, kFp, {}, kSql)) == nullptr);
+  d.to_link.clear();
+  d.Send(Parse("s2", kSql) + DescribeS("s2") + Flush());
+  CHECK(d.to_link == Parse("s2", kSql) + DescribeS("s2") + Flush());
+}
+
 TEST_CASE("after an error the origin skips to Sync: messages sent meanwhile expect nothing") {
   StatementMetadataStore store;
   ExtendedSession ext(&store, kDb, kFp);
