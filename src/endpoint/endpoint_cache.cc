@@ -363,7 +363,15 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     building_ = Effect{};
     txn_written_ = cache::WriteEffect{};
   }
-  if (!idle || (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B')) co_return false;
+  // After a Parse/Describe(statement) flight whose answers have all come
+  // (postgres.js: Parse + Describe + Flush, then Bind + Execute + Sync), a
+  // Bind starts the rest of that implicit transaction: its result may be
+  // stored, but it is never answered from the tier (the origin must see the
+  // Sync that ends the transaction the Parse began).
+  // (OnForward opens and closes the window.)
+  const bool after_describe = !idle && frame.tag == 'B' && DescribeWindowReady();
+  if (!idle && !after_describe) co_return false;
+  if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B') co_return false;
   RefreshSettingsKey();
   if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
     cache_->NoteBypassed();
@@ -374,8 +382,14 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
   // A unit without a Parse runs one of the session's named statements: keyed
   // by its text (the unnamed statement is not resolved: a unit answered here
   // skips its Parse, so what the session's unnamed statement is may differ).
-  const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
-                                               std::vector<uint32_t>* types) {
+  const cache::StatementLookup lookup = [this, after_describe](std::string_view name, std::string_view* sql,
+                                                               std::vector<uint32_t>* types) {
+    if (name.empty() && after_describe && unnamed_known_) {
+      // Parsed in this very transaction: that Parse reached the origin.
+      *sql = unnamed_text_.sql;
+      *types = unnamed_text_.types;
+      return true;
+    }
     if (name.empty()) return false;
     auto it = statement_texts_.find(std::string(name));
     if (it == statement_texts_.end() || it->second.poisoned) return false;
@@ -430,7 +444,7 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     switch (lk.status) {
       case CacheLookupStatus::kHit:
       case CacheLookupStatus::kStale: {
-        if (unit.named_parse) {
+        if (unit.named_parse || after_describe) {
           // The origin must see a named Parse (the statement outlives the
           // unit), so the unit goes there; its result refreshes the entry
           // and is marked for the Client tier as a leader's would be.
@@ -515,6 +529,8 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
 void SessionCache::OnForward(const protocol::Frame& frame) {
   switch (frame.tag) {
     case 'Q': {
+      describe_window_ = DescribeWindow::kNone;
+      unnamed_known_ = false;
       auto q = protocol::DecodeQuery(frame.payload);
       Effect e;
       if (!q.ok()) {
@@ -534,6 +550,12 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       auto p = protocol::DecodeParse(frame.payload);
       if (!p.ok()) break;
       statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/true);
+      NoteDescribeWindow('P');
+      if (p->statement.empty()) {
+        unnamed_known_ = true;
+        unnamed_text_.sql = std::string(p->query);
+        unnamed_text_.types.assign(p->parameter_types.begin(), p->parameter_types.end());
+      }
       if (!p->statement.empty()) {
         // Re-parsing a name that exists fails at the origin (42P05) or
         // redefines it through the statement registry: either way, which
@@ -548,12 +570,21 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       }
       break;
     }
+    case 'D': {
+      auto d = protocol::DecodeDescribe(frame.payload);
+      NoteDescribeWindow(d.ok() && d->kind == protocol::ObjectKind::kStatement ? 'D' : 'x');
+      break;
+    }
+    case 'H':
+      break;  // a Flush keeps the window open
     case 'B': {
+      describe_window_ = DescribeWindow::kNone;
       auto b = protocol::DecodeBind(frame.payload);
       if (b.ok()) portals_[std::string(b->portal)] = std::string(b->statement);
       break;
     }
     case 'E': {
+      describe_window_ = DescribeWindow::kNone;
       auto x = protocol::DecodeExecute(frame.payload);
       Effect e;
       e.write.all = true;  // unknown portal or statement: anything may have been written
@@ -573,6 +604,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       break;
     }
     case 'C': {
+      describe_window_ = DescribeWindow::kNone;
       auto c = protocol::DecodeClose(frame.payload);
       if (c.ok()) {
         if (c->kind == protocol::ObjectKind::kStatement) {
@@ -585,6 +617,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       break;
     }
     case 'F': {
+      describe_window_ = DescribeWindow::kNone;
       Effect e;
       e.write.all = true;
       e.changes_state = true;
@@ -595,6 +628,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       break;
     }
     case 'S':
+      describe_window_ = DescribeWindow::kNone;
       pending_.push_back(std::move(building_));
       building_ = Effect{};
       break;
@@ -608,7 +642,34 @@ void SessionCache::Emit(const cache::InvalidateControl& control, std::string& ba
   cache_->Broadcast(control, client_id_);
 }
 
+void SessionCache::NoteDescribeWindow(char what) {
+  if (what != 'P' && what != 'D') {
+    describe_window_ = DescribeWindow::kNone;
+    return;
+  }
+  if (describe_window_ == DescribeWindow::kNone) {
+    // Opens only between units: nothing outstanding, outside a transaction.
+    if (!pending_.empty() || last_status_ != 'I' || leader_) return;
+    describe_window_ = DescribeWindow::kOpen;
+    describe_answers_ = 0;
+  }
+  if (describe_window_ != DescribeWindow::kOpen) return;
+  describe_answers_ += what == 'P' ? 1 : 2;  // ParseComplete; ParameterDescription + RowDescription|NoData
+}
+
+bool SessionCache::DescribeWindowReady() const {
+  return describe_window_ == DescribeWindow::kOpen && describe_answers_ == 0 && pending_.empty() &&
+         last_status_ == 'I';
+}
+
 void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn) {
+  if (describe_window_ == DescribeWindow::kOpen) {
+    if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && describe_answers_ > 0) {
+      --describe_answers_;
+    } else if (tag != 'N' && tag != 'S' && tag != 'A' && tag != 'h') {
+      describe_window_ = DescribeWindow::kNone;  // an error, or anything unexpected
+    }
+  }
   // The leader's result: capture it for both tiers.
   if (leader_ && !pending_.empty()) {
     Leader& l = *leader_;
@@ -656,6 +717,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
   }
   if (tag == 'Z' && raw.size() >= 6) {
     const char status = raw[5];
+    last_status_ = status;
     if (!pending_.empty()) {
       const Effect& e = pending_.front();
       // Connections carry what their sessions did to them: a connection used

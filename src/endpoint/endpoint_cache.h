@@ -225,6 +225,10 @@ class SessionCache {
   bool Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit, uint64_t digest,
              std::string& local_out, bool& skip_until_sync, char& skip_status);
   void EndLeader(bool abandon);
+  // A frontend frame of a Parse/Describe flight ('P', 'D' statement; 'x'
+  // anything else closes the window).
+  void NoteDescribeWindow(char what);
+  bool DescribeWindowReady() const;
   void Emit(const cache::InvalidateControl& control, std::string& batch);
   std::chrono::milliseconds Ttl() const;
 
@@ -269,6 +273,16 @@ class SessionCache {
     bool poisoned = false;  // parsed twice before a Close: not resolved
   };
   std::unordered_map<std::string, StatementText> statement_texts_;
+  // The unnamed statement's text, while the last Parse('') is known to have
+  // been forwarded (a simple Query replaces it).
+  StatementText unnamed_text_;
+  bool unnamed_known_ = false;
+  // A flight of only Parse / Describe(statement) / Flush, sent between units
+  // (see Intercept): open while it lasts, `describe_answers_` still due.
+  enum class DescribeWindow : uint8_t { kNone, kOpen };
+  DescribeWindow describe_window_ = DescribeWindow::kNone;
+  int describe_answers_ = 0;
+  char last_status_ = 'I';  // the origin's latest ReadyForQuery status
 };
 
 }  // namespace hyperpool::endpoint
