@@ -351,12 +351,22 @@ std::string SettingName(const std::vector<Token>& t, size_t& i) {
   return name;
 }
 
+// Startup parameters / settings no result depends on: left out of keys.
+constexpr std::string_view kUnkeyedSettings[] = {
+    "application_name", "fallback_application_name", "statement_timeout", "lock_timeout",
+    "idle_in_transaction_session_timeout", "idle_session_timeout", "geqo", "jit",
+};
+bool IsUnkeyedSetting(std::string_view name) {
+  return std::find(std::begin(kUnkeyedSettings), std::end(kUnkeyedSettings), name) != std::end(kUnkeyedSettings);
+}
+
 // Settings whose SET/RESET is not a plain GUC change a capture can describe.
 bool IsIdentitySetting(std::string_view name) { return name == "role" || name == "session_authorization"; }
 
 // One statement's tokens [b, e). Returns: 0 not a SET/RESET, 1 hyperpool.*
 // setting (applied), 2 local-only SET (no lasting effect), 3 state change,
-// 4 a session-level change of ordinary settings (see only_setting_changes).
+// 4 a session-level change of ordinary settings (see only_setting_changes),
+// 5 the same of a setting no key depends on (only_unkeyed_settings).
 int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSettings* settings) {
   if (b >= e) return 0;
   if (!t[b].IsKeyword("reset") && !t[b].IsKeyword("set")) return 0;  // before copying the tokens
@@ -370,7 +380,8 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
       ApplyCacheSetting(name, std::nullopt, settings ? *settings : scratch);
       return 1;
     }
-    return name.empty() || IsIdentitySetting(name) ? 3 : 4;
+    if (name.empty() || IsIdentitySetting(name)) return 3;
+    return IsUnkeyedSetting(name) && i == s.size() ? 5 : 4;
   }
   if (!s[0].IsKeyword("set")) return 0;
   size_t i = 1;
@@ -382,7 +393,10 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
     if (i < s.size() && (s[i].IsKeyword("authorization") || s[i].IsKeyword("characteristics"))) return 3;
   }
   std::string name = SettingName(s, i);
-  if (name.rfind("hyperpool.", 0) != 0) return name.empty() || IsIdentitySetting(name) ? 3 : 4;
+  if (name.rfind("hyperpool.", 0) != 0) {
+    if (name.empty() || IsIdentitySetting(name)) return 3;
+    return IsUnkeyedSetting(name) ? 5 : 4;
+  }
   if (i < s.size() && (s[i].IsKeyword("to") || (s[i].kind == TokenKind::kOperator && s[i].text == "="))) ++i;
   std::optional<std::string_view> value;
   std::string joined;
@@ -418,6 +432,7 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
   bool all_cache_settings = true;
   bool has_other = false;  // statements that are not SET/RESET
   bool setting_changes = false;  // plain session-level SET/RESET of ordinary settings
+  bool keyed_changes = false;    // ...of settings a key depends on
   size_t b = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
     if (i < t.size() && t[i].kind != TokenKind::kSemicolon) continue;
@@ -426,7 +441,8 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
       int c = ClassifySet(t, b, i, settings);
       if (c != 1) all_cache_settings = false;
       if (c == 3) fx.changes_session_state = true;
-      if (c == 4) setting_changes = true;
+      if (c == 4 || c == 5) setting_changes = true;
+      if (c == 4) keyed_changes = true;
       if (c == 0) has_other = true;
     }
     b = i + 1;
@@ -452,6 +468,7 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
   }
   // Only now: the other statements may have changed state in other ways.
   fx.only_setting_changes = setting_changes && !fx.changes_session_state;
+  fx.only_unkeyed_settings = fx.only_setting_changes && !keyed_changes;
   if (setting_changes) fx.changes_session_state = true;
   return fx;
 }
@@ -461,16 +478,12 @@ std::string HelloFingerprint(const std::vector<std::pair<std::string, std::strin
       "client_encoding", "datestyle",   "timezone",    "intervalstyle", "extra_float_digits",
       "bytea_output",    "lc_monetary", "lc_numeric",  "lc_time",       "standard_conforming_strings",
   };
-  static constexpr std::string_view kIgnored[] = {
-      "application_name", "fallback_application_name", "statement_timeout", "lock_timeout",
-      "idle_in_transaction_session_timeout", "idle_session_timeout", "geqo", "jit",
-  };
   std::vector<std::pair<std::string, std::string>> keyed;
   bool bad = false;
   for (const auto& [name, value] : params) {
     std::string n = Lower(name);
     if (n.rfind("hyperpool.", 0) == 0) continue;
-    if (std::find(std::begin(kIgnored), std::end(kIgnored), n) != std::end(kIgnored)) continue;
+    if (IsUnkeyedSetting(n)) continue;
     if (n == "options") {
       SessionCacheSettings probe;
       // Allowed only if every switch is one of ours.

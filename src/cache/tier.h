@@ -133,6 +133,11 @@ struct StatementEffects {
   // settings capture describes exactly, so its tier keys by the captured
   // settings instead of bypassing the session.
   bool only_setting_changes = false;
+  // ...and every one of them is of a setting no key depends on
+  // (application_name, statement_timeout, ...: HelloFingerprint leaves them
+  // out), so keys made for the session stay valid (PgJDBC sets
+  // application_name at connect).
+  bool only_unkeyed_settings = false;
   // The cache-control hint comment /* hyperpool:nocache */ is present.
   bool nocache_hint = false;
 };

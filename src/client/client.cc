@@ -231,6 +231,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       co_return;
     }
     hello_fp_ = cache::HelloFingerprint(app_params_, &hello_unsupported_);
+    base_fp_ = hello_fp_;
     cache::ApplyStartupParameters(app_params_, cache_settings_);
     ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, hello_fp_);
     co_await AppToLink();
@@ -686,6 +687,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return false;
     cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
     if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) return false;
+    // Extended units always travel with a Describe(portal) (see
+    // ExtendedContext::describe_portal): one key with or without the
+    // driver's own.
+    if (unit.form == cache::ProtocolForm::kExtended && unit.describe == 0) unit.describe = 'P';
     key = unit.form == cache::ProtocolForm::kSimple ? cache::ClientLocalKey(hello_fp_, cache_settings_, unit.frames)
                                                     : cache::ClientExtendedKey(hello_fp_, cache_settings_, unit);
     return true;
@@ -712,7 +717,24 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     } else {
       return;
     }
-    if (cache::ClassifyStatements(sql, &cache_settings_).changes_session_state) state_changed_ = true;
+    cache::StatementEffects fx = cache::ClassifyStatements(sql, &cache_settings_);
+    if (!fx.changes_session_state || fx.only_unkeyed_settings) {
+      // A SET of a setting no key depends on (PgJDBC's application_name at
+      // connect) leaves keys valid; the Endpoint still captures and replays it.
+      return;
+    }
+    if (fx.only_setting_changes && session_sets_.size() + sql.size() < kMaxSessionSets) {
+      // Plain SET/RESET of ordinary settings (PgJDBC's extra_float_digits):
+      // the texts, in order, join the session's fingerprint, so sessions
+      // share keys only with sessions that sent the same ones (which the
+      // Endpoint re-keys by the same captured settings). A rolled-back or
+      // failed SET only makes keys more specific than needed.
+      session_sets_.append(std::to_string(sql.size())).append(":").append(sql);
+      hello_fp_ = base_fp_ + std::string("\0sets\0", 6) + session_sets_;
+      ext_->set_fingerprint(hello_fp_);
+      return;
+    }
+    state_changed_ = true;
   }
 
   asio::awaitable<void> WaitWriteDone() {
@@ -867,6 +889,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         ctx.keyable = MetadataKeyable();
         ctx.txn_status = txn_status_;
         ctx.nothing_sent = to_link.empty() && outstanding_ == 0;
+        ctx.describe_portal = first_candidate && units_in_batch == 0 && first.form == cache::ProtocolForm::kExtended &&
+                              first.replay.describe == cache::ReplayRequest::Describe::kNone;
         client::ExtendedSession::FrontendResult fr = ext_->OnFrontend(r.frame(), view.substr(batch), ctx, to_link, local);
         batch += fr.rest_consumed;
         if (!fr.forwarded) continue;  // answered locally (a Sync among them included)
@@ -1099,7 +1123,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   char last_tag_ = '\0';    // tag of the last frame forwarded to the app
 
   // The query cache (client_cache.h).
-  std::string hello_fp_;
+  std::string hello_fp_;  // base_fp_ plus the session's own SETs (NoteForwardedFrame)
+  std::string base_fp_;   // from the startup parameters
+  std::string session_sets_;
+  static constexpr size_t kMaxSessionSets = 4096;
   bool hello_unsupported_ = false;
   cache::SessionCacheSettings cache_settings_;
   bool state_changed_ = false;  // a SET/RESET/DISCARD/... was sent: no cache for this session

@@ -269,6 +269,19 @@ ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Fram
       Pending bind{Expect::kBind};
       if (!promise) {
         Push(std::move(bind));
+        std::optional<Raw> f1 = Next(rest);
+        bool driver_describes = false;
+        if (f1 && f1->tag == 'D') {
+          auto d = pr::DecodeDescribe(f1->payload);
+          driver_describes = d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal;
+        }
+        if (ctx.describe_portal && !driver_describes) {
+          pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
+          pr::Encode(describe, to_link);
+          Pending p{Expect::kDescribePortal};
+          p.swallow = true;
+          Push(std::move(p));
+        }
         return result;
       }
       bind.hold = true;

@@ -63,6 +63,11 @@ struct ExtendedContext {
   bool keyable = false;      // the session's name resolution can be keyed (no SET, no search_path ...)
   char txn_status = 'I';     // from the latest ReadyForQuery
   bool nothing_sent = true;  // nothing of this batch has been queued for the link before this frame
+  // The frame belongs to a cache candidate whose driver sent no Describe:
+  // a Bind gets a Describe(portal) whose answer is swallowed, so that what
+  // is stored always holds the RowDescription (one entry serves units with
+  // and without a Describe(portal)).
+  bool describe_portal = false;
 };
 
 // Encodes "cached plan must not change result type" as PostgreSQL reports it
@@ -102,6 +107,9 @@ class ExtendedSession {
   // statement now exists for the driver. False (serve nothing) when its
   // metadata is unknown: then the Parse could not be deferred safely.
   bool AdoptServedParse(const protocol::Frame& frame, bool keyable);
+
+  // The session's fingerprint changed (its own SETs of ordinary settings).
+  void set_fingerprint(std::string fingerprint) { hello_fp_ = std::move(fingerprint); }
 
   bool lost() const { return lost_; }
   // Nothing forwarded is waiting for an answer.

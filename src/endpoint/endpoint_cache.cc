@@ -355,6 +355,18 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const c
 
 asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std::string_view rest, bool idle,
                                               std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  if (frame.tag == 'P') {
+    // A unit of named Parses up to a Sync is answered without the origin
+    // (statement_session.h) and never forwarded: its statements are known
+    // from here, so that Binds of them are keyed and their writes tracked.
+    auto p = protocol::DecodeParse(frame.payload);
+    if (p.ok() && !p->statement.empty()) {
+      RecordParse(*p);
+      if (statements_.find(std::string(p->statement)) == statements_.end()) {
+        statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/false);
+      }
+    }
+  }
   if (idle) {
     // Whatever was outstanding has been answered (possibly locally, when the
     // origin was lost or no connection could be had).
@@ -550,23 +562,12 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       auto p = protocol::DecodeParse(frame.payload);
       if (!p.ok()) break;
       statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/true);
+      RecordParse(*p);
       NoteDescribeWindow('P');
       if (p->statement.empty()) {
         unnamed_known_ = true;
         unnamed_text_.sql = std::string(p->query);
         unnamed_text_.types.assign(p->parameter_types.begin(), p->parameter_types.end());
-      }
-      if (!p->statement.empty()) {
-        // Re-parsing a name that exists fails at the origin (42P05) or
-        // redefines it through the statement registry: either way, which
-        // text the name runs is not certain here until it is closed.
-        auto [it, inserted] = statement_texts_.try_emplace(std::string(p->statement));
-        if (!inserted) {
-          it->second.poisoned = true;
-        } else {
-          it->second.sql = std::string(p->query);
-          it->second.types.assign(p->parameter_types.begin(), p->parameter_types.end());
-        }
       }
       break;
     }
@@ -640,6 +641,22 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
 void SessionCache::Emit(const cache::InvalidateControl& control, std::string& batch) {
   cache::AppendControl(batch, control);
   cache_->Broadcast(control, client_id_);
+}
+
+void SessionCache::RecordParse(const protocol::Parse& p) {
+  if (p.statement.empty()) return;
+  // Re-parsing a name that exists with another text fails at the origin
+  // (42P05) or redefines it through the statement registry: either way,
+  // which text the name runs is not certain here until it is closed.
+  auto [it, inserted] = statement_texts_.try_emplace(std::string(p.statement));
+  if (inserted) {
+    it->second.sql = std::string(p.query);
+    it->second.types.assign(p.parameter_types.begin(), p.parameter_types.end());
+  } else if (it->second.sql != p.query ||
+             !std::equal(it->second.types.begin(), it->second.types.end(), p.parameter_types.begin(),
+                         p.parameter_types.end())) {
+    it->second.poisoned = true;
+  }
 }
 
 void SessionCache::NoteDescribeWindow(char what) {

@@ -49,6 +49,7 @@
 #include "hyperpool/options.h"
 #include "pool/pool.h"
 #include "protocol/frame_reader.h"
+#include "protocol/frontend_messages.h"
 
 namespace hyperpool::endpoint {
 
@@ -228,6 +229,8 @@ class SessionCache {
   // A frontend frame of a Parse/Describe flight ('P', 'D' statement; 'x'
   // anything else closes the window).
   void NoteDescribeWindow(char what);
+  // Remembers a named Parse's text (statement_texts_).
+  void RecordParse(const protocol::Parse& p);
   bool DescribeWindowReady() const;
   void Emit(const cache::InvalidateControl& control, std::string& batch);
   std::chrono::milliseconds Ttl() const;

@@ -55,16 +55,18 @@ async def run_asyncpg(url, mode, args):
         got = []
         for _ in range(n):
             for i in range(1, 6):
-                got.append(await c.fetchval(read_sql(tag, i, "$1"), i))
+                # fetch (Execute without a row limit): fetchval/fetchrow ask
+                # for one row, a partial result the cache never stores.
+                got.append((await c.fetch(read_sql(tag, i, "$1"), i))[0][0])
         await c.close()
         out(reads=got)
     elif mode == "write":
         c = await asyncpg.connect(url)
         q = "SELECT v FROM ext_py WHERE k = $1"
-        before = await c.fetchval(q, 8)
-        again = await c.fetchval(q, 8)
+        before = (await c.fetch(q, 8))[0][0]
+        again = (await c.fetch(q, 8))[0][0]
         await c.execute("UPDATE ext_py SET v = 'w8' WHERE k = $1", 8)
-        after = await c.fetchval(q, 8)
+        after = (await c.fetch(q, 8))[0][0]
         await c.execute("UPDATE ext_py SET v = 'v8' WHERE k = $1", 8)
         await c.close()
         out(before=before, again=again, after=after)

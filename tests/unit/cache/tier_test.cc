@@ -185,6 +185,20 @@ TEST_CASE("the Client's extended key never depends on statement or portal names"
   CHECK(a != key(P("s1", "SELECT $1::bigint") + B("p", "s1", "7") + D('P', "p") + E("p") + S()));
 }
 
+TEST_CASE("a SET of a setting no key depends on keeps the session's keys valid (PgJDBC's application_name)") {
+  StatementEffects fx = ClassifyStatements("SET application_name = 'PostgreSQL JDBC Driver'", nullptr);
+  CHECK(fx.changes_session_state);  // the Endpoint still captures and replays it
+  CHECK(fx.only_setting_changes);
+  CHECK(fx.only_unkeyed_settings);
+  CHECK(ClassifyStatements("SET statement_timeout = 0; RESET lock_timeout", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET TimeZone = 'UTC'", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET application_name = 'x'; SET search_path = s", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET ROLE r", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("RESET ALL", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET application_name = 'x'; SELECT set_config('search_path', 's', false)", nullptr)
+                  .only_unkeyed_settings);
+}
+
 TEST_CASE("session controls and state changes are classified on tokens") {
   SessionCacheSettings s;
   StatementEffects fx = ClassifyStatements("SET hyperpool.cache = off", &s);
