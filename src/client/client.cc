@@ -701,7 +701,28 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // Applies what a forwarded Query / Parse text does to the session's cache
   // state (hyperpool.* settings, settings that a key cannot describe).
-  void NoteForwardedFrame(const pr::Frame& f) {
+  // True if `rest` (the frames after a Parse) completes that statement's
+  // own unit: only Bind / Describe / Execute / Flush, then a Sync.
+  static bool OwnUnitFollows(std::string_view rest) {
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+    size_t pos = 0;
+    for (;;) {
+      pr::FrameReader::Result r = reader.Read(rest.substr(pos));
+      if (!r.is_frame()) return false;
+      const char tag = r.frame().tag;
+      if (tag == 'S') return true;
+      if (tag != 'B' && tag != 'D' && tag != 'E' && tag != 'H') return false;
+      pos += r.frame().size();
+    }
+  }
+
+  // Whether `sql` is one statement.
+  static bool SingleStatement(std::string_view sql) {
+    std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
+    return shared && shared->analysis.ok() && shared->analysis->statement_count == 1;
+  }
+
+  void NoteForwardedFrame(const pr::Frame& f, std::string_view rest) {
     std::string_view sql;
     if (f.tag == 'Q') {
       auto q = pr::DecodeQuery(f.payload);
@@ -723,12 +744,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       // connect) leaves keys valid; the Endpoint still captures and replays it.
       return;
     }
-    if (fx.only_setting_changes && session_sets_.size() + sql.size() < kMaxSessionSets) {
+    // Only a SET that is its own implicit transaction, sent with nothing
+    // outstanding outside a transaction block, surely lasts (or fails the
+    // same way for every session): one in a transaction block or beside
+    // other statements may be rolled back.
+    const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && SingleStatement(sql) &&
+                       (f.tag == 'Q' || OwnUnitFollows(rest));
+    if (fx.only_setting_changes && lasts && session_sets_.size() + sql.size() < kMaxSessionSets) {
       // Plain SET/RESET of ordinary settings (PgJDBC's extra_float_digits):
       // the texts, in order, join the session's fingerprint, so sessions
       // share keys only with sessions that sent the same ones (which the
-      // Endpoint re-keys by the same captured settings). A rolled-back or
-      // failed SET only makes keys more specific than needed.
+      // Endpoint re-keys by the same captured settings).
       session_sets_.append(std::to_string(sql.size())).append(":").append(sql);
       hello_fp_ = base_fp_ + std::string("\0sets\0", 6) + session_sets_;
       ext_->set_fingerprint(hello_fp_);
@@ -884,7 +910,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           break;
         }
         batch += r.frame().size();
-        NoteForwardedFrame(r.frame());
+        NoteForwardedFrame(r.frame(), view.substr(batch));
         client::ExtendedContext ctx;
         ctx.keyable = MetadataKeyable();
         ctx.txn_status = txn_status_;
