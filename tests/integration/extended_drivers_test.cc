@@ -196,6 +196,23 @@ TEST_CASE("search_path set by SET or at startup never reuses another session's m
   SameAsDirect(driver, {"search_path"}, true);
 }
 
+TEST_CASE("a driver's catalog look-up at connect is served by the Client tier until DDL through hyperpool") {
+  // postgres.js's type query (pg_catalog.pg_type) runs on every new
+  // connection, as Parse + Describe + Bind + Execute + Sync.
+  const auto& c = testing::SharedPgCluster();
+  Pooler p = Start(c, /*cache=*/true);
+  Setup(c, p, true);
+  Run("postgresjs", p.url, {"reads", "cat0", "1"});
+  size_t before = p.origin_units();
+  Run("postgresjs", p.url, {"reads", "cat1", "1"});
+  CHECK(p.origin_units() - before == 5);  // the five new reads; the type query was a local hit
+  Run("asyncpg", p.url, {"setup"});  // DDL through hyperpool: every tier and all metadata dropped
+  before = p.origin_units();
+  Run("postgresjs", p.url, {"reads", "cat1", "1"});
+  INFO(p.connection->cache_report());
+  CHECK(p.origin_units() - before == 6);  // the type query again, and the reads
+}
+
 TEST_CASE("postgres.js: 20 statements pipelined on one connection") { SameAsDirect("postgresjs", {"pipeline"}, true); }
 
 }  // namespace
