@@ -404,6 +404,20 @@ void ExtendedSession::OnBackend(char tag, std::string_view raw, std::string& out
     return;
   }
   Pending& front = pending_.front();
+  if (tag == 'Z' && front.kind != Expect::kSync && front.kind != Expect::kQuery) {
+    // A ReadyForQuery ends a unit whatever was skipped in it: the Endpoint
+    // answers a pipeline it could not start (53300, 08006) with one error
+    // and a ReadyForQuery per Sync.
+    out += held_;
+    held_.clear();
+    while (!pending_.empty() && pending_.front().kind != Expect::kSync && pending_.front().kind != Expect::kQuery) {
+      pending_.pop_front();
+    }
+    if (!pending_.empty()) pending_.pop_front();
+    skipping_ = false;
+    out += raw;
+    return;
+  }
   if (tag == 'E' && front.kind == Expect::kSync) {
     out += raw;  // an error the Endpoint reports for the unit as a whole (e.g. 53300)
     return;

@@ -194,6 +194,10 @@ TEST_CASE("a SET of a setting no key depends on keeps the session's keys valid (
   CHECK_FALSE(ClassifyStatements("SET TimeZone = 'UTC'", nullptr).only_unkeyed_settings);
   CHECK_FALSE(ClassifyStatements("SET application_name = 'x'; SET search_path = s", nullptr).only_unkeyed_settings);
   CHECK_FALSE(ClassifyStatements("SET ROLE r", nullptr).only_unkeyed_settings);
+  // Who runs the query is never a key: the Client bypasses such sessions.
+  CHECK_FALSE(ClassifyStatements("SET ROLE r", nullptr).only_setting_changes);
+  CHECK_FALSE(ClassifyStatements("SET SESSION AUTHORIZATION r", nullptr).only_setting_changes);
+  CHECK_FALSE(ClassifyStatements("RESET ROLE", nullptr).only_setting_changes);
   CHECK_FALSE(ClassifyStatements("RESET ALL", nullptr).only_unkeyed_settings);
   CHECK_FALSE(ClassifyStatements("SET application_name = 'x'; SELECT set_config('search_path', 's', false)", nullptr)
                   .only_unkeyed_settings);

@@ -235,6 +235,22 @@ TEST_CASE("a changed result type at the Bind gives 0A000, skips to ReadyForQuery
   CHECK(d.to_link == Parse("s2", kSql) + DescribeS("s2") + Flush());
 }
 
+TEST_CASE("a cache candidate without a Describe(portal) travels with a swallowed one") {
+  StatementMetadataStore store;
+  ExtendedSession ext(&store, kDb, kFp);
+  Driver d{ext};
+  d.ctx.describe_portal = true;
+  d.Send(Parse("S_1", kSql) + Bind("S_1", {"1"}) + Execute() + Sync());
+  CHECK(d.to_link == Parse("S_1", kSql) + Bind("S_1", {"1"}) + DescribeP() + Execute() + Sync());
+  std::string out =
+      d.Receive(kParseComplete + kBindComplete + RowDesc("v", 25) + DataRow() + Complete("SELECT 1") + kReadyIdle);
+  CHECK(out == kParseComplete + kBindComplete + DataRow() + Complete("SELECT 1") + kReadyIdle);
+  // The driver's own Describe is not doubled.
+  d.to_link.clear();
+  d.Send(Bind("S_1", {"2"}) + DescribeP() + Execute() + Sync());
+  CHECK(d.to_link == Bind("S_1", {"2"}) + DescribeP() + Execute() + Sync());
+}
+
 TEST_CASE("the driver's own Describe(portal) is the check, and is forwarded") {
   StatementMetadataStore store;
   Learn(store);
@@ -277,6 +293,19 @@ TEST_CASE("the origin's own 0A000 drops every shape the Client knows: the driver
   d.to_link.clear();
   d.Send(Parse("s2", kSql) + DescribeS("s2") + Flush());
   CHECK(d.to_link == Parse("s2", kSql) + DescribeS("s2") + Flush());
+}
+
+TEST_CASE("one error for a pipeline the Endpoint could not start, then a ReadyForQuery per Sync") {
+  StatementMetadataStore store;
+  ExtendedSession ext(&store, kDb, kFp);
+  Driver d{ext};
+  d.Send(Parse("", "SELECT 1") + Bind("") + Execute() + Sync() + Parse("", "SELECT 2") + Bind("") + Execute() +
+         Sync() + QueryBytes("SELECT 3"));
+  std::string err;
+  pr::EncodeErrorResponse(err, "ERROR", "53300", "Failed to acquire a connection from the pool");
+  CHECK(d.Receive(err + kReadyIdle + kReadyIdle + kReadyIdle) == err + kReadyIdle + kReadyIdle + kReadyIdle);
+  CHECK(ext.idle());
+  CHECK_FALSE(ext.lost());
 }
 
 TEST_CASE("after an error the origin skips to Sync: messages sent meanwhile expect nothing") {
