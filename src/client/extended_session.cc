@@ -95,14 +95,20 @@ bool ExtendedSession::CanAnswer(const ExtendedContext& ctx) const {
 void ExtendedSession::Push(Pending p) { pending_.push_back(std::move(p)); }
 
 void ExtendedSession::Materialize(SessionStatement& st, std::string& to_link) {
-  if (st.deferred_parse.empty()) return;
+  // While the origin skips to a Sync it would discard the Parse: the
+  // statement stays deferred (it exists for the driver) until a message
+  // that is not skipped needs it.
+  if (st.deferred_parse.empty() || skipping_) return;
   to_link += st.deferred_parse;
-  st.deferred_parse.clear();
-  if (skipping_) return;  // the origin discards it with everything else up to Sync
   Pending p;
   p.kind = Expect::kParse;
   p.swallow = true;
   p.key = st.metadata_key;
+  p.parse = std::move(st.deferred_parse);
+  st.deferred_parse.clear();
+  for (const auto& [name, s] : statements_) {
+    if (&s == &st) p.name = name;
+  }
   Push(std::move(p));
 }
 
@@ -242,6 +248,7 @@ ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Fram
           if (check_portal_ == d->name && check_promise_) {
             p.check = std::move(check_promise_);
             p.key = std::move(check_key_);
+            p.name = std::move(check_statement_);
           }
           check_portal_.clear();
           check_promise_.reset();
@@ -293,6 +300,7 @@ ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Fram
           check_portal_ = std::string(b->portal);  // the driver's own Describe is the check
           check_promise_ = std::move(promise);
           check_key_ = std::move(key);
+          check_statement_ = std::string(b->statement);
           return result;
         }
       }
@@ -302,6 +310,7 @@ ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Fram
       p.swallow = true;
       p.check = std::move(promise);
       p.key = std::move(key);
+      p.name = std::string(b->statement);
       Push(std::move(p));
       return result;
     }
@@ -376,8 +385,24 @@ void ExtendedSession::OnError(std::string_view raw, std::string& out) {
   out += held_;
   held_.clear();
   out += raw;
-  // PostgreSQL skips everything up to the next Sync.
-  while (!pending_.empty() && pending_.front().kind != Expect::kSync) pending_.pop_front();
+  // PostgreSQL skips everything up to the next Sync, deferred Parses of
+  // ours included: those statements are deferred again (they exist for
+  // the driver).
+  bool first = true;
+  while (!pending_.empty() && pending_.front().kind != Expect::kSync) {
+    Pending& p = pending_.front();
+    if (!first && p.kind == Expect::kParse && p.swallow && !p.parse.empty()) {
+      auto it = statements_.find(p.name);
+      if (it != statements_.end() && it->second.deferred_parse.empty()) it->second.deferred_parse = std::move(p.parse);
+    }
+    if (!first && p.kind == Expect::kDescribePortal && p.check) {
+      // Its check never ran: the next Bind checks instead.
+      auto it = statements_.find(p.name);
+      if (it != statements_.end() && !it->second.promised) it->second.promised = std::move(p.check);
+    }
+    first = false;
+    pending_.pop_front();
+  }
   skipping_ = pending_.empty();
 }
 

@@ -131,6 +131,8 @@ class ExtendedSession {
     bool swallow = false;  // sent by us: its answer is not the driver's
     bool hold = false;     // Bind whose BindComplete waits for the check
     std::string key;       // metadata key (learn / drop)
+    std::string name;      // deferred Parse: the statement, and
+    std::string parse;     // its frame, to defer again if the origin skips it
     std::string sql;       // Describe(statement): the text, for IsDeferrable
     uint64_t generation = 0;
     std::string param_desc;  // Describe(statement): the 't' seen so far
@@ -156,6 +158,7 @@ class ExtendedSession {
   std::string check_portal_;         // the driver's own Describe(portal) of this name is the check
   std::shared_ptr<const StatementMetadata> check_promise_;
   std::string check_key_;
+  std::string check_statement_;
 };
 
 }  // namespace hyperpool::client

@@ -308,6 +308,40 @@ TEST_CASE("one error for a pipeline the Endpoint could not start, then a ReadyFo
   CHECK_FALSE(ext.lost());
 }
 
+TEST_CASE("a deferred Parse is not sent while the origin skips to Sync; it goes with the next Bind") {
+  StatementMetadataStore store;
+  Learn(store);
+  ExtendedSession ext(&store, kDb, kFp);
+  Driver d{ext};
+  d.Send(Parse("s1", kSql) + DescribeS("s1") + Flush());
+  REQUIRE(d.answered_locally == 1);
+  d.Send(Bind("missing") + Execute() + Bind("s1", {"1"}) + Execute() + Sync());
+  std::string err;
+  pr::EncodeErrorResponse(err, "ERROR", "26000", "prepared statement \"missing\" does not exist");
+  // The origin skipped the deferred Parse with the rest of the unit.
+  CHECK(d.Receive(err + kReadyIdle) == err + kReadyIdle);
+  CHECK(ext.idle());
+  d.to_link.clear();
+  d.Send(Bind("s1", {"1"}) + Execute() + Sync());
+  // ... and checked, since its check was skipped too.
+  CHECK(d.to_link == Parse("s1", kSql, {23}) + Bind("s1", {"1"}) + DescribeP() + Execute() + Sync());
+  // While the origin skips (an error, no Sync yet), it is not sent at all.
+  CHECK(d.Receive(kParseComplete + kBindComplete + RowDesc("v", 25) + Complete("SELECT 0") + kReadyIdle) ==
+        kBindComplete + Complete("SELECT 0") + kReadyIdle);
+  d.to_link.clear();
+  d.Send(Parse("s3", kSql) + DescribeS("s3") + Flush());
+  REQUIRE(d.answered_locally == 2);
+  d.Send(Bind("missing") + Flush());
+  CHECK(d.Receive(err) == err);
+  d.to_link.clear();
+  d.Send(Bind("s3", {"1"}) + Execute() + Sync());
+  CHECK(d.to_link == Bind("s3", {"1"}) + Execute() + Sync());
+  CHECK(d.Receive(kReadyIdle) == kReadyIdle);
+  d.to_link.clear();
+  d.Send(Bind("s3", {"1"}) + Execute() + Sync());
+  CHECK(d.to_link.rfind(Parse("s3", kSql, {23}), 0) == 0);
+}
+
 TEST_CASE("after an error the origin skips to Sync: messages sent meanwhile expect nothing") {
   StatementMetadataStore store;
   ExtendedSession ext(&store, kDb, kFp);
