@@ -48,6 +48,7 @@
 #include "client/client_cache.h"
 #include "client/client_util.h"
 #include "client/extended_session.h"
+#include "client/session_key.h"
 #include "client/statement_metadata.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
@@ -230,10 +231,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       if (state_ != State::kClosed) SetState(State::kClosed);
       co_return;
     }
-    hello_fp_ = cache::HelloFingerprint(app_params_, &hello_unsupported_);
-    base_fp_ = hello_fp_;
+    key_.Start(app_params_);
     cache::ApplyStartupParameters(app_params_, cache_settings_);
-    ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, hello_fp_);
+    ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, key_.fingerprint());
     co_await AppToLink();
   }
 
@@ -668,7 +668,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // Whether a unit starting now may be answered locally / become a candidate.
   bool CacheUsable() const {
-    return impl_->cache && cache_settings_.enabled && !state_changed_ && !hello_unsupported_ &&
+    return impl_->cache && cache_settings_.enabled && key_.keyable() &&
            outstanding_ == 0 && txn_status_ == 'I' && state_ == State::kIdle && ext_->idle() && !ext_->lost() &&
            !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
   }
@@ -691,37 +691,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     // ExtendedContext::describe_portal): one key with or without the
     // driver's own.
     if (unit.form == cache::ProtocolForm::kExtended && unit.describe == 0) unit.describe = 'P';
-    key = unit.form == cache::ProtocolForm::kSimple ? cache::ClientLocalKey(hello_fp_, cache_settings_, unit.frames)
-                                                    : cache::ClientExtendedKey(hello_fp_, cache_settings_, unit);
+    key = unit.form == cache::ProtocolForm::kSimple
+              ? cache::ClientLocalKey(key_.fingerprint(), cache_settings_, unit.frames)
+              : cache::ClientExtendedKey(key_.fingerprint(), cache_settings_, unit);
     return true;
   }
 
   // Whether the session's name resolution can key statement metadata.
-  bool MetadataKeyable() const { return !hello_unsupported_ && !state_changed_; }
+  bool MetadataKeyable() const { return key_.keyable(); }
 
   // Applies what a forwarded Query / Parse text does to the session's cache
   // state (hyperpool.* settings, settings that a key cannot describe).
-  // True if `rest` (the frames after a Parse) completes that statement's
-  // own unit: only Bind / Describe / Execute / Flush, then a Sync.
-  static bool OwnUnitFollows(std::string_view rest) {
-    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
-    size_t pos = 0;
-    for (;;) {
-      pr::FrameReader::Result r = reader.Read(rest.substr(pos));
-      if (!r.is_frame()) return false;
-      const char tag = r.frame().tag;
-      if (tag == 'S') return true;
-      if (tag != 'B' && tag != 'D' && tag != 'E' && tag != 'H') return false;
-      pos += r.frame().size();
-    }
-  }
-
-  // Whether `sql` is one statement.
-  static bool SingleStatement(std::string_view sql) {
-    std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
-    return shared && shared->analysis.ok() && shared->analysis->statement_count == 1;
-  }
-
   void NoteForwardedFrame(const pr::Frame& f, std::string_view rest) {
     std::string_view sql;
     if (f.tag == 'Q') {
@@ -733,34 +713,15 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       if (!p.ok()) return;
       sql = p->query;
     } else if (f.tag == 'F') {
-      state_changed_ = true;
+      key_.Invalidate();
       return;
     } else {
       return;
     }
     cache::StatementEffects fx = cache::ClassifyStatements(sql, &cache_settings_);
-    if (!fx.changes_session_state || fx.only_unkeyed_settings) {
-      // A SET of a setting no key depends on (PgJDBC's application_name at
-      // connect) leaves keys valid; the Endpoint still captures and replays it.
-      return;
-    }
-    // Only a SET that is its own implicit transaction, sent with nothing
-    // outstanding outside a transaction block, surely lasts (or fails the
-    // same way for every session): one in a transaction block or beside
-    // other statements may be rolled back.
-    const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && SingleStatement(sql) &&
-                       (f.tag == 'Q' || OwnUnitFollows(rest));
-    if (fx.only_setting_changes && lasts && session_sets_.size() + sql.size() < kMaxSessionSets) {
-      // Plain SET/RESET of ordinary settings (PgJDBC's extra_float_digits):
-      // the texts, in order, join the session's fingerprint, so sessions
-      // share keys only with sessions that sent the same ones (which the
-      // Endpoint re-keys by the same captured settings).
-      session_sets_.append(std::to_string(sql.size())).append(":").append(sql);
-      hello_fp_ = base_fp_ + std::string("\0sets\0", 6) + session_sets_;
-      ext_->set_fingerprint(hello_fp_);
-      return;
-    }
-    state_changed_ = true;
+    if (!fx.changes_session_state) return;
+    const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && client::OwnUnit(f.tag, sql, rest);
+    if (key_.Note(sql, fx, lasts)) ext_->set_fingerprint(key_.fingerprint());
   }
 
   asio::awaitable<void> WaitWriteDone() {
@@ -1149,13 +1110,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   char last_tag_ = '\0';    // tag of the last frame forwarded to the app
 
   // The query cache (client_cache.h).
-  std::string hello_fp_;  // base_fp_ plus the session's own SETs (NoteForwardedFrame)
-  std::string base_fp_;   // from the startup parameters
-  std::string session_sets_;
-  static constexpr size_t kMaxSessionSets = 4096;
-  bool hello_unsupported_ = false;
+  client::SessionKey key_;  // what keys its entries and metadata (session_key.h)
   cache::SessionCacheSettings cache_settings_;
-  bool state_changed_ = false;  // a SET/RESET/DISCARD/... was sent: no cache for this session
   struct PendingUnit {
     bool candidate = false;
     uint64_t digest = 0;

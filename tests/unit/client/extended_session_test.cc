@@ -5,7 +5,9 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "client/extended_session.h"
+#include "client/session_key.h"
 #include "client/statement_metadata.h"
+#include "cache/tier.h"
 #include "protocol/codec.h"
 #include "unit/endpoint/frontend_builders.h"
 
@@ -13,7 +15,7 @@ namespace hyperpool::client {
 namespace {
 
 namespace pr = protocol;
-using testing::Bind;
+using hyperpool::testing::Bind;
 using testing::DescribeS;
 using testing::Execute;
 using testing::Flush;
@@ -435,6 +437,51 @@ TEST_CASE("row shapes compare columns, not format codes") {
   CHECK_FALSE(SameRowShape(RowDesc("v", 25), Frame('n')));
   CHECK(SameRowShape(Frame('n'), Frame('n')));
   CHECK_FALSE(SameRowShape("garbage", Frame('n')));
+}
+
+}  // namespace
+}  // namespace hyperpool::client
+
+namespace hyperpool::client {
+namespace {
+
+TEST_CASE("a session's key: its lasting plain SETs join the fingerprint; other state changes end keys") {
+  SessionKey a;
+  a.Start({{"TimeZone", "UTC"}});
+  const std::string base = a.fingerprint();
+  CHECK(a.keyable());
+  const std::string set_tz = "SET TimeZone = 'Asia/Tokyo'";
+  CHECK(a.Note(set_tz, cache::ClassifyStatements(set_tz, nullptr), /*lasts=*/true));
+  CHECK(a.keyable());
+  CHECK(a.fingerprint() != base);
+  SessionKey b;
+  b.Start({{"TimeZone", "UTC"}});
+  b.Note(set_tz, cache::ClassifyStatements(set_tz, nullptr), true);
+  CHECK(b.fingerprint() == a.fingerprint());  // the same SETs: shared keys
+  // application_name: no key depends on it.
+  const std::string app = "SET application_name = 'x'";
+  CHECK_FALSE(b.Note(app, cache::ClassifyStatements(app, nullptr), true));
+  CHECK(b.fingerprint() == a.fingerprint());
+  // A SET that may be rolled back, SET ROLE, DISCARD: no keys any more.
+  SessionKey c;
+  c.Start({});
+  c.Note(set_tz, cache::ClassifyStatements(set_tz, nullptr), /*lasts=*/false);
+  CHECK_FALSE(c.keyable());
+  SessionKey d;
+  d.Start({});
+  d.Note("SET ROLE r", cache::ClassifyStatements("SET ROLE r", nullptr), true);
+  CHECK_FALSE(d.keyable());
+  SessionKey e;
+  e.Start({{"search_path", "s"}});
+  CHECK_FALSE(e.keyable());
+}
+
+TEST_CASE("a statement is its own unit: one statement, and a Parse's frames up to Sync are only B/D/E/H") {
+  CHECK(OwnUnit('Q', "SET a = 1", ""));
+  CHECK_FALSE(OwnUnit('Q', "SET a = 1; SELECT 1", ""));
+  CHECK(OwnUnit('P', "SET a = 1", Bind("") + Execute() + Sync()));
+  CHECK_FALSE(OwnUnit('P', "SET a = 1", Bind("") + Execute() + Parse("", "SELECT 1") + Sync()));
+  CHECK_FALSE(OwnUnit('P', "SET a = 1", Bind("") + Execute()));  // no Sync yet
 }
 
 }  // namespace
