@@ -141,6 +141,177 @@ bool ExtendedSession::AdoptServedParse(const protocol::Frame& frame, bool keyabl
   return true;
 }
 
+bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                                std::string& to_link, std::string& local, FrontendResult& result) {
+  auto p = pr::DecodeParse(frame.payload);
+  if (!p.ok()) return false;  // the origin reports it
+  std::string name(p->statement);
+  auto old = statements_.find(name);
+  if (old != statements_.end() && !old->second.deferred_parse.empty()) {
+    if (name.empty()) {
+      statements_.erase(old);  // the unnamed statement is simply replaced
+      old = statements_.end();
+    } else {
+      Materialize(old->second, to_link);  // so that the origin reports 42P05 as it would
+    }
+  }
+  std::vector<uint32_t> types(p->parameter_types.begin(), p->parameter_types.end());
+  std::string key = KeyFor(p->query, types, ctx.keyable);
+  // Local answer: Parse [Describe(statement) of it] then Flush or Sync.
+  if (!key.empty() && CanAnswer(ctx) && (old == statements_.end() || name.empty())) {
+    std::optional<Raw> f1 = Next(rest);
+    bool describe = false;
+    size_t used = 0;
+    if (f1 && f1->tag == 'D') {
+      auto d = pr::DecodeDescribe(f1->payload);
+      if (d.ok() && d->kind == pr::ObjectKind::kStatement && d->name == p->statement) {
+        describe = true;
+        used = f1->size;
+        f1 = Next(rest.substr(used));
+      } else {
+        f1.reset();
+      }
+    }
+    if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
+      std::shared_ptr<const StatementMetadata> meta = store_->Get(key);
+      std::optional<std::vector<uint32_t>> declared;
+      if (meta && meta->deferrable) declared = TypesOf(meta->parameter_description);
+      if (declared) {
+        SessionStatement st;
+        st.sql = std::string(p->query);
+        st.param_types = std::move(types);
+        st.metadata_key = std::move(key);
+        pr::Parse rewritten{p->statement, p->query, *declared};
+        pr::Encode(rewritten, st.deferred_parse);
+        st.promised = meta;
+        statements_[name] = std::move(st);
+        local += kParseComplete;
+        if (describe) {
+          local += meta->parameter_description;
+          local += meta->row_description;
+        }
+        if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
+        store_->NoteLocalAnswer();
+        result.rest_consumed = used + f1->size;
+        result.forwarded = false;
+        return true;
+      }
+    }
+  }
+  SessionStatement st;
+  st.sql = std::string(p->query);
+  st.param_types = std::move(types);
+  st.metadata_key = std::move(key);
+  if (old == statements_.end() || name.empty()) statements_[name] = std::move(st);
+  to_link += frame.raw;
+  if (!skipping_) Push(Pending{Expect::kParse});
+  return true;
+}
+
+bool ExtendedSession::OnDescribe(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                                std::string& to_link, std::string& local, FrontendResult& result) {
+  auto d = pr::DecodeDescribe(frame.payload);
+  if (!d.ok()) return false;
+  Pending p;
+  if (d->kind == pr::ObjectKind::kStatement) {
+    p.kind = Expect::kDescribeStatement;
+    auto it = statements_.find(std::string(d->name));
+    if (it != statements_.end()) {
+      SessionStatement& st = it->second;
+      if (!st.deferred_parse.empty() && st.promised && CanAnswer(ctx)) {
+        std::optional<Raw> f1 = Next(rest);
+        if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
+          local += st.promised->parameter_description;
+          local += st.promised->row_description;
+          if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
+          store_->NoteLocalAnswer();
+          result.rest_consumed = f1->size;
+          result.forwarded = false;
+          return true;
+        }
+      }
+      Materialize(st, to_link);
+      if (!st.promised) {  // learn what the origin answers
+        p.key = st.metadata_key;
+        p.sql = st.sql;
+        if (store_ != nullptr) p.generation = store_->generation();
+      }
+    }
+  } else {
+    p.kind = Expect::kDescribePortal;
+    if (!check_portal_.empty() || check_promise_) {
+      if (check_portal_ == d->name && check_promise_) {
+        p.check = std::move(check_promise_);
+        p.key = std::move(check_key_);
+        p.name = std::move(check_statement_);
+      }
+      check_portal_.clear();
+      check_promise_.reset();
+      check_key_.clear();
+    }
+  }
+  to_link += frame.raw;
+  if (!skipping_) Push(std::move(p));
+  return true;
+}
+
+bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                                std::string& to_link, std::string& local, FrontendResult& result) {
+  auto b = pr::DecodeBind(frame.payload);
+  if (!b.ok()) return false;
+  auto it = statements_.find(std::string(b->statement));
+  std::shared_ptr<const StatementMetadata> promise;
+  std::string key;
+  if (it != statements_.end()) {
+    Materialize(it->second, to_link);
+    promise = std::move(it->second.promised);  // checked once, at this first Bind
+    it->second.promised.reset();
+    key = it->second.metadata_key;
+  }
+  to_link += frame.raw;
+  if (skipping_) return true;
+  Pending bind{Expect::kBind};
+  if (!promise) {
+    Push(std::move(bind));
+    std::optional<Raw> f1 = Next(rest);
+    bool driver_describes = false;
+    if (f1 && f1->tag == 'D') {
+      auto d = pr::DecodeDescribe(f1->payload);
+      driver_describes = d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal;
+    }
+    if (ctx.describe_portal && !driver_describes) {
+      pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
+      pr::Encode(describe, to_link);
+      Pending p{Expect::kDescribePortal};
+      p.swallow = true;
+      Push(std::move(p));
+    }
+    return true;
+  }
+  bind.hold = true;
+  Push(std::move(bind));
+  std::optional<Raw> f1 = Next(rest);
+  if (f1 && f1->tag == 'D') {
+    auto d = pr::DecodeDescribe(f1->payload);
+    if (d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal) {
+      check_portal_ = std::string(b->portal);  // the driver's own Describe is the check
+      check_promise_ = std::move(promise);
+      check_key_ = std::move(key);
+      check_statement_ = std::string(b->statement);
+      return true;
+    }
+  }
+  pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
+  pr::Encode(describe, to_link);
+  Pending p{Expect::kDescribePortal};
+  p.swallow = true;
+  p.check = std::move(promise);
+  p.key = std::move(key);
+  p.name = std::string(b->statement);
+  Push(std::move(p));
+  return true;
+}
+
 ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Frame& frame, std::string_view rest,
                                                             const ExtendedContext& ctx, std::string& to_link,
                                                             std::string& local) {
@@ -151,168 +322,16 @@ ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Fram
   }
   switch (frame.tag) {
     case 'P': {
-      auto p = pr::DecodeParse(frame.payload);
-      if (!p.ok()) break;  // the origin reports it
-      std::string name(p->statement);
-      auto old = statements_.find(name);
-      if (old != statements_.end() && !old->second.deferred_parse.empty()) {
-        if (name.empty()) {
-          statements_.erase(old);  // the unnamed statement is simply replaced
-        } else {
-          Materialize(old->second, to_link);  // so that the origin reports 42P05 as it would
-        }
-      }
-      std::vector<uint32_t> types(p->parameter_types.begin(), p->parameter_types.end());
-      std::string key = KeyFor(p->query, types, ctx.keyable);
-      // Local answer: Parse [Describe(statement) of it] then Flush or Sync.
-      if (!key.empty() && CanAnswer(ctx) && (old == statements_.end() || name.empty())) {
-        std::optional<Raw> f1 = Next(rest);
-        bool describe = false;
-        size_t used = 0;
-        if (f1 && f1->tag == 'D') {
-          auto d = pr::DecodeDescribe(f1->payload);
-          if (d.ok() && d->kind == pr::ObjectKind::kStatement && d->name == p->statement) {
-            describe = true;
-            used = f1->size;
-            f1 = Next(rest.substr(used));
-          } else {
-            f1.reset();
-          }
-        }
-        if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
-          std::shared_ptr<const StatementMetadata> meta = store_->Get(key);
-          std::optional<std::vector<uint32_t>> declared;
-          if (meta && meta->deferrable) declared = TypesOf(meta->parameter_description);
-          if (declared) {
-            SessionStatement st;
-            st.sql = std::string(p->query);
-            st.param_types = std::move(types);
-            st.metadata_key = std::move(key);
-            pr::Parse rewritten{p->statement, p->query, *declared};
-            pr::Encode(rewritten, st.deferred_parse);
-            st.promised = meta;
-            statements_[name] = std::move(st);
-            local += kParseComplete;
-            if (describe) {
-              local += meta->parameter_description;
-              local += meta->row_description;
-            }
-            if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
-            store_->NoteLocalAnswer();
-            result.rest_consumed = used + f1->size;
-            result.forwarded = false;
-            return result;
-          }
-        }
-      }
-      SessionStatement st;
-      st.sql = std::string(p->query);
-      st.param_types = std::move(types);
-      st.metadata_key = std::move(key);
-      if (old == statements_.end() || name.empty()) statements_[name] = std::move(st);
-      to_link += frame.raw;
-      if (!skipping_) Push(Pending{Expect::kParse});
-      return result;
+      if (OnParse(frame, rest, ctx, to_link, local, result)) return result;
+      break;
     }
     case 'D': {
-      auto d = pr::DecodeDescribe(frame.payload);
-      if (!d.ok()) break;
-      Pending p;
-      if (d->kind == pr::ObjectKind::kStatement) {
-        p.kind = Expect::kDescribeStatement;
-        auto it = statements_.find(std::string(d->name));
-        if (it != statements_.end()) {
-          SessionStatement& st = it->second;
-          if (!st.deferred_parse.empty() && st.promised && CanAnswer(ctx)) {
-            std::optional<Raw> f1 = Next(rest);
-            if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
-              local += st.promised->parameter_description;
-              local += st.promised->row_description;
-              if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
-              store_->NoteLocalAnswer();
-              result.rest_consumed = f1->size;
-              result.forwarded = false;
-              return result;
-            }
-          }
-          Materialize(st, to_link);
-          if (!st.promised) {  // learn what the origin answers
-            p.key = st.metadata_key;
-            p.sql = st.sql;
-            if (store_ != nullptr) p.generation = store_->generation();
-          }
-        }
-      } else {
-        p.kind = Expect::kDescribePortal;
-        if (!check_portal_.empty() || check_promise_) {
-          if (check_portal_ == d->name && check_promise_) {
-            p.check = std::move(check_promise_);
-            p.key = std::move(check_key_);
-            p.name = std::move(check_statement_);
-          }
-          check_portal_.clear();
-          check_promise_.reset();
-          check_key_.clear();
-        }
-      }
-      to_link += frame.raw;
-      if (!skipping_) Push(std::move(p));
-      return result;
+      if (OnDescribe(frame, rest, ctx, to_link, local, result)) return result;
+      break;
     }
     case 'B': {
-      auto b = pr::DecodeBind(frame.payload);
-      if (!b.ok()) break;
-      auto it = statements_.find(std::string(b->statement));
-      std::shared_ptr<const StatementMetadata> promise;
-      std::string key;
-      if (it != statements_.end()) {
-        Materialize(it->second, to_link);
-        promise = std::move(it->second.promised);  // checked once, at this first Bind
-        it->second.promised.reset();
-        key = it->second.metadata_key;
-      }
-      to_link += frame.raw;
-      if (skipping_) return result;
-      Pending bind{Expect::kBind};
-      if (!promise) {
-        Push(std::move(bind));
-        std::optional<Raw> f1 = Next(rest);
-        bool driver_describes = false;
-        if (f1 && f1->tag == 'D') {
-          auto d = pr::DecodeDescribe(f1->payload);
-          driver_describes = d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal;
-        }
-        if (ctx.describe_portal && !driver_describes) {
-          pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
-          pr::Encode(describe, to_link);
-          Pending p{Expect::kDescribePortal};
-          p.swallow = true;
-          Push(std::move(p));
-        }
-        return result;
-      }
-      bind.hold = true;
-      Push(std::move(bind));
-      std::optional<Raw> f1 = Next(rest);
-      if (f1 && f1->tag == 'D') {
-        auto d = pr::DecodeDescribe(f1->payload);
-        if (d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal) {
-          check_portal_ = std::string(b->portal);  // the driver's own Describe is the check
-          check_promise_ = std::move(promise);
-          check_key_ = std::move(key);
-          check_statement_ = std::string(b->statement);
-          return result;
-        }
-      }
-      pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
-      pr::Encode(describe, to_link);
-      Pending p{Expect::kDescribePortal};
-      p.swallow = true;
-      p.check = std::move(promise);
-      p.key = std::move(key);
-      p.name = std::string(b->statement);
-      Push(std::move(p));
-      return result;
+      if (OnBind(frame, rest, ctx, to_link, local, result)) return result;
+      break;
     }
     case 'E':
       to_link += frame.raw;

@@ -139,6 +139,14 @@ class ExtendedSession {
     std::shared_ptr<const StatementMetadata> check;  // Describe(portal): the promised shape
   };
 
+  // OnFrontend for Parse, Describe and Bind; false if the frame does not
+  // decode (then it is forwarded for the origin to reject).
+  bool OnParse(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx, std::string& to_link,
+               std::string& local, FrontendResult& result);
+  bool OnDescribe(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                  std::string& to_link, std::string& local, FrontendResult& result);
+  bool OnBind(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx, std::string& to_link,
+              std::string& local, FrontendResult& result);
   void Push(Pending p);
   void Materialize(SessionStatement& st, std::string& to_link);
   void OnError(std::string_view raw, std::string& out);
