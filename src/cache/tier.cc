@@ -146,7 +146,7 @@ std::optional<Control> DecodeControl(std::string_view payload) {
   return out;
 }
 
-UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
+UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const StatementLookup* lookup) {
   out = CandidateUnit{};
   std::optional<RawFrame> f = NextFrame(bytes);
   if (!f) return UnitShape::kNotCandidate;
@@ -159,9 +159,14 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
     out.replay.form = ProtocolForm::kSimple;
     return UnitShape::kCandidate;
   }
-  if (f->tag != 'P') return UnitShape::kNotCandidate;
+  if (f->tag != 'P' && !(f->tag == 'B' && lookup != nullptr)) return UnitShape::kNotCandidate;
+  // [Parse] [Describe(statement)] Bind [Describe(portal)] Execute(no limit) Sync,
+  // one statement and one portal throughout.
+  enum Stage { kWantParseOrBind, kWantDescribeOrBind, kWantBind, kWantDescribeOrExecute, kWantExecute, kWantSync };
+  Stage stage = kWantParseOrBind;
   size_t pos = 0;
-  int stage = 0;  // 0: want P, 1: want B, 2: want D or E, 3: want E, 4: want S
+  std::string_view statement;
+  std::string_view portal;
   out.form = ProtocolForm::kExtended;
   out.replay = ReplayRequest{};
   out.replay.form = ProtocolForm::kExtended;
@@ -174,19 +179,32 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
     pos += fr->size;
     switch (fr->tag) {
       case 'P': {
-        if (stage != 0) return UnitShape::kNotCandidate;
+        if (stage != kWantParseOrBind) return UnitShape::kNotCandidate;
         auto p = protocol::DecodeParse(fr->payload);
-        if (!p.ok() || !p->statement.empty()) return UnitShape::kNotCandidate;
+        if (!p.ok()) return UnitShape::kNotCandidate;
+        statement = p->statement;
         out.sql = p->query;
         out.param_types.assign(p->parameter_types.begin(), p->parameter_types.end());
         out.replay.parse = true;
-        stage = 1;
+        out.named_parse = !statement.empty();
+        stage = kWantDescribeOrBind;
         break;
       }
       case 'B': {
-        if (stage != 1) return UnitShape::kNotCandidate;
+        if (stage != kWantParseOrBind && stage != kWantDescribeOrBind && stage != kWantBind) {
+          return UnitShape::kNotCandidate;
+        }
         auto b = protocol::DecodeBind(fr->payload);
-        if (!b.ok() || !b->portal.empty() || !b->statement.empty()) return UnitShape::kNotCandidate;
+        if (!b.ok()) return UnitShape::kNotCandidate;
+        if (stage == kWantParseOrBind) {
+          // No Parse in the unit: the session's own statement, by name.
+          std::vector<uint32_t> types;
+          if (!(*lookup)(b->statement, &out.sql, &types)) return UnitShape::kNotCandidate;
+          out.param_types = std::move(types);
+        } else if (b->statement != statement) {
+          return UnitShape::kNotCandidate;
+        }
+        portal = b->portal;
         out.params.clear();
         for (size_t i = 0; i < b->parameters.size(); ++i) {
           int16_t format = 0;
@@ -196,36 +214,38 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out) {
         }
         out.result_formats.assign(b->result_formats.begin(), b->result_formats.end());
         out.replay.bind = true;
-        stage = 2;
+        stage = kWantDescribeOrExecute;
         break;
       }
       case 'D': {
-        if (stage != 2) return UnitShape::kNotCandidate;
         auto d = protocol::DecodeDescribe(fr->payload);
-        if (!d.ok() || !d->name.empty()) return UnitShape::kNotCandidate;
-        if (d->kind == protocol::ObjectKind::kPortal) {
+        if (!d.ok()) return UnitShape::kNotCandidate;
+        if (d->kind == protocol::ObjectKind::kStatement) {
+          // Before the Bind, of the statement just parsed: answered before
+          // BindComplete (ParameterDescription + RowDescription with zero
+          // format codes), as the replay's statement form does.
+          if (stage != kWantDescribeOrBind || d->name != statement) return UnitShape::kNotCandidate;
+          out.replay.describe = ReplayRequest::Describe::kStatement;
+          out.describe = 'S';
+          stage = kWantBind;
+        } else {
+          if (stage != kWantDescribeOrExecute || d->name != portal) return UnitShape::kNotCandidate;
           out.replay.describe = ReplayRequest::Describe::kPortal;
           out.describe = 'P';
-        } else {
-          // Describe statement after Bind: PostgreSQL answers it in order
-          // (ParameterDescription + RowDescription after BindComplete); the
-          // replay helper's statement form puts them before BindComplete, so
-          // this shape is left to the origin.
-          return UnitShape::kNotCandidate;
+          stage = kWantExecute;
         }
-        stage = 3;
         break;
       }
       case 'E': {
-        if (stage != 2 && stage != 3) return UnitShape::kNotCandidate;
+        if (stage != kWantDescribeOrExecute && stage != kWantExecute) return UnitShape::kNotCandidate;
         auto e = protocol::DecodeExecute(fr->payload);
-        if (!e.ok() || !e->portal.empty() || e->max_rows != 0) return UnitShape::kNotCandidate;
+        if (!e.ok() || e->portal != portal || e->max_rows != 0) return UnitShape::kNotCandidate;
         out.replay.execute = true;
-        stage = 4;
+        stage = kWantSync;
         break;
       }
       case 'S': {
-        if (stage != 4) return UnitShape::kNotCandidate;
+        if (stage != kWantSync) return UnitShape::kNotCandidate;
         out.replay.sync = true;
         out.frames = bytes.substr(0, pos);
         return UnitShape::kCandidate;
@@ -331,12 +351,22 @@ std::string SettingName(const std::vector<Token>& t, size_t& i) {
   return name;
 }
 
+// Startup parameters / settings no result depends on: left out of keys.
+constexpr std::string_view kUnkeyedSettings[] = {
+    "application_name", "fallback_application_name", "statement_timeout", "lock_timeout",
+    "idle_in_transaction_session_timeout", "idle_session_timeout", "geqo", "jit",
+};
+bool IsUnkeyedSetting(std::string_view name) {
+  return std::find(std::begin(kUnkeyedSettings), std::end(kUnkeyedSettings), name) != std::end(kUnkeyedSettings);
+}
+
 // Settings whose SET/RESET is not a plain GUC change a capture can describe.
 bool IsIdentitySetting(std::string_view name) { return name == "role" || name == "session_authorization"; }
 
 // One statement's tokens [b, e). Returns: 0 not a SET/RESET, 1 hyperpool.*
 // setting (applied), 2 local-only SET (no lasting effect), 3 state change,
-// 4 a session-level change of ordinary settings (see only_setting_changes).
+// 4 a session-level change of ordinary settings (see only_setting_changes),
+// 5 the same of a setting no key depends on (only_unkeyed_settings).
 int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSettings* settings) {
   if (b >= e) return 0;
   if (!t[b].IsKeyword("reset") && !t[b].IsKeyword("set")) return 0;  // before copying the tokens
@@ -350,7 +380,8 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
       ApplyCacheSetting(name, std::nullopt, settings ? *settings : scratch);
       return 1;
     }
-    return name.empty() || IsIdentitySetting(name) ? 3 : 4;
+    if (name.empty() || IsIdentitySetting(name)) return 3;
+    return IsUnkeyedSetting(name) && i == s.size() ? 5 : 4;
   }
   if (!s[0].IsKeyword("set")) return 0;
   size_t i = 1;
@@ -362,7 +393,10 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
     if (i < s.size() && (s[i].IsKeyword("authorization") || s[i].IsKeyword("characteristics"))) return 3;
   }
   std::string name = SettingName(s, i);
-  if (name.rfind("hyperpool.", 0) != 0) return name.empty() || IsIdentitySetting(name) ? 3 : 4;
+  if (name.rfind("hyperpool.", 0) != 0) {
+    if (name.empty() || IsIdentitySetting(name)) return 3;
+    return IsUnkeyedSetting(name) ? 5 : 4;
+  }
   if (i < s.size() && (s[i].IsKeyword("to") || (s[i].kind == TokenKind::kOperator && s[i].text == "="))) ++i;
   std::optional<std::string_view> value;
   std::string joined;
@@ -398,6 +432,7 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
   bool all_cache_settings = true;
   bool has_other = false;  // statements that are not SET/RESET
   bool setting_changes = false;  // plain session-level SET/RESET of ordinary settings
+  bool keyed_changes = false;    // ...of settings a key depends on
   size_t b = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
     if (i < t.size() && t[i].kind != TokenKind::kSemicolon) continue;
@@ -406,7 +441,8 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
       int c = ClassifySet(t, b, i, settings);
       if (c != 1) all_cache_settings = false;
       if (c == 3) fx.changes_session_state = true;
-      if (c == 4) setting_changes = true;
+      if (c == 4 || c == 5) setting_changes = true;
+      if (c == 4) keyed_changes = true;
       if (c == 0) has_other = true;
     }
     b = i + 1;
@@ -432,6 +468,7 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
   }
   // Only now: the other statements may have changed state in other ways.
   fx.only_setting_changes = setting_changes && !fx.changes_session_state;
+  fx.only_unkeyed_settings = fx.only_setting_changes && !keyed_changes;
   if (setting_changes) fx.changes_session_state = true;
   return fx;
 }
@@ -441,16 +478,12 @@ std::string HelloFingerprint(const std::vector<std::pair<std::string, std::strin
       "client_encoding", "datestyle",   "timezone",    "intervalstyle", "extra_float_digits",
       "bytea_output",    "lc_monetary", "lc_numeric",  "lc_time",       "standard_conforming_strings",
   };
-  static constexpr std::string_view kIgnored[] = {
-      "application_name", "fallback_application_name", "statement_timeout", "lock_timeout",
-      "idle_in_transaction_session_timeout", "idle_session_timeout", "geqo", "jit",
-  };
   std::vector<std::pair<std::string, std::string>> keyed;
   bool bad = false;
   for (const auto& [name, value] : params) {
     std::string n = Lower(name);
     if (n.rfind("hyperpool.", 0) == 0) continue;
-    if (std::find(std::begin(kIgnored), std::end(kIgnored), n) != std::end(kIgnored)) continue;
+    if (IsUnkeyedSetting(n)) continue;
     if (n == "options") {
       SessionCacheSettings probe;
       // Allowed only if every switch is one of ours.
@@ -552,6 +585,32 @@ std::string ClientLocalKey(std::string_view hello_fingerprint, const SessionCach
   PutU64(k, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);
   PutU32(k, static_cast<uint32_t>(unit_frames.size()));
   k.append(unit_frames);
+  return k;
+}
+
+std::string ClientExtendedKey(std::string_view hello_fingerprint, const SessionCacheSettings& s,
+                              const CandidateUnit& unit) {
+  std::string k("hpx1");
+  PutU32(k, static_cast<uint32_t>(hello_fingerprint.size()));
+  k.append(hello_fingerprint);
+  PutU64(k, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);
+  k.push_back(unit.describe);
+  PutU32(k, static_cast<uint32_t>(unit.param_types.size()));
+  for (uint32_t t : unit.param_types) PutU32(k, t);
+  PutU32(k, static_cast<uint32_t>(unit.params.size()));
+  for (const ParamValue& v : unit.params) {
+    k.push_back(static_cast<char>(v.format));
+    if (!v.value) {
+      PutU32(k, 0xffffffffu);
+      continue;
+    }
+    PutU32(k, static_cast<uint32_t>(v.value->size()));
+    k.append(*v.value);
+  }
+  PutU32(k, static_cast<uint32_t>(unit.result_formats.size()));
+  for (int16_t f : unit.result_formats) k.push_back(static_cast<char>(f)), k.push_back(static_cast<char>(f >> 8));
+  PutU32(k, static_cast<uint32_t>(unit.sql.size()));
+  k.append(unit.sql);
   return k;
 }
 

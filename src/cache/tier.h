@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -68,8 +69,11 @@ std::optional<Control> DecodeControl(std::string_view payload);
 // ---------------------------------------------------------------------------
 
 // A unit whose result may be answered from a cache: one simple Query, or
-// exactly Parse(unnamed) Bind(unnamed portal, unnamed statement)
-// [Describe(portal "" | statement "")] Execute("", no row limit) Sync.
+// exactly [Parse] [Describe(statement)] Bind [Describe(portal)]
+// Execute(no row limit) Sync of one statement and one portal, named or
+// unnamed (a unit without a Parse names a statement the session prepared
+// earlier, resolved through a StatementLookup). Keys use the statement's
+// text and types, never its name.
 struct CandidateUnit {
   std::string_view frames;  // The unit's frontend frames, verbatim.
   ProtocolForm form = ProtocolForm::kSimple;
@@ -79,13 +83,19 @@ struct CandidateUnit {
   std::vector<int16_t> result_formats;
   ReplayRequest replay;
   char describe = 0;  // 0, 'P' or 'S' (part of the key: the stored form differs).
+  bool named_parse = false;  // the unit creates a named statement (the origin must see its Parse)
 };
+
+// Resolves one of the session's prepared statements by name: its text and
+// declared parameter types (views valid while the unit is used); false if
+// the session has no such statement.
+using StatementLookup = std::function<bool(std::string_view name, std::string_view* sql, std::vector<uint32_t>* types)>;
 
 enum class UnitShape : uint8_t { kCandidate, kNotCandidate, kIncomplete };
 
 // Looks at `bytes`, which start at a unit's first frontend frame. kIncomplete
 // when a Parse-led unit's Sync is not in `bytes` yet.
-UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out);
+UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const StatementLookup* lookup = nullptr);
 
 // ---------------------------------------------------------------------------
 // Session controls and state.
@@ -123,6 +133,11 @@ struct StatementEffects {
   // settings capture describes exactly, so its tier keys by the captured
   // settings instead of bypassing the session.
   bool only_setting_changes = false;
+  // ...and every one of them is of a setting no key depends on
+  // (application_name, statement_timeout, ...: HelloFingerprint leaves them
+  // out), so keys made for the session stay valid (PgJDBC sets
+  // application_name at connect).
+  bool only_unkeyed_settings = false;
   // The cache-control hint comment /* hyperpool:nocache */ is present.
   bool nocache_hint = false;
 };
@@ -164,6 +179,12 @@ WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, 
 // => same Endpoint key).
 std::string ClientLocalKey(std::string_view hello_fingerprint, const SessionCacheSettings& s,
                            std::string_view unit_frames);
+
+// The Client's key for an extended unit: like ClientLocalKey, but built from
+// the statement's text, types, parameter values and formats, result formats
+// and Describe kind -- never from the driver's statement or portal names.
+std::string ClientExtendedKey(std::string_view hello_fingerprint, const SessionCacheSettings& s,
+                              const CandidateUnit& unit);
 
 // Appends the tier's extra key components (hello fingerprint, describe kind,
 // session TTL) after AppendCacheKey's (prefix-free: fixed trailing tags).

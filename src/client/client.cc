@@ -51,6 +51,9 @@
 #include "client/unix_listener.h"
 #include "client/in_buffer.h"
 #include "client/server_handshake.h"
+#include "client/extended_session.h"
+#include "client/session_key.h"
+#include "client/statement_metadata.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
 #include "protocol/codec.h"
@@ -164,6 +167,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
   // The Client cache tier (client_cache.h); null when caching is off.
   std::shared_ptr<client::ClientTier> cache;
+  // Statement metadata answered locally (statement_metadata.h): protocol
+  // work, kept with the cache on or off.
+  std::shared_ptr<client::StatementMetadataStore> metadata;
   // Sent in every link hello (hyperpool.client_id): the Endpoint sends
   // invalidations to one link of each Client.
   std::string client_id;
@@ -223,8 +229,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       co_return;
     }
     ArmIdleTimer();
-    hello_fp_ = cache::HelloFingerprint(app_params_, &hello_unsupported_);
+    key_.Start(app_params_);
     cache::ApplyStartupParameters(app_params_, cache_settings_);
+    ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, key_.fingerprint());
     co_await AppToLink();
   }
 
@@ -554,25 +561,44 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // Whether a unit starting now may be answered locally / become a candidate.
   bool CacheUsable() const {
-    return impl_->cache && cache_settings_.enabled && !state_changed_ && !hello_unsupported_ &&
-           outstanding_ == 0 && txn_status_ == 'I' && state_ == State::kIdle &&
+    return impl_->cache && cache_settings_.enabled && key_.keyable() &&
+           outstanding_ == 0 && txn_status_ == 'I' && state_ == State::kIdle && ext_->idle() && !ext_->lost() &&
            !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
   }
 
-  // The unit at the start of `bytes` if it may be cached (shape and text).
-  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit) const {
-    if (cache::ParseCandidateUnit(bytes, unit) != cache::UnitShape::kCandidate) return false;
+  // The unit at the start of `bytes` if it may be cached (shape and text);
+  // `key` is its Client-tier key.
+  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key) const {
+    const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
+                                                 std::vector<uint32_t>* types) {
+      const client::SessionStatement* st = ext_->Find(name);
+      if (st == nullptr) return false;
+      *sql = st->sql;
+      *types = st->param_types;
+      return true;
+    };
+    if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return false;
     // As on the Endpoint: longer queries are never cached (and a key would
     // copy the whole unit).
     if (unit.sql.size() > impl_->options.cache.max_query_bytes) return false;
     cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
-    return !fx.nocache_hint && !fx.changes_session_state && !fx.only_cache_settings;
+    if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) return false;
+    // Extended units always travel with a Describe(portal) (see
+    // ExtendedContext::describe_portal): one key with or without the
+    // driver's own.
+    if (unit.form == cache::ProtocolForm::kExtended && unit.describe == 0) unit.describe = 'P';
+    key = unit.form == cache::ProtocolForm::kSimple
+              ? cache::ClientLocalKey(key_.fingerprint(), cache_settings_, unit.frames)
+              : cache::ClientExtendedKey(key_.fingerprint(), cache_settings_, unit);
+    return true;
   }
+
+  // Whether the session's name resolution can key statement metadata.
+  bool MetadataKeyable() const { return key_.keyable(); }
 
   // Applies what a forwarded Query / Parse text does to the session's cache
   // state (hyperpool.* settings, settings that a key cannot describe).
-  void NoteForwardedFrame(const pr::Frame& f) {
-    if (!impl_->cache) return;
+  void NoteForwardedFrame(const pr::Frame& f, std::string_view rest) {
     std::string_view sql;
     if (f.tag == 'Q') {
       auto q = pr::DecodeQuery(f.payload);
@@ -583,17 +609,20 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       if (!p.ok()) return;
       sql = p->query;
     } else if (f.tag == 'F') {
-      state_changed_ = true;
+      key_.Invalidate();
       return;
     } else {
       return;
     }
     if (sql.size() > kMaxClassifiedSql) {
       // Lexing it would cost several times its size; assume the worst.
-      state_changed_ = true;
+      key_.Invalidate();
       return;
     }
-    if (cache::ClassifyStatements(sql, &cache_settings_).changes_session_state) state_changed_ = true;
+    cache::StatementEffects fx = cache::ClassifyStatements(sql, &cache_settings_);
+    if (!fx.changes_session_state) return;
+    const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && client::OwnUnit(f.tag, sql, rest);
+    if (key_.Note(sql, fx, lasts)) ext_->set_fingerprint(key_.fingerprint());
   }
 
   asio::awaitable<void> WaitWriteDone() {
@@ -606,12 +635,21 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::awaitable<bool> ServeLocalHits() {
     while (CacheUsable()) {
       cache::CandidateUnit unit;
-      if (!LocalCandidate(in_.view(), unit)) co_return true;
-      std::string key = cache::ClientLocalKey(hello_fp_, cache_settings_, unit.frames);
+      std::string key;
+      if (!LocalCandidate(in_.view(), unit, key)) co_return true;
       std::shared_ptr<const CacheEntry> entry = impl_->cache->GetFresh(key);
       if (!entry) co_return true;
       std::string out;
       if (!cache::AppendReplay(entry->messages, unit.replay, out).ok()) co_return true;
+      if (unit.replay.parse) {
+        // The driver's statement now exists for it: its Parse is deferred
+        // (extended_session.h), which needs its metadata; the unnamed
+        // statement is simply forgotten without it.
+        pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+        pr::FrameReader::Result r = reader.Read(unit.frames);
+        if (!r.is_frame()) co_return true;
+        if (!ext_->AdoptServedParse(r.frame(), MetadataKeyable()) && unit.named_parse) co_return true;
+      }
       const size_t n = unit.frames.size();
       while (link_writing_) co_await WaitWriteDone();
       hit_writing_ = true;
@@ -629,7 +667,11 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // A control message from the Endpoint (never forwarded to the app).
   void OnControl(std::string_view payload) {
     std::optional<cache::Control> c = cache::DecodeControl(payload);
-    if (!c || !impl_->cache) return;
+    if (!c) return;
+    if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->all) {
+      impl_->metadata->InvalidateAll();  // DDL (or what may have run it): statement shapes may change
+    }
+    if (!impl_->cache) return;
     if (const auto* b = std::get_if<cache::BeginControl>(&*c)) {
       capture_.reset();
       capture_store_.reset();
@@ -668,7 +710,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       const size_t total = size_t{len} + 1;
       const size_t have = buf.size() - pos;
       if (have < total) {
-        if ((tag == 'D' || tag == 'd') && !capture_) {
+        if ((tag == 'D' || tag == 'd') && !capture_ && ext_->StreamsRows()) {
           out.append(p, have);
           passthrough_ = total - have;
           last_tag_ = tag;
@@ -681,7 +723,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         OnControl(frame.substr(5));
       } else {
         if (capture_) capture_->Feed(tag, frame);
-        out.append(frame);
+        ext_->OnBackend(tag, frame, out);
         last_tag_ = tag;
         if (tag == 'Z' && total >= 6) OnReadyForQuery(p[5]);
       }
@@ -709,13 +751,18 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       std::string_view view = in_.view();
       // The first unit of this batch may become a local-tier entry.
       cache::CandidateUnit first;
-      const bool first_candidate = CacheUsable() && LocalCandidate(view, first);
+      std::string first_key;
+      const bool first_candidate = CacheUsable() && LocalCandidate(view, first, first_key);
       size_t units_in_batch = 0;
       size_t batch = 0;
       size_t needed = 0;
       bool terminate = false;
       absl::Status bad;
       std::string_view bad_sqlstate = kSqlStateProtocolViolation;
+      // What goes on the link (the driver's frames, with deferred Parses
+      // and checks added: extended_session.h) and what is answered at once.
+      std::string to_link;
+      std::string local;
       for (;;) {
         pr::FrameReader::Result r = reader.Read(view.substr(batch));
         if (r.is_need_more()) {
@@ -733,14 +780,24 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           break;
         }
         batch += r.frame().size();
-        NoteForwardedFrame(r.frame());
+        NoteForwardedFrame(r.frame(), view.substr(batch));
+        client::ExtendedContext ctx;
+        ctx.keyable = MetadataKeyable();
+        ctx.txn_status = txn_status_;
+        ctx.nothing_sent = to_link.empty() && outstanding_ == 0;
+        ctx.describe_portal = first_candidate && units_in_batch == 0 && first.form == cache::ProtocolForm::kExtended &&
+                              first.replay.describe == cache::ReplayRequest::Describe::kNone;
+        client::ExtendedSession::FrontendResult fr = ext_->OnFrontend(r.frame(), view.substr(batch), ctx, to_link, local);
+        batch += fr.rest_consumed;
+        if (!fr.forwarded) continue;  // answered locally (a Sync among them included)
         if (tag == 'Q' || tag == 'S' || tag == 'F') {
           ++outstanding_;
           PendingUnit unit;
           if (first_candidate && units_in_batch == 0 && batch == first.frames.size()) {
+            // The digest is of what the Endpoint receives for the unit.
             unit.candidate = true;
-            unit.digest = cache::Fnv1a64(first.frames);
-            unit.key = cache::ClientLocalKey(hello_fp_, cache_settings_, first.frames);
+            unit.digest = cache::Fnv1a64(to_link);
+            unit.key = std::move(first_key);
           }
           ++units_in_batch;
           units_.push_back(std::move(unit));
@@ -754,15 +811,31 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       // before Send() returns, and LinkToApp must not call that a failure.
       if (terminate && reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
       if (batch > 0) DisarmIdleTimer();  // a message arrived: not idle until the next ReadyForQuery
-      if (batch > 0 && !(terminate && !link_ && batch == 5)) {
-        std::string bytes = in_.Take(batch);
+      in_.Consume(batch);
+      if (!local.empty()) {
+        // Before anything this batch sends: their answers come later.
+        while (link_writing_) co_await WaitWriteDone();
+        hit_writing_ = true;
+        auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(local), kAsTuple);
+        hit_writing_ = false;
+        write_done_.cancel();
+        (void)written;
+        if (ec) {
+          if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+          CloseLink();
+          CloseSocket();
+          SetState(State::kClosed);
+          co_return;
+        }
+      }
+      if (!to_link.empty() && !(terminate && !link_ && to_link.size() == 5)) {
         if (!link_) {
-          if (!co_await OpenLink(std::move(bytes))) {
+          if (!co_await OpenLink(std::move(to_link))) {
             CloseSocket();
             co_return;
           }
         } else {
-          absl::Status sent = co_await link_->Send(std::move(bytes));
+          absl::Status sent = co_await link_->Send(std::move(to_link));
           if (!sent.ok()) co_return;  // LinkToApp reports the broken link
         }
         if (outstanding_ > 0 && state_ == State::kIdle) SetState(State::kBusy);
@@ -853,8 +926,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         size_t consumed = 0;
         bool ok = ProcessLinkBytes(buf, out, consumed);
         if (!out.empty()) {
-          while (hit_writing_) co_await WaitWriteDone();
+          // Claimed before waiting, so that local answers AppToLink makes
+          // meanwhile cannot overtake these bytes.
           link_writing_ = true;
+          while (hit_writing_) co_await WaitWriteDone();
           auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
           link_writing_ = false;
           write_done_.cancel();
@@ -948,16 +1023,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   char last_tag_ = '\0';    // tag of the last frame forwarded to the app
 
   // The query cache (client_cache.h).
-  std::string hello_fp_;
-  bool hello_unsupported_ = false;
+  client::SessionKey key_;  // what keys its entries and metadata (session_key.h)
   cache::SessionCacheSettings cache_settings_;
-  bool state_changed_ = false;  // a SET/RESET/DISCARD/... was sent: no cache for this session
   struct PendingUnit {
     bool candidate = false;
     uint64_t digest = 0;
     std::string key;
   };
-  std::deque<PendingUnit> units_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery
+  std::deque<PendingUnit> units_;
+  // The extended protocol as forwarded: local Parse/Describe answers,
+  // deferred Parses, result-shape checks (extended_session.h).
+  std::unique_ptr<client::ExtendedSession> ext_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery
   std::unique_ptr<cache::ResultCapture> capture_;
   std::string capture_key_;
   std::optional<cache::StoreControl> capture_store_;
@@ -1192,8 +1268,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   absl::StatusOr<std::string> mock_secret = auth::RandomBytes(32);
   if (!mock_secret.ok()) return mock_secret.status();
   impl->handshake_config.mock_secret = *std::move(mock_secret);
-  if (impl->options.cache.enabled) {
-    impl->cache = std::make_shared<client::ClientTier>(impl->options.cache);
+  if (impl->options.cache.enabled) impl->cache = std::make_shared<client::ClientTier>(impl->options.cache);
+  impl->metadata = std::make_shared<client::StatementMetadataStore>();
+  {
+    // Invalidations (DDL drops statement metadata too) reach one link of
+    // each Client, cache or not.
     absl::StatusOr<std::string> client_id = client::NewSessionId();
     if (!client_id.ok()) return client_id.status();
     impl->client_id = *client_id;
@@ -1270,11 +1349,18 @@ ClientStats Client::Stats() const {
 }
 
 std::string Client::CacheReport() const {
-  if (!impl_->cache) return "client tier: off\n";
+  const client::StatementMetadataStats m = impl_->metadata->Stats();
+  std::string metadata = fmt::format(
+      "statement metadata: local answers {} stores {} entries {} mismatches {} deferred failures {} "
+      "invalidations {}\n",
+      m.local_answers, m.stores, m.entries, m.mismatches, m.deferred_failures, m.invalidations);
+  if (!impl_->cache) return "client tier: off\n" + metadata;
   client::ClientTierStats s = impl_->cache->Stats();
   return fmt::format(
-      "client tier: local hits {} stores {} refused-stale {} invalidations {} evictions {} entries {} bytes {}\n",
-      s.local_hits, s.tier.stores, s.refused_stale, s.invalidations, s.tier.evictions, s.tier.entries, s.tier.bytes);
+             "client tier: local hits {} stores {} refused-stale {} invalidations {} evictions {} entries {} bytes {}\n",
+             s.local_hits, s.tier.stores, s.refused_stale, s.invalidations, s.tier.evictions, s.tier.entries,
+             s.tier.bytes) +
+         metadata;
 }
 
 }  // namespace hyperpool

@@ -265,7 +265,7 @@ SessionCache::SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_ex
 }
 
 SessionCache::~SessionCache() {
-  if (leader_ && !leader_->done) cache_->tier().Abandon(leader_->key);
+  if (leader_ && !leader_->done && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
   cache_->Unregister(this);
   cache_->Publish();
@@ -327,7 +327,7 @@ std::chrono::milliseconds SessionCache::Ttl() const {
 
 void SessionCache::EndLeader(bool abandon) {
   if (!leader_) return;
-  if (!leader_->done && abandon) cache_->tier().Abandon(leader_->key);
+  if (!leader_->done && abandon && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   leader_.reset();
   cache_->Publish();
 }
@@ -367,6 +367,18 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const c
 
 asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std::string_view rest, bool idle,
                                               std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  if (frame.tag == 'P') {
+    // A unit of named Parses up to a Sync is answered without the origin
+    // (statement_session.h) and never forwarded: its statements are known
+    // from here, so that Binds of them are keyed and their writes tracked.
+    auto p = protocol::DecodeParse(frame.payload);
+    if (p.ok() && !p->statement.empty()) {
+      RecordParse(*p);
+      if (statements_.find(std::string(p->statement)) == statements_.end()) {
+        statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/false);
+      }
+    }
+  }
   if (idle) {
     // Whatever was outstanding has been answered (possibly locally, when the
     // origin was lost or no connection could be had).
@@ -375,7 +387,15 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     building_ = Effect{};
     txn_written_ = cache::WriteEffect{};
   }
-  if (!idle || (frame.tag != 'Q' && frame.tag != 'P')) co_return false;
+  // After a Parse/Describe(statement) flight whose answers have all come
+  // (postgres.js: Parse + Describe + Flush, then Bind + Execute + Sync), a
+  // Bind starts the rest of that implicit transaction: its result may be
+  // stored, but it is never answered from the tier (the origin must see the
+  // Sync that ends the transaction the Parse began).
+  // (OnForward opens and closes the window.)
+  const bool after_describe = !idle && frame.tag == 'B' && DescribeWindowReady();
+  if (!idle && !after_describe) co_return false;
+  if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B') co_return false;
   RefreshSettingsKey();
   if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
     cache_->NoteBypassed();
@@ -383,7 +403,25 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
   }
   cache::CandidateUnit unit;
   std::string_view bytes(frame.raw.data(), frame.raw.size() + rest.size());
-  if (cache::ParseCandidateUnit(bytes, unit) != cache::UnitShape::kCandidate) co_return false;
+  // A unit without a Parse runs one of the session's named statements: keyed
+  // by its text (the unnamed statement is not resolved: a unit answered here
+  // skips its Parse, so what the session's unnamed statement is may differ).
+  const cache::StatementLookup lookup = [this, after_describe](std::string_view name, std::string_view* sql,
+                                                               std::vector<uint32_t>* types) {
+    if (name.empty() && after_describe && unnamed_known_) {
+      // Parsed in this very transaction: that Parse reached the origin.
+      *sql = unnamed_text_.sql;
+      *types = unnamed_text_.types;
+      return true;
+    }
+    if (name.empty()) return false;
+    auto it = statement_texts_.find(std::string(name));
+    if (it == statement_texts_.end() || it->second.poisoned) return false;
+    *sql = it->second.sql;
+    *types = it->second.types;
+    return true;
+  };
+  if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) co_return false;
   cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
     cache_->NoteBypassed();
@@ -431,6 +469,20 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     switch (lk.status) {
       case CacheLookupStatus::kHit:
       case CacheLookupStatus::kStale: {
+        if (unit.named_parse || after_describe) {
+          // The origin must see a named Parse (the statement outlives the
+          // unit), so the unit goes there; its result refreshes the entry
+          // and is marked for the Client tier as a leader's would be.
+          leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
+          leader_->key = std::move(key);
+          leader_->digest = digest;
+          leader_->generation = cache_->generation();
+          leader_->tables = std::move(d.tables);
+          leader_->ttl = Ttl();
+          leader_->owns_key = false;
+          cache_->Publish();
+          co_return false;
+        }
         bool served = Serve(lk.entry, unit, digest, local_out, skip_until_sync, skip_status);
         if (served) cache_->NoteServed(waited);
         cache_->Publish();
@@ -502,6 +554,8 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
 void SessionCache::OnForward(const protocol::Frame& frame) {
   switch (frame.tag) {
     case 'Q': {
+      describe_window_ = DescribeWindow::kNone;
+      unnamed_known_ = false;
       auto q = protocol::DecodeQuery(frame.payload);
       Effect e;
       if (!q.ok()) {
@@ -521,14 +575,30 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       auto p = protocol::DecodeParse(frame.payload);
       if (!p.ok()) break;
       statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/true);
+      RecordParse(*p);
+      NoteDescribeWindow('P');
+      if (p->statement.empty()) {
+        unnamed_known_ = true;
+        unnamed_text_.sql = std::string(p->query);
+        unnamed_text_.types.assign(p->parameter_types.begin(), p->parameter_types.end());
+      }
       break;
     }
+    case 'D': {
+      auto d = protocol::DecodeDescribe(frame.payload);
+      NoteDescribeWindow(d.ok() && d->kind == protocol::ObjectKind::kStatement ? 'D' : 'x');
+      break;
+    }
+    case 'H':
+      break;  // a Flush keeps the window open
     case 'B': {
+      describe_window_ = DescribeWindow::kNone;
       auto b = protocol::DecodeBind(frame.payload);
       if (b.ok()) portals_[std::string(b->portal)] = std::string(b->statement);
       break;
     }
     case 'E': {
+      describe_window_ = DescribeWindow::kNone;
       auto x = protocol::DecodeExecute(frame.payload);
       Effect e;
       e.write.all = true;  // unknown portal or statement: anything may have been written
@@ -548,10 +618,12 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       break;
     }
     case 'C': {
+      describe_window_ = DescribeWindow::kNone;
       auto c = protocol::DecodeClose(frame.payload);
       if (c.ok()) {
         if (c->kind == protocol::ObjectKind::kStatement) {
           statements_.erase(std::string(c->name));
+          statement_texts_.erase(std::string(c->name));
         } else {
           portals_.erase(std::string(c->name));
         }
@@ -559,6 +631,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       break;
     }
     case 'F': {
+      describe_window_ = DescribeWindow::kNone;
       Effect e;
       e.write.all = true;
       e.changes_state = true;
@@ -569,6 +642,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       break;
     }
     case 'S':
+      describe_window_ = DescribeWindow::kNone;
       pending_.push_back(std::move(building_));
       building_ = Effect{};
       break;
@@ -582,7 +656,50 @@ void SessionCache::Emit(const cache::InvalidateControl& control, std::string& ba
   cache_->Broadcast(control, client_id_);
 }
 
+void SessionCache::RecordParse(const protocol::Parse& p) {
+  if (p.statement.empty()) return;
+  // Re-parsing a name that exists with another text fails at the origin
+  // (42P05) or redefines it through the statement registry: either way,
+  // which text the name runs is not certain here until it is closed.
+  auto [it, inserted] = statement_texts_.try_emplace(std::string(p.statement));
+  if (inserted) {
+    it->second.sql = std::string(p.query);
+    it->second.types.assign(p.parameter_types.begin(), p.parameter_types.end());
+  } else if (it->second.sql != p.query ||
+             !std::equal(it->second.types.begin(), it->second.types.end(), p.parameter_types.begin(),
+                         p.parameter_types.end())) {
+    it->second.poisoned = true;
+  }
+}
+
+void SessionCache::NoteDescribeWindow(char what) {
+  if (what != 'P' && what != 'D') {
+    describe_window_ = DescribeWindow::kNone;
+    return;
+  }
+  if (describe_window_ == DescribeWindow::kNone) {
+    // Opens only between units: nothing outstanding, outside a transaction.
+    if (!pending_.empty() || last_status_ != 'I' || leader_) return;
+    describe_window_ = DescribeWindow::kOpen;
+    describe_answers_ = 0;
+  }
+  if (describe_window_ != DescribeWindow::kOpen) return;
+  describe_answers_ += what == 'P' ? 1 : 2;  // ParseComplete; ParameterDescription + RowDescription|NoData
+}
+
+bool SessionCache::DescribeWindowReady() const {
+  return describe_window_ == DescribeWindow::kOpen && describe_answers_ == 0 && pending_.empty() &&
+         last_status_ == 'I';
+}
+
 void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn) {
+  if (describe_window_ == DescribeWindow::kOpen) {
+    if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && describe_answers_ > 0) {
+      --describe_answers_;
+    } else if (tag != 'N' && tag != 'S' && tag != 'A' && tag != 'h') {
+      describe_window_ = DescribeWindow::kNone;  // an error, or anything unexpected
+    }
+  }
   // The leader's result: capture it for both tiers.
   if (leader_ && !pending_.empty()) {
     Leader& l = *leader_;
@@ -594,7 +711,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
     if (!l.done) {
       cache::ResultCapture::State s = l.capture.Feed(tag, raw);
       if (s == cache::ResultCapture::State::kRejected || !l.usable) {
-        cache_->tier().Abandon(l.key);
+        if (l.owns_key) cache_->tier().Abandon(l.key);
         l.done = true;
       } else if (s == cache::ResultCapture::State::kComplete) {
         auto now = std::chrono::steady_clock::now();
@@ -605,7 +722,11 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
         entry.database = cache_->database();
         entry.tables = l.tables;
         const auto expires = entry.expires;
-        cache_->tier().Complete(l.key, std::move(entry));
+        if (l.owns_key) {
+          cache_->tier().Complete(l.key, std::move(entry));
+        } else {
+          cache_->tier().Put(l.key, std::move(entry));
+        }
         l.done = true;
         std::shared_ptr<const CacheEntry> stored = cache_->tier().Get(l.key);
         if (stored && stored->expires == expires) {
@@ -626,6 +747,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
   }
   if (tag == 'Z' && raw.size() >= 6) {
     const char status = raw[5];
+    last_status_ = status;
     if (!pending_.empty()) {
       const Effect& e = pending_.front();
       // Connections carry what their sessions did to them: a connection used

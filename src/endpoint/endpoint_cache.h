@@ -49,6 +49,7 @@
 #include "hyperpool/options.h"
 #include "pool/pool.h"
 #include "protocol/frame_reader.h"
+#include "protocol/frontend_messages.h"
 
 namespace hyperpool::endpoint {
 
@@ -216,6 +217,10 @@ class SessionCache {
     bool begun = false;
     bool usable = true;
     bool done = false;  // Complete()/Abandon() called; skip to the unit's end
+    // False for a unit that must reach the origin although its key is
+    // cached (it creates a named statement): its result is Put, not
+    // Complete()d, and nothing is abandoned.
+    bool owns_key = true;
     explicit Leader(std::size_t max) : capture(max) {}
   };
 
@@ -227,6 +232,12 @@ class SessionCache {
   bool Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit, uint64_t digest,
              std::string& local_out, bool& skip_until_sync, char& skip_status);
   void EndLeader(bool abandon);
+  // A frontend frame of a Parse/Describe flight ('P', 'D' statement; 'x'
+  // anything else closes the window).
+  void NoteDescribeWindow(char what);
+  // Remembers a named Parse's text (statement_texts_).
+  void RecordParse(const protocol::Parse& p);
+  bool DescribeWindowReady() const;
   void Emit(const cache::InvalidateControl& control, std::string& batch);
   std::chrono::milliseconds Ttl() const;
 
@@ -263,6 +274,24 @@ class SessionCache {
   cache::WriteEffect txn_written_;
   std::unordered_map<std::string, Effect> statements_;
   std::unordered_map<std::string, std::string> portals_;
+  // The text and declared types of each named statement the session parsed
+  // (to key units that Bind it without a Parse).
+  struct StatementText {
+    std::string sql;
+    std::vector<uint32_t> types;
+    bool poisoned = false;  // parsed twice before a Close: not resolved
+  };
+  std::unordered_map<std::string, StatementText> statement_texts_;
+  // The unnamed statement's text, while the last Parse('') is known to have
+  // been forwarded (a simple Query replaces it).
+  StatementText unnamed_text_;
+  bool unnamed_known_ = false;
+  // A flight of only Parse / Describe(statement) / Flush, sent between units
+  // (see Intercept): open while it lasts, `describe_answers_` still due.
+  enum class DescribeWindow : uint8_t { kNone, kOpen };
+  DescribeWindow describe_window_ = DescribeWindow::kNone;
+  int describe_answers_ = 0;
+  char last_status_ = 'I';  // the origin's latest ReadyForQuery status
 };
 
 }  // namespace hyperpool::endpoint

@@ -87,7 +87,7 @@ TEST_CASE("candidate units: a simple Query, or P/B/[D portal]/E/S with unnamed o
   CHECK(u.replay.describe == ReplayRequest::Describe::kPortal);
 
   CHECK(ParseCandidateUnit(Extended("SELECT 1", false), u) == UnitShape::kCandidate);
-  CHECK(ParseCandidateUnit(Extended("SELECT 1", true, "named"), u) == UnitShape::kNotCandidate);
+  REQUIRE(ParseCandidateUnit(Extended("SELECT 1", true, "named"), u) == UnitShape::kNotCandidate);  // Bind names ""
   CHECK(ParseCandidateUnit(Extended("SELECT 1", true, "", 10), u) == UnitShape::kNotCandidate);
   std::string partial = Extended("SELECT 1");
   partial.resize(partial.size() - 5);  // no Sync yet
@@ -95,6 +95,112 @@ TEST_CASE("candidate units: a simple Query, or P/B/[D portal]/E/S with unnamed o
   std::string sync;
   protocol::AppendFrame(sync, 'S', "");
   CHECK(ParseCandidateUnit(sync, u) == UnitShape::kNotCandidate);
+}
+
+namespace ext {
+std::string P(std::string_view name, std::string_view sql) {
+  std::string out;
+  protocol::Encode(protocol::Parse{name, sql, {}}, out);
+  return out;
+}
+std::string B(std::string_view portal, std::string_view stmt, std::string_view value, int16_t format = 0,
+              int16_t result_format = 0) {
+  protocol::Bind b;
+  b.portal = portal;
+  b.statement = stmt;
+  b.parameter_formats.push_back(format);
+  b.parameters.push_back(value);
+  b.result_formats.push_back(result_format);
+  std::string out;
+  protocol::Encode(b, out);
+  return out;
+}
+std::string D(char kind, std::string_view name) {
+  std::string out;
+  protocol::Encode(protocol::Describe{static_cast<protocol::ObjectKind>(kind), name}, out);
+  return out;
+}
+std::string E(std::string_view portal, int32_t max_rows = 0) {
+  std::string out;
+  protocol::Encode(protocol::Execute{portal, max_rows}, out);
+  return out;
+}
+std::string S() {
+  std::string out;
+  protocol::Encode(protocol::Sync{}, out);
+  return out;
+}
+}  // namespace ext
+
+TEST_CASE("candidate units: named statements and portals, Describe(statement) before the Bind, no Parse") {
+  using namespace ext;
+  CandidateUnit u;
+  // postgres.js's deferred form and its type query at connect.
+  REQUIRE(ParseCandidateUnit(P("s1", "SELECT $1::int") + B("p", "s1", "7") + D('P', "p") + E("p") + S(), u) ==
+          UnitShape::kCandidate);
+  CHECK(u.named_parse);
+  CHECK(u.describe == 'P');
+  REQUIRE(ParseCandidateUnit(P("s1", "SELECT $1::int") + D('S', "s1") + B("", "s1", "7") + E("") + S(), u) ==
+          UnitShape::kCandidate);
+  CHECK(u.describe == 'S');
+  CHECK(u.replay.describe == ReplayRequest::Describe::kStatement);
+  CHECK(u.replay.parse);
+  // One statement and one portal throughout.
+  CHECK(ParseCandidateUnit(P("s1", "SELECT 1") + B("", "s2", "7") + E("") + S(), u) == UnitShape::kNotCandidate);
+  CHECK(ParseCandidateUnit(P("s1", "SELECT 1") + B("a", "s1", "7") + E("b") + S(), u) == UnitShape::kNotCandidate);
+  CHECK(ParseCandidateUnit(P("s1", "SELECT 1") + D('S', "s2") + B("", "s1", "7") + E("") + S(), u) ==
+        UnitShape::kNotCandidate);
+  CHECK(ParseCandidateUnit(P("s1", "SELECT 1") + B("", "s1", "7") + E("", 10) + S(), u) == UnitShape::kNotCandidate);
+  // Bind of an earlier statement: only through the session's lookup.
+  const std::string bind_only = B("", "s1", "7") + E("") + S();
+  CHECK(ParseCandidateUnit(bind_only, u) == UnitShape::kNotCandidate);
+  const StatementLookup lookup = [](std::string_view name, std::string_view* sql, std::vector<uint32_t>* types) {
+    if (name != "s1") return false;
+    *sql = "SELECT $1::int";
+    *types = {23};
+    return true;
+  };
+  REQUIRE(ParseCandidateUnit(bind_only, u, &lookup) == UnitShape::kCandidate);
+  CHECK(u.sql == "SELECT $1::int");
+  CHECK(u.param_types == std::vector<uint32_t>{23});
+  CHECK_FALSE(u.replay.parse);
+  CHECK_FALSE(u.named_parse);
+  CHECK(ParseCandidateUnit(B("", "s2", "7") + E("") + S(), u, &lookup) == UnitShape::kNotCandidate);
+}
+
+TEST_CASE("the Client's extended key never depends on statement or portal names") {
+  using namespace ext;
+  SessionCacheSettings s;
+  auto key = [&](const std::string& bytes) {
+    CandidateUnit u;
+    REQUIRE(ParseCandidateUnit(bytes, u) == UnitShape::kCandidate);
+    return ClientExtendedKey("fp", s, u);
+  };
+  const std::string a = key(P("s1", "SELECT $1::int") + B("p", "s1", "7") + D('P', "p") + E("p") + S());
+  CHECK(a == key(P("", "SELECT $1::int") + B("", "", "7") + D('P', "") + E("") + S()));
+  CHECK(a != key(P("s1", "SELECT $1::int") + B("p", "s1", "8") + D('P', "p") + E("p") + S()));
+  CHECK(a != key(P("s1", "SELECT $1::int") + B("p", "s1", "7", 1) + D('P', "p") + E("p") + S()));  // binary param
+  CHECK(a != key(P("s1", "SELECT $1::int") + B("p", "s1", "7", 0, 1) + D('P', "p") + E("p") + S()));  // binary result
+  CHECK(a != key(P("s1", "SELECT $1::int") + B("p", "s1", "7") + E("p") + S()));  // no Describe
+  CHECK(a != key(P("s1", "SELECT $1::bigint") + B("p", "s1", "7") + D('P', "p") + E("p") + S()));
+}
+
+TEST_CASE("a SET of a setting no key depends on keeps the session's keys valid (PgJDBC's application_name)") {
+  StatementEffects fx = ClassifyStatements("SET application_name = 'PostgreSQL JDBC Driver'", nullptr);
+  CHECK(fx.changes_session_state);  // the Endpoint still captures and replays it
+  CHECK(fx.only_setting_changes);
+  CHECK(fx.only_unkeyed_settings);
+  CHECK(ClassifyStatements("SET statement_timeout = 0; RESET lock_timeout", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET TimeZone = 'UTC'", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET application_name = 'x'; SET search_path = s", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET ROLE r", nullptr).only_unkeyed_settings);
+  // Who runs the query is never a key: the Client bypasses such sessions.
+  CHECK_FALSE(ClassifyStatements("SET ROLE r", nullptr).only_setting_changes);
+  CHECK_FALSE(ClassifyStatements("SET SESSION AUTHORIZATION r", nullptr).only_setting_changes);
+  CHECK_FALSE(ClassifyStatements("RESET ROLE", nullptr).only_setting_changes);
+  CHECK_FALSE(ClassifyStatements("RESET ALL", nullptr).only_unkeyed_settings);
+  CHECK_FALSE(ClassifyStatements("SET application_name = 'x'; SELECT set_config('search_path', 's', false)", nullptr)
+                  .only_unkeyed_settings);
 }
 
 TEST_CASE("session controls and state changes are classified on tokens") {

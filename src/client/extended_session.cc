@@ -1,0 +1,554 @@
+#include "client/extended_session.h"
+
+#include <utility>
+
+#include "protocol/codec.h"
+
+namespace hyperpool::client {
+namespace {
+
+namespace pr = protocol;
+
+constexpr std::string_view kParseComplete("1\0\0\0\4", 5);
+
+// One whole frame at the start of `bytes`, or nullopt.
+struct Raw {
+  char tag = 0;
+  std::string_view payload;
+  size_t size = 0;
+};
+std::optional<Raw> Next(std::string_view bytes) {
+  if (bytes.size() < 5) return std::nullopt;
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
+  uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  if (len < 4 || len > bytes.size() - 1) return std::nullopt;
+  return Raw{bytes[0], bytes.substr(5, len - 4), size_t{len} + 1};
+}
+
+void AppendReady(std::string& out, char status) {
+  out.append("Z\0\0\0\5", 5);
+  out.push_back(status);
+}
+
+// The parameter types a ParameterDescription frame lists.
+std::optional<std::vector<uint32_t>> TypesOf(std::string_view param_desc) {
+  std::optional<Raw> f = Next(param_desc);
+  if (!f || f->tag != 't') return std::nullopt;
+  auto d = pr::DecodeParameterDescription(f->payload);
+  if (!d.ok()) return std::nullopt;
+  return std::vector<uint32_t>(d->parameter_types.begin(), d->parameter_types.end());
+}
+
+}  // namespace
+
+void AppendCachedPlanChanged(std::string& out) {
+  std::string p;
+  auto field = [&p](char code, std::string_view v) {
+    p.push_back(code);
+    p.append(v);
+    p.push_back('\0');
+  };
+  field('S', "ERROR");
+  field('V', "ERROR");
+  field('C', "0A000");
+  field('M', "cached plan must not change result type");
+  field('F', "plancache.c");
+  field('R', "RevalidateCachedQuery");
+  p.push_back('\0');
+  pr::AppendFrame(out, 'E', p);
+}
+
+bool SameRowShape(std::string_view a, std::string_view b) {
+  std::optional<Raw> fa = Next(a);
+  std::optional<Raw> fb = Next(b);
+  if (!fa || !fb || fa->tag != fb->tag) return false;
+  if (fa->tag == 'n') return true;
+  if (fa->tag != 'T') return false;
+  auto ra = pr::DecodeRowDescription(fa->payload);
+  auto rb = pr::DecodeRowDescription(fb->payload);
+  if (!ra.ok() || !rb.ok() || ra->fields.size() != rb->fields.size()) return false;
+  for (size_t i = 0; i < ra->fields.size(); ++i) {
+    const pr::FieldDescription& x = ra->fields[i];
+    const pr::FieldDescription& y = rb->fields[i];
+    if (x.name != y.name || x.table_oid != y.table_oid || x.column_attr != y.column_attr ||
+        x.type_oid != y.type_oid || x.type_size != y.type_size || x.type_modifier != y.type_modifier) {
+      return false;
+    }
+  }
+  return true;
+}
+
+ExtendedSession::ExtendedSession(StatementMetadataStore* store, std::string database, std::string hello_fingerprint)
+    : store_(store), database_(std::move(database)), hello_fp_(std::move(hello_fingerprint)) {}
+
+std::string ExtendedSession::KeyFor(std::string_view sql, const std::vector<uint32_t>& types, bool keyable) const {
+  if (!keyable || store_ == nullptr) return {};
+  return StatementMetadataKey(database_, hello_fp_, types, sql);
+}
+
+bool ExtendedSession::CanAnswer(const ExtendedContext& ctx) const {
+  // Outside a transaction only: a mismatch found at execution must be
+  // reportable as PostgreSQL would (an implicit transaction ends at Sync).
+  return store_ != nullptr && ctx.keyable && ctx.txn_status == 'I' && ctx.nothing_sent && !lost_ && idle();
+}
+
+void ExtendedSession::Push(Pending p) { pending_.push_back(std::move(p)); }
+
+void ExtendedSession::Materialize(SessionStatement& st, std::string& to_link) {
+  // While the origin skips to a Sync it would discard the Parse: the
+  // statement stays deferred (it exists for the driver) until a message
+  // that is not skipped needs it.
+  if (st.deferred_parse.empty() || skipping_) return;
+  to_link += st.deferred_parse;
+  Pending p;
+  p.kind = Expect::kParse;
+  p.swallow = true;
+  p.key = st.metadata_key;
+  p.parse = std::move(st.deferred_parse);
+  st.deferred_parse.clear();
+  for (const auto& [name, s] : statements_) {
+    if (&s == &st) p.name = name;
+  }
+  Push(std::move(p));
+}
+
+const SessionStatement* ExtendedSession::Find(std::string_view name) const {
+  auto it = statements_.find(std::string(name));
+  return it == statements_.end() ? nullptr : &it->second;
+}
+
+bool ExtendedSession::AdoptServedParse(const protocol::Frame& frame, bool keyable) {
+  auto p = pr::DecodeParse(frame.payload);
+  if (!p.ok() || lost_) return false;
+  if (p->statement.empty()) statements_.erase(std::string());  // replaced, whatever follows
+  std::vector<uint32_t> types(p->parameter_types.begin(), p->parameter_types.end());
+  std::string key = KeyFor(p->query, types, keyable);
+  if (key.empty()) return false;
+  std::shared_ptr<const StatementMetadata> meta = store_->Get(key);
+  if (!meta || !meta->deferrable) return false;
+  std::optional<std::vector<uint32_t>> declared = TypesOf(meta->parameter_description);
+  if (!declared) return false;
+  auto existing = statements_.find(std::string(p->statement));
+  if (existing != statements_.end() && !p->statement.empty()) return false;  // the origin would say 42P05
+  SessionStatement st;
+  st.sql = std::string(p->query);
+  st.param_types = std::move(types);
+  st.metadata_key = std::move(key);
+  pr::Parse rewritten{p->statement, p->query, *declared};
+  pr::Encode(rewritten, st.deferred_parse);
+  st.promised = std::move(meta);
+  statements_[std::string(p->statement)] = std::move(st);
+  return true;
+}
+
+bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                                std::string& to_link, std::string& local, FrontendResult& result) {
+  auto p = pr::DecodeParse(frame.payload);
+  if (!p.ok()) return false;  // the origin reports it
+  std::string name(p->statement);
+  auto old = statements_.find(name);
+  if (old != statements_.end() && !old->second.deferred_parse.empty()) {
+    if (name.empty()) {
+      statements_.erase(old);  // the unnamed statement is simply replaced
+      old = statements_.end();
+    } else {
+      Materialize(old->second, to_link);  // so that the origin reports 42P05 as it would
+    }
+  }
+  std::vector<uint32_t> types(p->parameter_types.begin(), p->parameter_types.end());
+  std::string key = KeyFor(p->query, types, ctx.keyable);
+  // Local answer: Parse [Describe(statement) of it] then Flush or Sync.
+  if (!key.empty() && CanAnswer(ctx) && (old == statements_.end() || name.empty())) {
+    std::optional<Raw> f1 = Next(rest);
+    bool describe = false;
+    size_t used = 0;
+    if (f1 && f1->tag == 'D') {
+      auto d = pr::DecodeDescribe(f1->payload);
+      if (d.ok() && d->kind == pr::ObjectKind::kStatement && d->name == p->statement) {
+        describe = true;
+        used = f1->size;
+        f1 = Next(rest.substr(used));
+      } else {
+        f1.reset();
+      }
+    }
+    if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
+      std::shared_ptr<const StatementMetadata> meta = store_->Get(key);
+      std::optional<std::vector<uint32_t>> declared;
+      if (meta && meta->deferrable) declared = TypesOf(meta->parameter_description);
+      if (declared) {
+        SessionStatement st;
+        st.sql = std::string(p->query);
+        st.param_types = std::move(types);
+        st.metadata_key = std::move(key);
+        pr::Parse rewritten{p->statement, p->query, *declared};
+        pr::Encode(rewritten, st.deferred_parse);
+        st.promised = meta;
+        statements_[name] = std::move(st);
+        local += kParseComplete;
+        if (describe) {
+          local += meta->parameter_description;
+          local += meta->row_description;
+        }
+        if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
+        store_->NoteLocalAnswer();
+        result.rest_consumed = used + f1->size;
+        result.forwarded = false;
+        return true;
+      }
+    }
+  }
+  SessionStatement st;
+  st.sql = std::string(p->query);
+  st.param_types = std::move(types);
+  st.metadata_key = std::move(key);
+  if (old == statements_.end() || name.empty()) statements_[name] = std::move(st);
+  to_link += frame.raw;
+  if (!skipping_) Push(Pending{Expect::kParse});
+  return true;
+}
+
+bool ExtendedSession::OnDescribe(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                                std::string& to_link, std::string& local, FrontendResult& result) {
+  auto d = pr::DecodeDescribe(frame.payload);
+  if (!d.ok()) return false;
+  Pending p;
+  if (d->kind == pr::ObjectKind::kStatement) {
+    p.kind = Expect::kDescribeStatement;
+    auto it = statements_.find(std::string(d->name));
+    if (it != statements_.end()) {
+      SessionStatement& st = it->second;
+      if (!st.deferred_parse.empty() && st.promised && CanAnswer(ctx)) {
+        std::optional<Raw> f1 = Next(rest);
+        if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
+          local += st.promised->parameter_description;
+          local += st.promised->row_description;
+          if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
+          store_->NoteLocalAnswer();
+          result.rest_consumed = f1->size;
+          result.forwarded = false;
+          return true;
+        }
+      }
+      Materialize(st, to_link);
+      if (!st.promised) {  // learn what the origin answers
+        p.key = st.metadata_key;
+        p.sql = st.sql;
+        if (store_ != nullptr) p.generation = store_->generation();
+      }
+    }
+  } else {
+    p.kind = Expect::kDescribePortal;
+    if (!check_portal_.empty() || check_promise_) {
+      if (check_portal_ == d->name && check_promise_) {
+        p.check = std::move(check_promise_);
+        p.key = std::move(check_key_);
+        p.name = std::move(check_statement_);
+      }
+      check_portal_.clear();
+      check_promise_.reset();
+      check_key_.clear();
+    }
+  }
+  to_link += frame.raw;
+  if (!skipping_) Push(std::move(p));
+  return true;
+}
+
+bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                                std::string& to_link, std::string& local, FrontendResult& result) {
+  auto b = pr::DecodeBind(frame.payload);
+  if (!b.ok()) return false;
+  auto it = statements_.find(std::string(b->statement));
+  std::shared_ptr<const StatementMetadata> promise;
+  std::string key;
+  if (it != statements_.end()) {
+    Materialize(it->second, to_link);
+    promise = std::move(it->second.promised);  // checked once, at this first Bind
+    it->second.promised.reset();
+    key = it->second.metadata_key;
+  }
+  to_link += frame.raw;
+  if (skipping_) return true;
+  Pending bind{Expect::kBind};
+  if (!promise) {
+    Push(std::move(bind));
+    std::optional<Raw> f1 = Next(rest);
+    bool driver_describes = false;
+    if (f1 && f1->tag == 'D') {
+      auto d = pr::DecodeDescribe(f1->payload);
+      driver_describes = d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal;
+    }
+    if (ctx.describe_portal && !driver_describes) {
+      pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
+      pr::Encode(describe, to_link);
+      Pending p{Expect::kDescribePortal};
+      p.swallow = true;
+      Push(std::move(p));
+    }
+    return true;
+  }
+  bind.hold = true;
+  Push(std::move(bind));
+  std::optional<Raw> f1 = Next(rest);
+  if (f1 && f1->tag == 'D') {
+    auto d = pr::DecodeDescribe(f1->payload);
+    if (d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal) {
+      check_portal_ = std::string(b->portal);  // the driver's own Describe is the check
+      check_promise_ = std::move(promise);
+      check_key_ = std::move(key);
+      check_statement_ = std::string(b->statement);
+      return true;
+    }
+  }
+  pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
+  pr::Encode(describe, to_link);
+  Pending p{Expect::kDescribePortal};
+  p.swallow = true;
+  p.check = std::move(promise);
+  p.key = std::move(key);
+  p.name = std::string(b->statement);
+  Push(std::move(p));
+  return true;
+}
+
+ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Frame& frame, std::string_view rest,
+                                                            const ExtendedContext& ctx, std::string& to_link,
+                                                            std::string& local) {
+  FrontendResult result;
+  if (lost_) {
+    to_link += frame.raw;
+    return result;
+  }
+  switch (frame.tag) {
+    case 'P': {
+      if (OnParse(frame, rest, ctx, to_link, local, result)) return result;
+      break;
+    }
+    case 'D': {
+      if (OnDescribe(frame, rest, ctx, to_link, local, result)) return result;
+      break;
+    }
+    case 'B': {
+      if (OnBind(frame, rest, ctx, to_link, local, result)) return result;
+      break;
+    }
+    case 'E':
+      to_link += frame.raw;
+      if (!skipping_) Push(Pending{Expect::kExecute});
+      return result;
+    case 'C': {
+      auto c = pr::DecodeClose(frame.payload);
+      if (c.ok() && c->kind == pr::ObjectKind::kStatement) statements_.erase(std::string(c->name));
+      to_link += frame.raw;
+      if (!skipping_) Push(Pending{Expect::kClose});
+      return result;
+    }
+    case 'S':
+      to_link += frame.raw;
+      skipping_ = false;  // the origin resumes after this Sync
+      Push(Pending{Expect::kSync});
+      return result;
+    case 'Q':
+      statements_.erase(std::string());  // a simple Query replaces the unnamed statement
+      to_link += frame.raw;
+      Push(Pending{Expect::kQuery});
+      return result;
+    case 'F':
+      to_link += frame.raw;
+      Push(Pending{Expect::kQuery});
+      return result;
+    default:
+      to_link += frame.raw;  // Flush, CopyData/CopyDone/CopyFail, Terminate
+      return result;
+  }
+  // Undecodable: forwarded; the origin's ErrorResponse answers it.
+  to_link += frame.raw;
+  if (frame.tag == 'P') {
+    if (!skipping_) Push(Pending{Expect::kParse});
+  } else if (frame.tag == 'B') {
+    if (!skipping_) Push(Pending{Expect::kBind});
+  } else if (frame.tag == 'D') {
+    if (!skipping_) Push(Pending{Expect::kDescribePortal});
+  } else if (frame.tag == 'C') {
+    if (!skipping_) Push(Pending{Expect::kClose});
+  }
+  return result;
+}
+
+bool ExtendedSession::StreamsRows() const { return lost_ || !swallow_to_ready_; }
+
+void ExtendedSession::Lose(std::string_view raw, std::string& out) {
+  lost_ = true;
+  out += held_;
+  held_.clear();
+  out += raw;
+  pending_.clear();
+}
+
+void ExtendedSession::OnError(std::string_view raw, std::string& out) {
+  Pending& front = pending_.front();
+  if (store_ != nullptr && raw.size() > 5) {
+    // The origin's own "cached plan must not change result type": DDL this
+    // Client did not hear of changed some statement's shape, so none of
+    // the shapes it knows can be promised any more (the driver re-prepares
+    // next, and must get the origin's answer).
+    auto e = pr::DecodeErrorResponse(raw.substr(5));
+    if (e.ok() && e->sqlstate() == "0A000") store_->InvalidateAll();
+  }
+  if (front.kind == Expect::kParse && front.swallow && store_ != nullptr) {
+    // A deferred Parse failed: its error is the driver's answer at this Bind.
+    if (!front.key.empty()) store_->Drop(front.key);
+    store_->NoteDeferredFailure();
+  }
+  out += held_;
+  held_.clear();
+  out += raw;
+  // PostgreSQL skips everything up to the next Sync, deferred Parses of
+  // ours included: those statements are deferred again (they exist for
+  // the driver).
+  bool first = true;
+  while (!pending_.empty() && pending_.front().kind != Expect::kSync) {
+    Pending& p = pending_.front();
+    if (!first && p.kind == Expect::kParse && p.swallow && !p.parse.empty()) {
+      auto it = statements_.find(p.name);
+      if (it != statements_.end() && it->second.deferred_parse.empty()) it->second.deferred_parse = std::move(p.parse);
+    }
+    if (!first && p.kind == Expect::kDescribePortal && p.check) {
+      // Its check never ran: the next Bind checks instead.
+      auto it = statements_.find(p.name);
+      if (it != statements_.end() && !it->second.promised) it->second.promised = std::move(p.check);
+    }
+    first = false;
+    pending_.pop_front();
+  }
+  skipping_ = pending_.empty();
+}
+
+void ExtendedSession::OnBackend(char tag, std::string_view raw, std::string& out) {
+  if (lost_) {
+    out += raw;
+    return;
+  }
+  // Asynchronous messages may come at any time.
+  if (tag == 'N' || tag == 'A' || tag == 'S') {
+    out += raw;
+    return;
+  }
+  if (swallow_to_ready_) {
+    if (tag != 'Z') return;
+    swallow_to_ready_ = false;
+    while (!pending_.empty() && pending_.front().kind != Expect::kSync) pending_.pop_front();
+    if (!pending_.empty()) pending_.pop_front();
+    out += raw;
+    return;
+  }
+  if (pending_.empty()) {
+    Lose(raw, out);
+    return;
+  }
+  Pending& front = pending_.front();
+  if (tag == 'Z' && front.kind != Expect::kSync && front.kind != Expect::kQuery) {
+    // A ReadyForQuery ends a unit whatever was skipped in it: the Endpoint
+    // answers a pipeline it could not start (53300, 08006) with one error
+    // and a ReadyForQuery per Sync.
+    out += held_;
+    held_.clear();
+    while (!pending_.empty() && pending_.front().kind != Expect::kSync && pending_.front().kind != Expect::kQuery) {
+      pending_.pop_front();
+    }
+    if (!pending_.empty()) pending_.pop_front();
+    skipping_ = false;
+    out += raw;
+    return;
+  }
+  if (tag == 'E' && front.kind == Expect::kSync) {
+    out += raw;  // an error the Endpoint reports for the unit as a whole (e.g. 53300)
+    return;
+  }
+  if (tag == 'E' && front.kind != Expect::kQuery) {
+    OnError(raw, out);
+    return;
+  }
+  switch (front.kind) {
+    case Expect::kParse:
+      if (tag != '1') break;
+      if (!front.swallow) out += raw;
+      pending_.pop_front();
+      return;
+    case Expect::kBind:
+      if (tag != '2') break;
+      if (front.hold) {
+        held_.assign(raw);
+      } else {
+        out += raw;
+      }
+      pending_.pop_front();
+      return;
+    case Expect::kDescribeStatement:
+      if (tag == 't' && front.param_desc.empty()) {
+        front.param_desc.assign(raw);
+        out += raw;
+        return;
+      }
+      if (tag != 'T' && tag != 'n') break;
+      out += raw;
+      if (!front.key.empty() && !front.param_desc.empty() && store_ != nullptr) {
+        StatementMetadata m;
+        m.parameter_description = std::move(front.param_desc);
+        m.row_description.assign(raw);
+        m.deferrable = IsDeferrable(front.sql, raw);
+        store_->Put(front.key, std::move(m), front.generation);
+      }
+      pending_.pop_front();
+      return;
+    case Expect::kDescribePortal:
+      if (tag != 'T' && tag != 'n') break;
+      if (front.check && !SameRowShape(raw, front.check->row_description)) {
+        // DDL the Endpoint did not see changed the result type.
+        held_.clear();
+        AppendCachedPlanChanged(out);
+        if (store_ != nullptr) {
+          if (!front.key.empty()) store_->Drop(front.key);
+          store_->NoteMismatch();
+        }
+        pending_.pop_front();
+        swallow_to_ready_ = true;
+        return;
+      }
+      out += held_;
+      held_.clear();
+      if (!front.swallow) out += raw;
+      pending_.pop_front();
+      return;
+    case Expect::kExecute:
+      if (tag == 'C' || tag == 'I' || tag == 's') {
+        out += raw;
+        pending_.pop_front();
+        return;
+      }
+      // DataRow, COPY responses and data: part of the result.
+      if (tag == 'D' || tag == 'G' || tag == 'H' || tag == 'W' || tag == 'd' || tag == 'c') {
+        out += raw;
+        return;
+      }
+      break;
+    case Expect::kClose:
+      if (tag != '3') break;
+      out += raw;
+      pending_.pop_front();
+      return;
+    case Expect::kSync:
+      if (tag != 'Z') break;
+      out += raw;
+      pending_.pop_front();
+      return;
+    case Expect::kQuery:
+      out += raw;
+      if (tag == 'Z') pending_.pop_front();
+      return;
+  }
+  Lose(raw, out);
+}
+
+}  // namespace hyperpool::client

@@ -1,0 +1,174 @@
+// The extended-query protocol as the Client forwards it (docs/architecture.md,
+// "Statement metadata at the Client"). Sans-I/O: the session hands it every
+// frontend frame before sending and every backend frame (except link control
+// messages) before writing to the app, and it says what to send, what to
+// answer locally and what to forward.
+//
+// Frontend side (PostgreSQL docs, "Message Flow" > "Extended Query"):
+//  - Parse + Describe(statement) + Flush|Sync, Parse + Flush|Sync: when the
+//    store knows the statement's metadata (statement_metadata.h), the link
+//    is idle and the session is outside a transaction, ParseComplete /
+//    ParameterDescription / RowDescription|NoData (/ ReadyForQuery) are
+//    answered at once and the Parse is *deferred*; a statement never seen
+//    goes to the origin, so its errors appear where they appear directly.
+//  - A deferred Parse is sent, declaring the parameter types the driver was
+//    told, just before the first message that needs it (Bind, Describe,
+//    a Parse of the same name); its ParseComplete is swallowed, and its
+//    error (if any) reaches the driver at that message, after which the
+//    metadata is dropped.
+//  - The first Bind of a statement answered locally is checked: a
+//    Describe(portal) is sent after it (or the driver's own is used) and the
+//    origin's RowDescription compared with the promised one (format codes
+//    aside). Equal: the BindComplete (held until then) is forwarded and the
+//    Describe answer swallowed. Different (DDL the Endpoint did not see):
+//    the driver gets ERROR 0A000 "cached plan must not change result type"
+//    in place of the BindComplete, the rest of the unit's answers are
+//    swallowed up to ReadyForQuery (as PostgreSQL skips to Sync) and the
+//    metadata is dropped, so drivers that re-prepare recover as directly.
+// Backend side: an ordered queue of what each forwarded message expects
+// (as statement_session.h on the Endpoint); answers to Describe(statement)
+// of statements the session parsed are stored. Anything it cannot match
+// makes it "lost": from then on everything is forwarded verbatim and nothing
+// is answered locally for the rest of the session.
+#ifndef HYPERPOOL_CLIENT_EXTENDED_SESSION_H_
+#define HYPERPOOL_CLIENT_EXTENDED_SESSION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "client/statement_metadata.h"
+#include "protocol/frame_reader.h"
+
+namespace hyperpool::client {
+
+// What the session believes about one of its prepared statements.
+struct SessionStatement {
+  std::string sql;
+  std::vector<uint32_t> param_types;
+  std::string metadata_key;  // empty: the session's state cannot key it
+  // Non-empty while the Parse is deferred: the 'P' frame to send.
+  std::string deferred_parse;
+  // What the driver was told locally; checked at the first Bind.
+  std::shared_ptr<const StatementMetadata> promised;
+};
+
+// Whether local answers are allowed for the frame at hand.
+struct ExtendedContext {
+  bool keyable = false;      // the session's name resolution can be keyed (no SET, no search_path ...)
+  char txn_status = 'I';     // from the latest ReadyForQuery
+  bool nothing_sent = true;  // nothing of this batch has been queued for the link before this frame
+  // The frame belongs to a cache candidate whose driver sent no Describe:
+  // a Bind gets a Describe(portal) whose answer is swallowed, so that what
+  // is stored always holds the RowDescription (one entry serves units with
+  // and without a Describe(portal)).
+  bool describe_portal = false;
+};
+
+// Encodes "cached plan must not change result type" as PostgreSQL reports it
+// (SQLSTATE 0A000, routine RevalidateCachedQuery: asyncpg keys on it).
+void AppendCachedPlanChanged(std::string& out);
+
+// True if two RowDescription ('T') or NoData ('n') frames describe the same
+// columns (names, table columns, types, sizes, modifiers; format codes are
+// what the Bind asked for and are not compared).
+bool SameRowShape(std::string_view a, std::string_view b);
+
+class ExtendedSession {
+ public:
+  ExtendedSession(StatementMetadataStore* store, std::string database, std::string hello_fingerprint);
+
+  // One frontend frame `frame`; `rest` holds the frames after it that have
+  // arrived (whole or not). Appends what to send to `to_link` and what to
+  // answer at once to `local`. Returns the bytes of `rest` it also consumed
+  // (frames it answered together with this one).
+  struct FrontendResult {
+    size_t rest_consumed = 0;
+    bool forwarded = true;  // `frame` (or a rewrite of it) was queued for the link
+  };
+  FrontendResult OnFrontend(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                            std::string& to_link, std::string& local);
+
+  // One backend frame (tag, whole raw frame) from the link; appends what
+  // the app gets to `out`.
+  void OnBackend(char tag, std::string_view raw, std::string& out);
+  // A partial DataRow may stream to the app as it arrives (it is not being
+  // swallowed).
+  bool StreamsRows() const;
+
+  // The statement `name` as the session knows it, or nullptr.
+  const SessionStatement* Find(std::string_view name) const;
+  // A unit answered from the Client tier contained Parse `frame`: the
+  // statement now exists for the driver. False (serve nothing) when its
+  // metadata is unknown: then the Parse could not be deferred safely.
+  bool AdoptServedParse(const protocol::Frame& frame, bool keyable);
+
+  // The session's fingerprint changed (its own SETs of ordinary settings).
+  void set_fingerprint(std::string fingerprint) { hello_fp_ = std::move(fingerprint); }
+
+  bool lost() const { return lost_; }
+  // Nothing forwarded is waiting for an answer.
+  bool idle() const { return pending_.empty() && !skipping_ && !swallow_to_ready_; }
+
+ private:
+  enum class Expect : uint8_t {
+    kParse,
+    kBind,
+    kDescribeStatement,
+    kDescribePortal,
+    kExecute,
+    kClose,
+    kSync,
+    kQuery,  // simple Query or FunctionCall: everything up to ReadyForQuery
+  };
+  struct Pending {
+    Expect kind = Expect::kSync;
+    bool swallow = false;  // sent by us: its answer is not the driver's
+    bool hold = false;     // Bind whose BindComplete waits for the check
+    std::string key;       // metadata key (learn / drop)
+    std::string name;      // deferred Parse: the statement, and
+    std::string parse;     // its frame, to defer again if the origin skips it
+    std::string sql;       // Describe(statement): the text, for IsDeferrable
+    uint64_t generation = 0;
+    std::string param_desc;  // Describe(statement): the 't' seen so far
+    std::shared_ptr<const StatementMetadata> check;  // Describe(portal): the promised shape
+  };
+
+  // OnFrontend for Parse, Describe and Bind; false if the frame does not
+  // decode (then it is forwarded for the origin to reject).
+  bool OnParse(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx, std::string& to_link,
+               std::string& local, FrontendResult& result);
+  bool OnDescribe(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                  std::string& to_link, std::string& local, FrontendResult& result);
+  bool OnBind(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx, std::string& to_link,
+              std::string& local, FrontendResult& result);
+  void Push(Pending p);
+  void Materialize(SessionStatement& st, std::string& to_link);
+  void OnError(std::string_view raw, std::string& out);
+  void Lose(std::string_view raw, std::string& out);
+  std::string KeyFor(std::string_view sql, const std::vector<uint32_t>& types, bool keyable) const;
+  bool CanAnswer(const ExtendedContext& ctx) const;
+
+  StatementMetadataStore* store_;
+  std::string database_;
+  std::string hello_fp_;
+  std::unordered_map<std::string, SessionStatement> statements_;
+  std::deque<Pending> pending_;
+  std::string held_;                 // a BindComplete waiting for its check
+  bool skipping_ = false;            // the origin skips to a Sync not yet sent (an error was seen)
+  bool swallow_to_ready_ = false;    // 0A000 was reported: swallow up to ReadyForQuery
+  bool lost_ = false;
+  std::string check_portal_;         // the driver's own Describe(portal) of this name is the check
+  std::shared_ptr<const StatementMetadata> check_promise_;
+  std::string check_key_;
+  std::string check_statement_;
+};
+
+}  // namespace hyperpool::client
+
+#endif  // HYPERPOOL_CLIENT_EXTENDED_SESSION_H_

@@ -1,0 +1,49 @@
+#include "client/session_key.h"
+
+#include <memory>
+
+#include "cache/sql_analysis.h"
+#include "protocol/frame_reader.h"
+
+namespace hyperpool::client {
+
+void SessionKey::Start(const std::vector<std::pair<std::string, std::string>>& params) {
+  base_ = cache::HelloFingerprint(params, &unsupported_);
+  fingerprint_ = base_;
+}
+
+bool SessionKey::Note(std::string_view sql, const cache::StatementEffects& fx, bool lasts) {
+  // A SET of a setting no key depends on (PgJDBC's application_name at
+  // connect) leaves keys valid; the Endpoint still captures and replays it.
+  if (!fx.changes_session_state || fx.only_unkeyed_settings) return false;
+  if (fx.only_setting_changes && lasts && sets_.size() + sql.size() < kMaxSets) {
+    // Plain SET/RESET of ordinary settings (PgJDBC's extra_float_digits):
+    // sessions share keys only with sessions that sent the same ones, which
+    // the Endpoint re-keys by the same captured settings. One in a
+    // transaction block or beside other statements may be rolled back, so
+    // it does not count (`lasts` false): the session bypasses instead.
+    sets_.append(std::to_string(sql.size())).append(":").append(sql);
+    fingerprint_ = base_ + std::string("\0sets\0", 6) + sets_;
+    return true;
+  }
+  changed_ = true;
+  return false;
+}
+
+bool OwnUnit(char tag, std::string_view sql, std::string_view rest) {
+  std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
+  if (!shared || !shared->analysis.ok() || shared->analysis->statement_count != 1) return false;
+  if (tag == 'Q') return true;
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  size_t pos = 0;
+  for (;;) {
+    protocol::FrameReader::Result r = reader.Read(rest.substr(pos));
+    if (!r.is_frame()) return false;
+    const char t = r.frame().tag;
+    if (t == 'S') return true;
+    if (t != 'B' && t != 'D' && t != 'E' && t != 'H') return false;
+    pos += r.frame().size();
+  }
+}
+
+}  // namespace hyperpool::client
