@@ -95,6 +95,12 @@ struct ClientOptions {
   std::string user = "hyperpool";
   std::string password;
   std::string database = "hyperpool";
+  // PBKDF2 iterations of the SCRAM verifier apps log in against (the work a
+  // driver does per login, like PostgreSQL's scram_iterations). 0 = 4096.
+  // Lower counts make logins cheaper (the generated password is 24 random
+  // bytes and needs no key stretching) but PgJDBC refuses any count below
+  // 4096 ("iteration must be >= 4096"), so the default stays there.
+  std::uint32_t scram_iterations = 0;
   // client_login_timeout: how long an application may take to finish its
   // handshake (like PostgreSQL's authentication_timeout). The connection is
   // then closed without a message, as PostgreSQL does.

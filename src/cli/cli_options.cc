@@ -191,6 +191,10 @@ std::optional<std::string> ApplyClientOption(std::string_view name, const std::s
     options.database = value;
   } else if (name == "--threads") {
     if (!ParseNumber(value, threads)) return "--threads needs a number";
+  } else if (name == "--scram-iterations") {
+    if (!ParseNumber(value, options.scram_iterations) || options.scram_iterations == 0) {
+      return "--scram-iterations needs a positive number";
+    }
   } else if (name == "--client-login-timeout") {
     std::optional<std::chrono::milliseconds> d = ParseDuration(value);
     if (!d || *d <= std::chrono::milliseconds(0)) return "--client-login-timeout needs seconds (or Nms), above 0";

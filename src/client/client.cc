@@ -1254,13 +1254,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   if (executors.empty()) return absl::InvalidArgumentError("Client::Create: no executors");
   if (options.user.empty()) return absl::InvalidArgumentError("Client::Create: empty user name");
   if (options.database.empty()) return absl::InvalidArgumentError("Client::Create: empty database name");
+  uint32_t iterations = options.scram_iterations;
   if (options.password.empty()) {
     absl::StatusOr<std::string> generated = client::GeneratePassword();
     if (!generated.ok()) return generated.status();
     options.password = *std::move(generated);
   }
+  if (iterations == 0) iterations = auth::kDefaultScramIterations;
   auto impl = std::make_shared<Impl>(std::move(executors), transport, std::move(options));
-  absl::StatusOr<auth::ScramVerifier> verifier = auth::MakeScramVerifier(impl->options.password);
+  absl::StatusOr<std::string> salt = auth::RandomBytes(auth::kDefaultScramSaltSize);
+  if (!salt.ok()) return salt.status();
+  absl::StatusOr<auth::ScramVerifier> verifier = auth::MakeScramVerifier(impl->options.password, *salt, iterations);
   if (!verifier.ok()) return verifier.status();
   impl->handshake_config.user = impl->options.user;
   impl->handshake_config.database = impl->options.database;

@@ -211,6 +211,8 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   known_database_ = database_ == config_.database;
   auth::ScramServer::Options options;
   options.verifier = known_user_ ? config_.verifier : auth::MakeMockScramVerifier(user_, config_.mock_secret);
+  // The same iteration count either way: server-first must not tell them apart.
+  options.verifier.iterations = config_.verifier.iterations;
   options.always_fail = !known_user_;
   options.server_nonce = config_.server_nonce;
   absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(std::move(options));

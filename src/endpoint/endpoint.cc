@@ -648,7 +648,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // lent connection before its work is forwarded: one round trip when the
   // connection carries different ones, none otherwise (settings_replay.h).
   asio::awaitable<absl::Status> PrepareConnection() {
-    endpoint_->notifier_pids.Lend(conn_->backend_key().process_id, app_pid_);
+    // Who sent a notification is who last ran a unit that may NOTIFY on
+    // that backend (the 'Z' below), not who holds it now: the listener's
+    // copy of another session's NOTIFY may arrive after this connection was
+    // lent again. A backend nobody used yet is this session's from the start.
+    endpoint_->notifier_pids.LendIfUnknown(conn_->backend_key().process_id, app_pid_);
     writing_ = true;
     absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired(),
                                                            conn_->sequence_owner().NeedsDiscardFor(serial_, sequence_generation_));
@@ -772,6 +776,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
     endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload);
     if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
+    if ((frame.tag == 'Q' || frame.tag == 'P') && endpoint::MayNotify(frame.payload)) may_notify_ = true;
     if (effects.pins.empty()) return true;
     if (!TakePinBudget()) return false;
     for (PinReason reason : effects.pins) AddPin(reason);
@@ -1198,7 +1203,9 @@ class Session : public std::enable_shared_from_this<Session> {
           pending_notifications_.clear();
         }
       }
-      cache_.OnOriginFrame(tag, frame->raw, batch, *c);  // query cache: capture, invalidate, control messages
+      // The query cache (capture, invalidate, control messages) sees what
+      // the client sees: not the answers to our own hidden messages.
+      if (!statements_.Hides(tag)) cache_.OnOriginFrame(tag, frame->raw, batch, *c);
       const bool checking = statements_.shape_check_pending();
       if (statements_.OnBackend(*frame, c->statements(), batch) == endpoint::StatementSession::Verdict::kForward) {
         if (tag == 'A') {
@@ -1211,6 +1218,11 @@ class Session : public std::enable_shared_from_this<Session> {
       if (checking && !statements_.shape_check_pending()) changed_.Notify();  // Run waits for it
       if (tag == 'Z' && !frame->payload.empty()) {
         last_activity_ = std::chrono::steady_clock::now();
+        if (may_notify_) {
+          // Its NOTIFYs were this session's, whoever uses the backend next.
+          endpoint_->notifier_pids.Lend(c->backend_key().process_id, app_pid_);
+          may_notify_ = outstanding_ > 1;
+        }
         if (outstanding_ > 0) --outstanding_;
         statement_timeout_pending_ = false;
         NoteReady(frame->payload[0]);
@@ -1488,6 +1500,7 @@ class Session : public std::enable_shared_from_this<Session> {
   endpoint::PinSet pins_;
   const std::uint64_t serial_ = ++endpoint_->last_session_serial;  // this session, for sequence_state.h
   bool used_sequences_ = false;       // a unit since the last release may have called nextval
+  bool may_notify_ = false;           // a text since the last ReadyForQuery may NOTIFY (notification_pid.h)
   std::uint64_t sequence_generation_ = 0;  // releases after such units (sequence_state.h)
   bool pin_counted_gone_ = false;     // pinned_sessions already decremented
   bool starting_unit_ = false;        // acquiring/preparing a connection for a new unit

@@ -45,6 +45,10 @@ class NotifierPids {
       map_[origin_pid] = app_pid;
     }
   }
+  // Lend() unless `origin_pid` already has a session.
+  void LendIfUnknown(std::int32_t origin_pid, std::int32_t app_pid) {
+    if (!map_.contains(origin_pid)) Lend(origin_pid, app_pid);
+  }
   // The session with `app_pid` ended: forget the backends it was last on.
   void Forget(std::int32_t app_pid);
   // The app pid for `origin_pid`, or `origin_pid` itself when no session
@@ -55,6 +59,12 @@ class NotifierPids {
  private:
   absl::flat_hash_map<std::int32_t, std::int32_t> map_;
 };
+
+// Whether a Query or Parse payload may send a notification: it mentions
+// NOTIFY or pg_notify (any case). A function that notifies without its name
+// in the text is not seen; its notifications keep the pid of the backend's
+// last notifying session (or the origin pid).
+bool MayNotify(std::string_view payload);
 
 // Appends the NotificationResponse frame `raw` (tag, length, payload) to
 // `out` with its sender pid translated by `pids`. A frame too short to hold

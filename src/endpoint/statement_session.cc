@@ -606,6 +606,14 @@ void StatementSession::OnError(const Op& op, std::string_view payload, Connectio
   }
 }
 
+bool StatementSession::Hides(char tag) const {
+  if (tag == 'N' || tag == 'A' || tag == 'S' || tag == 'Z' || tag == 'E') return false;
+  if (discarding_) return true;
+  std::size_t at = head_;
+  while (at < ops_.size() && ops_[at].mode == Mode::kSynthetic) ++at;
+  return at < ops_.size() && ops_[at].mode == Mode::kHidden;
+}
+
 StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& frame, ConnectionStatements& conn,
                                                       std::string& out) {
   const char tag = frame.tag;

@@ -88,6 +88,13 @@ class StatementSession {
   // A backend frame from that connection. First appends to `out` the
   // synthetic answers due before it; then says whether to forward it.
   Verdict OnBackend(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+  // Whether OnBackend will swallow a backend frame with `tag` arriving now
+  // as the answer to one of our own messages (a replayed Parse, the hidden
+  // Describe that records a statement's shape) or a discarded unit's: such
+  // frames are not the client's, so the query cache must not see them
+  // either. Changes nothing. Errors are not counted as hidden (they reach
+  // the client in some form).
+  bool Hides(char tag) const;
 
   // The lent connection went back to the pool or was lost: nothing is
   // pending on it any more.

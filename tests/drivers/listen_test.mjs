@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// postgres.js sql.listen() (issue 15 item 1): LISTENERS postgres() instances
+// postgres.js sql.listen() (issue 15 item 1): LISTENERS (20) postgres() instances
 // each keep a connection that LISTENs (postgres.js opens one per instance for
 // listen()); a sender NOTIFYs; every listener must get every notification
 // exactly once, in order, while idle, and ordinary queries on the same
@@ -16,7 +16,7 @@ import { Report, within } from './drvcommon.mjs';
 const DRIVER = 'postgresjs_listen';
 const CHANNEL = 'drv_js_listen';
 const MARKER = 'drv_js_listen_marker';
-const LISTENERS = 6;
+const LISTENERS = 20;  // the issue's number: 20 listeners, a 21st sends, on a pool of 2
 const NOTIFIES = 5;
 const WAIT_MS = 15000;
 

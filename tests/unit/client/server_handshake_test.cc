@@ -43,7 +43,8 @@ std::string Startup(std::vector<std::pair<std::string_view, std::string_view>> p
 
 // Drives a ServerHandshake like the session does; records every step.
 struct Driver {
-  ServerHandshake hs{Config()};
+  explicit Driver(HandshakeConfig config = Config()) : hs(std::move(config)) {}
+  ServerHandshake hs;
   std::string pending;  // bytes "received", not yet consumed
   std::string written;  // everything the handshake asked to write
   std::vector<Event> events;
@@ -181,6 +182,24 @@ TEST_CASE("the mock salt of an unknown user is the same on every attempt") {
   REQUIRE(b.Feed(initial) == Event::kNeedMore);
   CHECK(a.written == b.written);
   CHECK(a.written.find("s=") != std::string::npos);
+}
+
+TEST_CASE("an unknown user's server-first names the real verifier's iteration count") {
+  // ClientOptions::scram_iterations may lower the count; the mock must not
+  // stand out by keeping 4096.
+  HandshakeConfig config = Config();
+  config.verifier = *auth::MakeScramVerifier("s3cret", "0123456789abcdef", 16);
+  for (std::string_view user : {"app", "mallory"}) {
+    CAPTURE(user);
+    Driver d(config);
+    REQUIRE(d.Feed(Startup({{"user", user}})) == Event::kNeedMore);
+    auto client = auth::ScramClient::Create({.password = "x", .client_nonce = "ClientNonce"});
+    REQUIRE(client.ok());
+    std::string initial;
+    pr::Encode(pr::SaslInitialResponse{client->mechanism(), client->ClientFirstMessage()}, initial);
+    REQUIRE(d.Feed(initial) == Event::kNeedMore);
+    CHECK(d.written.find(",i=16") != std::string::npos);
+  }
 }
 
 TEST_CASE("an unknown database is reported only after authentication") {

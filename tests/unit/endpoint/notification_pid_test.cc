@@ -64,3 +64,18 @@ TEST_CASE("a notification's pid becomes the app pid of the session on that backe
 
 }  // namespace
 }  // namespace hyperpool::endpoint
+
+namespace hyperpool::endpoint {
+namespace {
+
+TEST_CASE("MayNotify finds NOTIFY and pg_notify in any case, nothing else") {
+  CHECK(MayNotify("NOTIFY chan, 'x'"));
+  CHECK(MayNotify("select pg_notify('c', 'p')"));
+  CHECK(MayNotify("BEGIN; Notify c; COMMIT"));
+  CHECK_FALSE(MayNotify("SELECT 1"));
+  CHECK_FALSE(MayNotify("LISTEN chan"));
+  CHECK_FALSE(MayNotify("noti"));
+}
+
+}  // namespace
+}  // namespace hyperpool::endpoint
