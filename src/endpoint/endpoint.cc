@@ -649,10 +649,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // connection carries different ones, none otherwise (settings_replay.h).
   asio::awaitable<absl::Status> PrepareConnection() {
     // Who sent a notification is who last ran a unit that may NOTIFY on
-    // that backend (the 'Z' below), not who holds it now: the listener's
-    // copy of another session's NOTIFY may arrive after this connection was
-    // lent again. A backend nobody used yet is this session's from the start.
-    endpoint_->notifier_pids.LendIfUnknown(conn_->backend_key().process_id, app_pid_);
+    // that backend (from its first message to its ReadyForQuery), not who
+    // holds it now: the listener's copy of another session's NOTIFY may
+    // arrive after this connection was lent again. A backend nobody used
+    // yet is this session's from the start.
+    if (may_notify_) {
+      endpoint_->notifier_pids.Lend(conn_->backend_key().process_id, app_pid_);
+    } else {
+      endpoint_->notifier_pids.LendIfUnknown(conn_->backend_key().process_id, app_pid_);
+    }
     writing_ = true;
     absl::Status status = co_await endpoint::ApplySettings(*conn_, settings_.desired(),
                                                            conn_->sequence_owner().NeedsDiscardFor(serial_, sequence_generation_));
@@ -776,7 +781,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
     endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload);
     if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
-    if ((frame.tag == 'Q' || frame.tag == 'P') && endpoint::MayNotify(frame.payload)) may_notify_ = true;
+    if ((frame.tag == 'Q' || frame.tag == 'P') && endpoint::MayNotify(frame.payload)) {
+      // From now on this backend's notifications are this session's: the
+      // listener's copy may arrive before the unit's ReadyForQuery.
+      may_notify_ = true;
+      if (lease_) endpoint_->notifier_pids.Lend(conn_->backend_key().process_id, app_pid_);
+    }
     if (effects.pins.empty()) return true;
     if (!TakePinBudget()) return false;
     for (PinReason reason : effects.pins) AddPin(reason);
@@ -879,12 +889,19 @@ class Session : public std::enable_shared_from_this<Session> {
       // when the session ends.
       AddPin(PinReason::kSetRole);
     }
+    if (conn_ == c && !status.ok()) {
+      fmt::print(stderr, "hyperpool: reading session settings failed, closing the connection: {}\n",
+                 std::string(status.message()));
+    }
+    AfterOwnQuery(c, status.ok());
+  }
+
+  // After a query of our own on the lent connection `c` (settings capture,
+  // UNLISTEN *): it goes back by the release policy, or is closed when the
+  // query failed or the session is ending.
+  void AfterOwnQuery(OriginConnection* c, bool healthy) {
     if (conn_ == c) {
-      if (!status.ok() || discard_pending_ || session_done_ || stopping_) {
-        if (!status.ok()) {
-          fmt::print(stderr, "hyperpool: reading session settings failed, closing the connection: {}\n",
-                     std::string(status.message()));
-        }
+      if (!healthy || discard_pending_ || session_done_ || stopping_) {
         if (writing_) {
           c->CloseNow();
           discard_pending_ = true;
@@ -965,20 +982,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     pump_reading_ = false;
     listens_.ClearConnectionListened();
-    if (conn_ == c) {
-      if (!status.ok() || c->transaction_status() != 'I' || discard_pending_ || session_done_ || stopping_) {
-        if (writing_) {
-          c->CloseNow();
-          discard_pending_ = true;
-        } else {
-          ReleaseLease(ReleaseDecision::kClose);
-        }
-      } else {
-        MaybeRelease();
-      }
-    }
-    changed_.Notify();
-    pump_wake_.Notify();
+    // (c is looked at only while it is still this session's lease.)
+    AfterOwnQuery(c, status.ok() && (conn_ != c || c->transaction_status() == 'I'));
   }
 
   void ForgetSession() {

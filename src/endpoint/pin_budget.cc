@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "protocol/wire_reader.h"
 #include "protocol/wire_writer.h"
 
 namespace hyperpool::endpoint {
@@ -14,14 +15,7 @@ namespace {
 constexpr std::uint32_t kTextOid = 25;
 constexpr std::size_t kMaxParameters = 65535;
 
-bool TakeCString(std::string_view& in, std::string_view& value) {
-  const void* nul = std::memchr(in.data(), 0, in.size());
-  if (nul == nullptr) return false;
-  const std::size_t n = static_cast<const char*>(nul) - in.data();
-  value = in.substr(0, n);
-  in.remove_prefix(n + 1);
-  return true;
-}
+using protocol::TakeCString;
 
 bool IsIdentChar(char c) {
   const unsigned char u = static_cast<unsigned char>(c);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "protocol/backend_messages.h"
+#include "protocol/wire_reader.h"
 #include "protocol/wire_writer.h"
 
 namespace hyperpool::endpoint {
@@ -42,15 +43,7 @@ std::string StalePlanError() {
   return payload;
 }
 
-// Splits a NUL-terminated string off the front of `in`. False if there is no NUL.
-bool TakeCString(std::string_view& in, std::string_view& value) {
-  const void* nul = std::memchr(in.data(), 0, in.size());
-  if (nul == nullptr) return false;
-  const std::size_t n = static_cast<const char*>(nul) - in.data();
-  value = in.substr(0, n);
-  in.remove_prefix(n + 1);
-  return true;
-}
+using protocol::TakeCString;
 
 void AppendHeader(std::string& out, char tag, std::size_t payload_size) {
   protocol::AppendByte(out, static_cast<uint8_t>(tag));

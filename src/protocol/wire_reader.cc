@@ -62,6 +62,14 @@ bool WireReader::ReadInt32(int32_t& value, const char* field) {
   return true;
 }
 
+bool TakeCString(std::string_view& in, std::string_view& value) {
+  const size_t nul = in.find('\0');
+  if (nul == std::string_view::npos) return false;
+  value = in.substr(0, nul);
+  in.remove_prefix(nul + 1);
+  return true;
+}
+
 bool WireReader::ReadCString(std::string_view& value, const char* field) {
   if (!status_.ok()) return false;
   const size_t nul = data_.find('\0', pos_);

@@ -18,6 +18,11 @@
 
 namespace hyperpool::protocol {
 
+// Splits a NUL-terminated string off the front of `in` (the view excludes
+// the NUL); false, leaving `in` alone, if there is no NUL. For callers that
+// look into a payload without decoding all of it.
+bool TakeCString(std::string_view& in, std::string_view& value);
+
 class WireReader {
  public:
   // `message` names the message in errors (e.g. "Bind"); it must outlive the

@@ -17,6 +17,7 @@
 
 #include "hyperpool/endpoint.h"
 #include "protocol/codec.h"
+#include "integration/endpoint_origin_util.h"
 #include "support/pg_fixture.h"
 #include "unit/endpoint/endpoint_test_util.h"
 
@@ -25,19 +26,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string Origin(const PgCluster& pg, std::string_view app) {
-  return fmt::format("postgresql://{}:{}@{}:{}/{}?sslmode=disable&application_name={}", pg.admin.user,
-                     pg.admin.password, pg.host, pg.port, pg.database, app);
-}
 
 std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, std::string origin, std::size_t size) {
-  EndpointOptions options;
-  options.origin = std::move(origin);
-  options.pool.max_size = size;
-  options.pool.acquire_timeout = 2s;  // max_pinned stays at its default
-  auto ep = Endpoint::Create(io.executor(), options);
-  REQUIRE(ep.ok());
-  return std::move(*ep);
+  return MakeEndpointWith(io, std::move(origin), size, 2s);  // max_pinned stays at its default
 }
 
 struct Note {

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "hyperpool/endpoint.h"
+#include "integration/endpoint_origin_util.h"
 #include "support/pg_fixture.h"
 #include "unit/endpoint/endpoint_test_util.h"
 #include "unit/endpoint/frontend_builders.h"
@@ -24,22 +25,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string Origin(const PgCluster& pg, std::string_view app) {
-  return fmt::format("postgresql://{}:{}@{}:{}/{}?sslmode=disable&application_name={}", pg.admin.user,
-                     pg.admin.password, pg.host, pg.port, pg.database, app);
-}
 
 std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, std::string origin, std::size_t size, std::size_t max_pinned,
                                        std::chrono::milliseconds pinned_idle_timeout = 600s) {
-  EndpointOptions options;
-  options.origin = std::move(origin);
-  options.pool.max_size = size;
-  options.pool.acquire_timeout = 2s;
-  options.max_pinned = max_pinned;
-  options.pinned_idle_timeout = pinned_idle_timeout;
-  auto ep = Endpoint::Create(io.executor(), options);
-  REQUIRE(ep.ok());
-  return std::move(*ep);
+  return MakeEndpointWith(io, std::move(origin), size, 2s, [&](EndpointOptions& o) {
+    o.max_pinned = max_pinned;
+    o.pinned_idle_timeout = pinned_idle_timeout;
+  });
 }
 
 std::string Count(const PgCluster& pg, const std::string& sql) {

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "hyperpool/endpoint.h"
+#include "integration/endpoint_origin_util.h"
 #include "support/pg_fixture.h"
 #include "unit/endpoint/endpoint_test_util.h"
 #include "unit/endpoint/frontend_builders.h"
@@ -25,19 +26,9 @@ namespace {
 using namespace std::chrono_literals;
 using Params = std::vector<std::pair<std::string, std::string>>;
 
-std::string Origin(const PgCluster& pg, std::string_view app) {
-  return fmt::format("postgresql://{}:{}@{}:{}/{}?sslmode=disable&application_name={}", pg.admin.user,
-                     pg.admin.password, pg.host, pg.port, pg.database, app);
-}
 
 std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, std::string origin, std::size_t size) {
-  EndpointOptions options;
-  options.origin = std::move(origin);
-  options.pool.max_size = size;
-  options.pool.acquire_timeout = 5s;
-  auto ep = Endpoint::Create(io.executor(), options);
-  REQUIRE(ep.ok());
-  return std::move(*ep);
+  return MakeEndpointWith(io, std::move(origin), size, 5s);
 }
 
 std::unique_ptr<LinkClient> Open(IoThread& io, Endpoint& ep, const std::string& id, Params params = {}) {

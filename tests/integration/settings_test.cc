@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "hyperpool/endpoint.h"
+#include "integration/endpoint_origin_util.h"
 #include "support/pg_fixture.h"
 #include "unit/endpoint/endpoint_test_util.h"
 
@@ -22,21 +23,10 @@ namespace {
 using namespace std::chrono_literals;
 using Params = std::vector<std::pair<std::string, std::string>>;
 
-std::string Origin(const PgCluster& pg, std::string_view app) {
-  return fmt::format("postgresql://{}:{}@{}:{}/{}?sslmode=disable&application_name={}", pg.admin.user,
-                     pg.admin.password, pg.host, pg.port, pg.database, app);
-}
 
 std::unique_ptr<Endpoint> MakeEndpoint(IoThread& io, std::string origin, std::size_t size,
                                        PoolMode mode = PoolMode::kTransaction) {
-  EndpointOptions options;
-  options.origin = std::move(origin);
-  options.pool.max_size = size;
-  options.pool.mode = mode;
-  options.pool.acquire_timeout = 5s;
-  auto ep = Endpoint::Create(io.executor(), options);
-  REQUIRE(ep.ok());
-  return std::move(*ep);
+  return MakeEndpointWith(io, std::move(origin), size, 5s, [mode](EndpointOptions& o) { o.pool.mode = mode; });
 }
 
 std::string Hello(const Params& params) {

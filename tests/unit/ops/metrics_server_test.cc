@@ -125,7 +125,8 @@ TEST_CASE("connections beyond max_connections are closed at once; those within a
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
   do {
     int c = Connect(server->port());
-    ::send(c, "GET /healthz HTTP/1.1\r\n\r\n", 27, MSG_NOSIGNAL);
+    constexpr std::string_view kRequest = "GET /healthz HTTP/1.1\r\n\r\n";
+    ::send(c, kRequest.data(), kRequest.size(), MSG_NOSIGNAL);
     third = ReadAll(c);
     ::close(c);
   } while (!third.empty() && std::chrono::steady_clock::now() < deadline);
