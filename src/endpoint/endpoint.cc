@@ -1203,9 +1203,18 @@ class Session : public std::enable_shared_from_this<Session> {
       if ((tag == 'Z' || tag == 'E' || tag == 'C') && TracksListens()) {
         std::vector<endpoint::ListenOp> committed = listens_.OnBackend(tag, frame->payload);
         if (!committed.empty()) co_await ApplyCommittedListens(committed);
-        if (tag == 'Z' && frame->payload[0] == 'I' && outstanding_ <= 1 && !in_unit_ && !pending_notifications_.empty()) {
-          batch += pending_notifications_;  // as a backend does: after the commit, before ReadyForQuery
-          pending_notifications_.clear();
+        if (tag == 'Z' && frame->payload[0] == 'I' && outstanding_ <= 1 && !in_unit_) {
+          if (may_notify_ && endpoint_->listener && !session_done_ &&
+              !endpoint_->listener->ChannelsOf(listen_id_).empty()) {
+            // Its own NOTIFY on a channel it listens on reaches it before
+            // this ReadyForQuery, as on a direct connection (listener.h).
+            std::shared_ptr<endpoint::ListenerConnection> listener = endpoint_->listener;
+            co_await listener->Barrier();
+          }
+          if (!pending_notifications_.empty()) {
+            batch += pending_notifications_;  // as a backend does: after the commit, before ReadyForQuery
+            pending_notifications_.clear();
+          }
         }
       }
       // The query cache (capture, invalidate, control messages) sees what

@@ -65,6 +65,18 @@ asio::awaitable<void> ListenerConnection::Set(Subscriber subscriber, std::set<st
   }
 }
 
+asio::awaitable<void> ListenerConnection::Barrier() {
+  if (stopped_ || state_ != State::kUp) co_return;
+  const std::uint64_t seq = Enqueue(";");  // EmptyQueryResponse, then ReadyForQuery
+  if (seq == 0) co_return;
+  const auto deadline = std::chrono::steady_clock::now() + options_.barrier_timeout;
+  const OriginConnection* conn = conn_.get();
+  while (!stopped_ && conn_.get() == conn && state_ == State::kUp && acked_ < seq &&
+         std::chrono::steady_clock::now() < deadline) {
+    co_await WaitChange(deadline);
+  }
+}
+
 void ListenerConnection::Remove(Subscriber subscriber) { Apply(registry_.Remove(subscriber)); }
 
 void ListenerConnection::Apply(const ListenRegistry::Change& change) {

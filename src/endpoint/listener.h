@@ -49,6 +49,8 @@ class ListenerConnection : public std::enable_shared_from_this<ListenerConnectio
     // LISTEN before giving up (the subscription stays and is LISTENed once
     // the connection is back).
     std::chrono::milliseconds confirm_timeout{10000};
+    // How long Barrier() waits at most.
+    std::chrono::milliseconds barrier_timeout{1000};
   };
 
   ListenerConnection(asio::any_io_executor executor, Connect connect, Deliver deliver, Options options);
@@ -59,6 +61,15 @@ class ListenerConnection : public std::enable_shared_from_this<ListenerConnectio
   // confirm_timeout / a failed connect attempt (then the subscription is
   // LISTENed when the connection comes back).
   asio::awaitable<void> Set(Subscriber subscriber, std::set<std::string> channels);
+  // Completes once every notification committed before the call has been
+  // handed to Deliver: an empty Query on the listener connection, whose
+  // backend sends the notifications signalled to it before that Query's
+  // ReadyForQuery (PostgreSQL does so for every ReadyForQuery outside a
+  // transaction). At once when the connection is not up; at most
+  // barrier_timeout. A session whose unit may have notified a channel it
+  // listens on waits for this before its own ReadyForQuery, as a direct
+  // connection delivers self-notifications before it.
+  asio::awaitable<void> Barrier();
   // The subscriber is gone: its channels no one else listens on are
   // UNLISTENed.
   void Remove(Subscriber subscriber);

@@ -209,6 +209,34 @@ TEST_CASE("LISTEN in a rolled-back transaction does not subscribe; UNLISTEN stop
   ep->Stop();
 }
 
+TEST_CASE("a session's own NOTIFY on a channel it listens on arrives before that NOTIFY's ReadyForQuery") {
+  // As on a direct connection: drivers (node-postgres, psycopg) expect a
+  // self-notification by the time the NOTIFY's result is in. The lent
+  // connection does not listen; the copy comes from the listener
+  // connection, so the Endpoint waits for it (ListenerConnection::Barrier).
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  auto ep = MakeEndpoint(io, Origin(pg, "hp_listen_own_order"), 2);
+  auto s = OpenSession(io, *ep);
+  Ok(io, *s, "LISTEN hp_own_order");
+  const std::vector<std::string> spellings = {
+      "NOTIFY hp_own_order, 'n'",
+      "SELECT pg_notify('hp_own_order', 'n')",
+      "BEGIN; NOTIFY hp_own_order, 'n'; COMMIT",
+  };
+  for (int round = 0; round < 10; ++round) {
+    for (const std::string& sql : spellings) {
+      Result r = Await(io, s->Query(sql));
+      REQUIRE(r.sqlstate.empty());
+      int notes = 0;
+      for (const auto& m : r.messages) notes += m.tag == 'A' ? 1 : 0;
+      INFO(sql << " round " << round);
+      CHECK(notes == 1);
+    }
+  }
+  ep->Stop();
+}
+
 TEST_CASE("a session that queues notifications without bound is ended with 53200, not buffered") {
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
