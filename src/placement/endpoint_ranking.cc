@@ -92,7 +92,10 @@ bool EndpointRanking::EndRound() {
     // now, without hysteresis (there is nothing healthy to stay with).
     const std::size_t best = BestAvailable();
     if (best >= endpoints_.size()) return false;
-    if (endpoints_[best].health == Health::kUp) measured_ = true;
+    if (endpoints_[best].health == Health::kUp && !measured_) {
+      measured_ = true;
+      if (best == in_use_) reason_ = "latency placement (first measurement)";
+    }
     if (best == in_use_) return false;
     const bool was_down = current.health == Health::kDown;
     return SwitchTo(best, was_down ? fmt::format("{} is down", current.address)

@@ -85,6 +85,16 @@ TEST_CASE("the first measurement round picks the cheapest Endpoint at once") {
   CHECK(Round(r, rtt));
   CHECK(r.in_use() == cheapest);
   CHECK(r.reason().find("latency placement") != std::string::npos);
+
+  // When the rendezvous pick is the cheapest it stays, now as measured.
+  EndpointRanking same({"a:1", "b:1"}, "x");
+  std::vector<int> costs(2, 9000);
+  costs[same.in_use()] = 100;
+  const std::size_t first = same.in_use();
+  CHECK(same.reason().find("rendezvous") != std::string::npos);
+  CHECK_FALSE(Round(same, costs));
+  CHECK(same.in_use() == first);
+  CHECK(same.reason().find("latency placement") != std::string::npos);
 }
 
 TEST_CASE("costs weigh the origin round trip") {
