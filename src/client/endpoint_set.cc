@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <chrono>
 #include <future>
 #include <mutex>
@@ -207,26 +208,49 @@ class Core : public std::enable_shared_from_this<Core> {
     asio::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
   }
 
-  // Strand: one probe of every Endpoint, then the ranking's decision.
+  // One Endpoint's probe; twice when it was not up: its first answer may
+  // have waited for it to measure its origin, the second is the round trip.
+  asio::awaitable<EndpointMeasurement> MeasureOne(std::size_t i, bool was_up) {
+    const EndpointAddress where{slots_[i].address, slots_[i].address};
+    const auto limit = link_options_.connect_timeout;
+    EndpointMeasurement m = co_await MeasureEndpoint(strand_, *slots_[i].direct, where, limit);
+    if (m.status.ok() && !was_up && !stopped_.load()) {
+      EndpointMeasurement again = co_await MeasureEndpoint(strand_, *slots_[i].direct, where, limit);
+      if (again.status.ok()) m = std::move(again);
+    }
+    co_return m;
+  }
+
+  // Strand: one probe of every Endpoint, all at once (a black-holed one
+  // costs the round its connect timeout, not one per Endpoint), then the
+  // ranking's decision.
   asio::awaitable<void> ProbeRound() {
-    std::vector<EndpointMeasurement> results(slots_.size());
+    struct Round {
+      explicit Round(const asio::strand<asio::any_io_executor>& strand, std::size_t n)
+          : results(n), remaining(n), done(strand) {}
+      std::vector<EndpointMeasurement> results;
+      std::size_t remaining;
+      asio::steady_timer done;  // cancelled by the last probe to finish
+    };
     std::vector<EndpointRanking::Health> before(slots_.size());
     {
       std::lock_guard lock(mu_);
       for (std::size_t i = 0; i < slots_.size(); ++i) before[i] = ranking_.health(i);
     }
+    auto round = std::make_shared<Round>(strand_, slots_.size());
+    round->done.expires_at(Clock::time_point::max());
     for (std::size_t i = 0; i < slots_.size(); ++i) {
-      const EndpointAddress where{slots_[i].address, slots_[i].address};
-      const auto limit = link_options_.connect_timeout;
-      results[i] = co_await MeasureEndpoint(strand_, *slots_[i].direct, where, limit);
-      if (results[i].status.ok() && before[i] != EndpointRanking::Health::kUp) {
-        // Newly up: its first answer may have waited for it to measure its
-        // origin; the second is the round trip.
-        EndpointMeasurement again = co_await MeasureEndpoint(strand_, *slots_[i].direct, where, limit);
-        if (again.status.ok()) results[i] = std::move(again);
-      }
-      if (stopped_.load()) co_return;
+      asio::co_spawn(strand_, MeasureOne(i, before[i] == EndpointRanking::Health::kUp),
+                     [round, i](std::exception_ptr, EndpointMeasurement m) {
+                       round->results[i] = std::move(m);
+                       if (--round->remaining == 0) round->done.cancel();
+                     });
     }
+    // Completions run on this strand, so none slips between the check and
+    // the wait.
+    while (round->remaining > 0) (void)co_await round->done.async_wait(kAsTuple);
+    if (stopped_.load()) co_return;
+    const std::vector<EndpointMeasurement>& results = round->results;
     std::vector<std::string> lines;
     {
       std::lock_guard lock(mu_);
