@@ -16,6 +16,7 @@
 #include "hyperpool/client.h"
 #include "hyperpool/endpoint.h"
 #include "hyperpool/options.h"
+#include "hyperpool/placement.h"
 
 namespace hyperpool {
 
@@ -57,6 +58,10 @@ absl::StatusOr<std::unique_ptr<Connection>> connect(ConnectOptions options);
 // LinkListener in front of an Endpoint), reached over TLS.
 struct RemoteConnectOptions {
   SocketTransportOptions endpoint;
+  // Two or more Endpoints for the origin (their host/port here; endpoint's
+  // host/port are then ignored): failover and re-placement among them
+  // (docs/architecture.md, "Many Endpoints: failover and re-placement").
+  FailoverOptions failover;
   ClientOptions client;
   // As in ConnectOptions.
   asio::io_context* io_context = nullptr;

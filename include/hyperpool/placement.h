@@ -2,8 +2,11 @@
 // The Placement plug-in: which Endpoint a Client should use for an origin.
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
@@ -42,9 +45,12 @@ struct EndpointMeasurement {
 };
 
 // Opens a probe link to one Endpoint through `transport` and times it.
-// Never throws; failures are in the result's status.
+// Never throws; failures are in the result's status. With a positive
+// `timeout`, an Endpoint that has not answered that long after the link
+// opened fails with kDeadlineExceeded (its link is closed).
 asio::awaitable<EndpointMeasurement> MeasureEndpoint(asio::any_io_executor executor, Transport& transport,
-                                                     EndpointAddress endpoint);
+                                                     EndpointAddress endpoint,
+                                                     std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
 // Picks the measured Endpoint with the lowest
 //   client_rtt + origin_weight * origin_rtt
@@ -55,5 +61,29 @@ asio::awaitable<EndpointMeasurement> MeasureEndpoint(asio::any_io_executor execu
 // (naming each failure) if none was measured. Ties keep the given order.
 std::unique_ptr<Placement> MakeLatencyPlacement(std::vector<EndpointMeasurement> measurements,
                                                 double origin_weight = 2.0);
+
+// A Client given several Endpoints for one origin (docs/architecture.md,
+// "Many Endpoints: failover and re-placement"): it ranks them by latency
+// placement, re-measures every probe_interval and whenever a link cannot be
+// opened, sends new sessions to the Endpoint in use and, when that one
+// cannot be reached, to the next in the ranking. Links are opened ahead only
+// for the Endpoint in use.
+struct FailoverOptions {
+  // Each Endpoint's link address; TLS settings, the secret and the link
+  // options are those of the SocketTransportOptions given with them.
+  std::vector<std::pair<std::string, std::uint16_t>> endpoints;
+  // Rendezvous hashing of (region, address) orders the Endpoints until they
+  // are measured, so every Client of a region agrees.
+  std::string region;
+  std::chrono::milliseconds probe_interval{10000};
+  // Consecutive probe rounds a better Endpoint must stay healthy (and
+  // better) before new sessions move to it (hysteresis).
+  int settle_probes = 3;
+  // At start, wait this long at most for the first probe round (so the
+  // first sessions already go to the measured choice). 0: do not wait.
+  std::chrono::milliseconds first_round_wait{0};
+  // Placement decisions and health changes, one line each. Optional.
+  std::function<void(const std::string&)> log;
+};
 
 }  // namespace hyperpool

@@ -13,11 +13,14 @@ int Demo(int argc, char** argv);
 // over TLS by the socket transport (remote.cc).
 int RunEndpoint(int argc, char** argv);
 int RunClient(int argc, char** argv);
+// `hyperpool place --endpoint A --endpoint B ...`: probes and ranks Endpoints (remote.cc).
+int RunPlace(int argc, char** argv);
 
 extern const char* const kServeUsage;
 extern const char* const kValidateUsage;
 extern const char* const kDemoUsage;
 extern const char* const kEndpointUsage;
 extern const char* const kClientUsage;
+extern const char* const kPlaceUsage;
 
 }  // namespace hyperpool::cli

@@ -29,6 +29,8 @@ Commands:
                 over TLS (hyperpool endpoint --help)
   client        run only the Client half beside the application, its links going to a
                 remote `hyperpool endpoint` (hyperpool client --help)
+  place         probe several Endpoints and print the ranking a Client would use,
+                with their client and origin round trips (hyperpool place --help)
   validate      check that an origin database is reachable and accepts the login
                 (hyperpool validate --help)
   demo          the Hyperdrive write-up's benchmark on this machine: direct vs pooled vs
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
     std::fputs("\n", stdout);
     std::fputs(hyperpool::cli::kClientUsage, stdout);
     std::fputs("\n", stdout);
+    std::fputs(hyperpool::cli::kPlaceUsage, stdout);
+    std::fputs("\n", stdout);
     std::fputs(hyperpool::cli::kValidateUsage, stdout);
     std::fputs("\n", stdout);
     std::fputs(hyperpool::cli::kDemoUsage, stdout);
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return hyperpool::cli::Serve(argc, argv);
   if (cmd == "endpoint") return hyperpool::cli::RunEndpoint(argc, argv);
   if (cmd == "client") return hyperpool::cli::RunClient(argc, argv);
+  if (cmd == "place") return hyperpool::cli::RunPlace(argc, argv);
   if (cmd == "validate") return hyperpool::cli::Validate(argc, argv);
   if (cmd == "demo") return hyperpool::cli::Demo(argc, argv);
   if (cmd == "wan") return hyperpool::wan::RunWanCommand(argc - 1, argv + 1);

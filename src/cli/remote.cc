@@ -42,6 +42,7 @@
 #include "client/client_util.h"
 #include "hyperpool/hyperpool.h"
 #include "hyperpool/placement.h"
+#include "placement/endpoint_ranking.h"
 
 namespace hyperpool::cli {
 
@@ -97,9 +98,18 @@ session costs no round trip to the Endpoint before its first query goes out.
 
 Options:
   --endpoint HOST:PORT    the Endpoint's link address (host name or IP address). Give it
-                          more than once and the Client probes each at start and uses
-                          the one with the lowest client + 2 x origin round trip
-                          (latency placement; each answers its own origin round trip)
+                          more than once and the Client ranks them by the lowest client
+                          + 2 x origin round trip (latency placement; each answers its
+                          own origin round trip), re-measures every --probe-interval and
+                          when a link cannot be opened, and sends new sessions to the
+                          next Endpoint when the one in use cannot be reached
+  --probe-interval S      several --endpoint: seconds (or Nms) between probe rounds
+                          (default 10)
+  --settle-probes N       several --endpoint: probe rounds a better Endpoint must stay
+                          healthy and better before new sessions move to it (default 3)
+  --region NAME           several --endpoint: until measured, Endpoints are ordered by
+                          rendezvous hashing of (NAME, address), so all Clients given the
+                          same NAME agree (default: empty)
   --tls-ca FILE           PEM CA certificates that may sign the Endpoint's certificate
                           ("system": the system trust store)
   --tls-server-name NAME  name the Endpoint's certificate must carry (default: the
@@ -128,6 +138,28 @@ Options:
   --no-cache              turn the Client's query-cache tier off
   --cache-max-age S       at most this many seconds for a locally cached result (default 60)
   --cache-swr S           as for serve (default 15)
+  --help                  print this help
+)";
+
+const char* const kPlaceUsage = R"(usage: hyperpool place --endpoint HOST:PORT [--endpoint HOST:PORT ...] --tls-ca FILE
+                       --link-secret-file FILE [options]
+
+Probes each Endpoint (`hyperpool endpoint`) as a Client given them would and
+prints the ranking latency placement uses: the measured Client <-> Endpoint
+round trip, the Endpoint's own origin round trip and the cost
+(client + 2 x origin). Endpoints that cannot be probed, or cannot reach the
+origin, are listed last with the reason. Exits 0 when at least one Endpoint
+reaches the origin, 1 when none does, 2 on a usage error.
+
+Options:
+  --endpoint HOST:PORT    an Endpoint's link address (give it once per Endpoint)
+  --tls-ca FILE           PEM CA certificates that may sign the Endpoints' certificates
+                          ("system": the system trust store)
+  --tls-server-name NAME  name the certificates must carry (default: each --endpoint host)
+  --link-secret-file FILE the secret shared with the Endpoints
+  --connect-timeout MS    limit for reaching an Endpoint and for its answer (default 5000)
+  --region NAME           the rendezvous order among Endpoints that cannot be measured
+                          (as for `hyperpool client --region`)
   --help                  print this help
 )";
 
@@ -226,6 +258,45 @@ int WaitForSignal(asio::io_context& signals_io, asio::signal_set& signals) {
   });
   signals_io.run();
   return received;
+}
+
+// Probes each candidate twice through a transport of its own (nothing
+// opened ahead); the better round trip counts (the first may wait for the
+// Endpoint to measure its origin).
+std::vector<EndpointMeasurement> MeasureAll(const std::vector<std::pair<std::string, uint16_t>>& candidates,
+                                            const SocketTransportOptions& base) {
+  asio::io_context io(1);
+  std::vector<EndpointMeasurement> measured;
+  for (const auto& [host, port] : candidates) {
+    SocketTransportOptions o = base;
+    o.host = host;
+    o.port = port;
+    o.preopen = 0;
+    o.log = nullptr;
+    const std::string where = FormatHostPort(host, port);
+    EndpointMeasurement m;
+    m.endpoint = {where, where};
+    absl::StatusOr<std::unique_ptr<SocketTransport>> transport = MakeSocketTransport({io.get_executor()}, o);
+    if (!transport.ok()) {
+      m.status = transport.status();
+    } else {
+      for (int i = 0; i < 2; ++i) {
+        auto future = asio::co_spawn(
+            io, MeasureEndpoint(io.get_executor(), **transport, m.endpoint, base.connect_timeout), asio::use_future);
+        io.run();
+        io.restart();
+        EndpointMeasurement next = future.get();
+        if (i == 0 || !next.status.ok() || next.client_rtt < m.client_rtt) m = std::move(next);
+        if (!m.status.ok()) break;
+      }
+      (*transport)->Stop();
+      transport->reset();
+      io.run();  // lets the closed links unwind
+      io.restart();
+    }
+    measured.push_back(std::move(m));
+  }
+  return measured;
 }
 
 }  // namespace
@@ -379,56 +450,6 @@ int RunEndpoint(int argc, char** argv) {
   return 0;
 }
 
-// Several --endpoint: probes each once through its own transport (no links
-// opened ahead) and returns the index of the one latency placement picks.
-absl::StatusOr<std::size_t> ChooseEndpoint(std::string_view command,
-                                           const std::vector<std::pair<std::string, uint16_t>>& candidates,
-                                           const SocketTransportOptions& base) {
-  asio::io_context io(1);
-  std::vector<EndpointMeasurement> measured;
-  for (const auto& [host, port] : candidates) {
-    SocketTransportOptions o = base;
-    o.host = host;
-    o.port = port;
-    o.preopen = 0;
-    o.log = nullptr;
-    const std::string where = FormatHostPort(host, port);
-    EndpointMeasurement m;
-    m.endpoint = {where, where};
-    absl::StatusOr<std::unique_ptr<SocketTransport>> transport = MakeSocketTransport({io.get_executor()}, o);
-    if (!transport.ok()) {
-      m.status = transport.status();
-    } else {
-      // Twice: the first probe may wait for the Endpoint to measure its origin.
-      for (int i = 0; i < 2; ++i) {
-        auto future = asio::co_spawn(io, MeasureEndpoint(io.get_executor(), **transport, m.endpoint), asio::use_future);
-        io.run();
-        io.restart();
-        EndpointMeasurement next = future.get();
-        if (i == 0 || !next.status.ok() || next.client_rtt < m.client_rtt) m = std::move(next);
-        if (!m.status.ok()) break;
-      }
-      (*transport)->Stop();
-      transport->reset();
-      io.run();  // lets the closed links unwind
-      io.restart();
-    }
-    if (m.status.ok()) {
-      LogLine(command, fmt::format("placement: endpoint {}: round trip {:.2f} ms, its origin round trip {:.2f} ms",
-                                   where, m.client_rtt.count() / 1000.0, m.origin_rtt.count() / 1000.0));
-    } else {
-      LogLine(command, fmt::format("placement: endpoint {}: not usable: {}", where, std::string(m.status.message())));
-    }
-    measured.push_back(std::move(m));
-  }
-  absl::StatusOr<EndpointAddress> chosen = MakeLatencyPlacement(measured)->Choose("");
-  if (!chosen.ok()) return chosen.status();
-  for (std::size_t i = 0; i < measured.size(); ++i) {
-    if (measured[i].endpoint.address == chosen->address) return i;
-  }
-  return absl::InternalError("placement chose an unknown endpoint");
-}
-
 int RunClient(int argc, char** argv) {
   constexpr std::string_view kCommand = "client";
   auto usage_error = [&](const std::string& message) { return UsageError(kCommand, kClientUsage, message); };
@@ -436,6 +457,7 @@ int RunClient(int argc, char** argv) {
   std::string secret_file;
   std::vector<std::pair<std::string, uint16_t>> endpoints;
   std::string metrics_listen;
+  FailoverOptions failover;
   Args args(argc, argv);
   while (args.Next()) {
     std::string_view name = args.name();
@@ -460,6 +482,15 @@ int RunClient(int argc, char** argv) {
       endpoints.emplace_back(std::move(host), port);
     } else if (name == "--metrics-listen") {
       metrics_listen = value;
+    } else if (name == "--probe-interval") {
+      std::optional<std::chrono::milliseconds> d = ParseDuration(value);
+      if (!d || d->count() <= 0) return usage_error("--probe-interval needs seconds (or Nms)");
+      failover.probe_interval = *d;
+    } else if (name == "--settle-probes") {
+      if (!numeric || number == 0 || number > 1000) return usage_error("--settle-probes needs a number (1 to 1000)");
+      failover.settle_probes = static_cast<int>(number);
+    } else if (name == "--region") {
+      failover.region = value;
     } else if (name == "--tls-ca") {
       options.endpoint.tls_ca_file = value;
     } else if (name == "--tls-server-name") {
@@ -489,21 +520,19 @@ int RunClient(int argc, char** argv) {
   absl::StatusOr<std::string> secret = ReadSecretFile(kCommand, secret_file);
   if (!secret.ok()) return usage_error(std::string(secret.status().message()));
   options.endpoint.link_secret = *std::move(secret);
-  std::size_t pick = 0;
-  if (endpoints.size() > 1) {
-    absl::StatusOr<std::size_t> chosen = ChooseEndpoint(kCommand, endpoints, options.endpoint);
-    if (!chosen.ok()) {
-      LogLine(kCommand, fmt::format("cannot start: {}", std::string(chosen.status().message())));
-      return 1;
-    }
-    pick = *chosen;
-    LogLine(kCommand, fmt::format("placement: chose endpoint {}", FormatHostPort(endpoints[pick].first,
-                                                                               endpoints[pick].second)));
-  }
-  options.endpoint.host = endpoints[pick].first;
-  options.endpoint.port = endpoints[pick].second;
+  options.endpoint.host = endpoints[0].first;
+  options.endpoint.port = endpoints[0].second;
   options.endpoint.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
-  const std::string where = FormatHostPort(options.endpoint.host, options.endpoint.port);
+  std::string where = FormatHostPort(options.endpoint.host, options.endpoint.port);
+  if (endpoints.size() > 1) {
+    // The first sessions should already go to the measured choice: wait for
+    // the first probe round (each probe is bounded by the connect timeout).
+    failover.first_round_wait = 2 * options.endpoint.connect_timeout + std::chrono::seconds(1);
+    failover.log = options.endpoint.log;
+    failover.endpoints = endpoints;
+    where = fmt::format("{} endpoints, probed every {} ms", endpoints.size(), failover.probe_interval.count());
+    options.failover = std::move(failover);
+  }
   const size_t preopen = options.endpoint.preopen;
 
   asio::io_context signals_io(1);
@@ -540,6 +569,85 @@ int RunClient(int argc, char** argv) {
   if (*metrics) (*metrics)->Stop();  // it reads the connection's stats
   LogLine(kCommand, "stopped");
   if (!cache_report.empty()) LogLine(kCommand, fmt::format("query cache:\n{}", cache_report));
+  return 0;
+}
+
+int RunPlace(int argc, char** argv) {
+  constexpr std::string_view kCommand = "place";
+  auto usage_error = [&](const std::string& message) { return UsageError(kCommand, kPlaceUsage, message); };
+  SocketTransportOptions base;
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  std::string secret_file;
+  std::string region;
+  Args args(argc, argv);
+  while (args.Next()) {
+    std::string_view name = args.name();
+    if (name == "--help" || name == "-h") {
+      std::fputs(kPlaceUsage, stdout);
+      return 0;
+    }
+    std::string value;
+    if (!args.Value(value)) return usage_error(fmt::format("option {} needs a value", std::string(name)));
+    uint64_t number = 0;
+    if (name == "--endpoint") {
+      std::string host;
+      uint16_t port = 0;
+      if (!ParseHostPort(value, host, port) || host.empty() || port == 0) {
+        return usage_error("--endpoint needs HOST:PORT");
+      }
+      endpoints.emplace_back(std::move(host), port);
+    } else if (name == "--tls-ca") {
+      base.tls_ca_file = value;
+    } else if (name == "--tls-server-name") {
+      base.tls_server_name = value;
+    } else if (name == "--link-secret-file") {
+      secret_file = value;
+    } else if (name == "--region") {
+      region = value;
+    } else if (name == "--connect-timeout") {
+      if (!ParseNumber(value, number) || number == 0) return usage_error("--connect-timeout needs milliseconds");
+      base.connect_timeout = std::chrono::milliseconds(number);
+    } else {
+      return usage_error(fmt::format("unknown option {}", std::string(name)));
+    }
+  }
+  if (endpoints.empty()) return usage_error("--endpoint is required");
+  if (base.tls_ca_file.empty()) return usage_error("--tls-ca is required (the Endpoint's certificate is always verified)");
+  if (secret_file.empty()) return usage_error("--link-secret-file is required");
+  absl::StatusOr<std::string> secret = ReadSecretFile(kCommand, secret_file);
+  if (!secret.ok()) return usage_error(std::string(secret.status().message()));
+  base.link_secret = *std::move(secret);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::vector<EndpointMeasurement> measured = MeasureAll(endpoints, base);
+  std::vector<std::string> addresses;
+  for (const auto& m : measured) addresses.push_back(m.endpoint.address);
+  placement::EndpointRanking ranking(addresses, region);
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    ranking.RecordProbe(i, measured[i].status, measured[i].client_rtt, measured[i].origin_rtt);
+  }
+  ranking.EndRound();
+  std::string out = fmt::format("{:<5} {:<28} {:>14} {:>14} {:>10}  {}\n", "rank", "endpoint", "client_rtt_ms",
+                                "origin_rtt_ms", "cost_ms", "status");
+  std::size_t rank = 0;
+  std::size_t usable = 0;
+  for (std::size_t i : ranking.Order()) {
+    const EndpointMeasurement& m = measured[i];
+    if (m.status.ok()) {
+      ++usable;
+      out += fmt::format("{:<5} {:<28} {:>14.2f} {:>14.2f} {:>10.2f}  ok\n", ++rank, m.endpoint.address,
+                         m.client_rtt.count() / 1000.0, m.origin_rtt.count() / 1000.0, ranking.cost(i) / 1000.0);
+    } else {
+      out += fmt::format("{:<5} {:<28} {:>14} {:>14} {:>10}  not usable: {}\n", "-", m.endpoint.address, "-", "-", "-",
+                         std::string(m.status.message()));
+    }
+  }
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+  if (usable == 0) {
+    LogLine(kCommand, "no Endpoint can reach the origin");
+    return 1;
+  }
   return 0;
 }
 

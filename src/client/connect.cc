@@ -17,6 +17,7 @@
 #include <asio/io_context.hpp>
 #include <asio/strand.hpp>
 
+#include "client/endpoint_set.h"
 #include "hyperpool/hyperpool.h"
 
 namespace hyperpool {
@@ -97,7 +98,9 @@ class ConnectionImpl final : public Connection {
   absl::Status StartRemote(RemoteConnectOptions options) {
     std::vector<asio::any_io_executor> executors = StartWorkers(options.io_context, options.threads);
     absl::StatusOr<std::unique_ptr<SocketTransport>> transport =
-        MakeSocketTransport(executors, std::move(options.endpoint));
+        options.failover.endpoints.size() > 1
+            ? client::MakeEndpointSet(executors, std::move(options.endpoint), std::move(options.failover))
+            : MakeSocketTransport(executors, std::move(options.endpoint));
     if (!transport.ok()) return transport.status();
     socket_transport_ = transport->get();
     transport_ = *std::move(transport);

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <asio/steady_timer.hpp>
 #include <fmt/format.h>
 
 #include "hyperpool/placement.h"
@@ -53,7 +55,7 @@ class LatencyPlacement final : public Placement {
 }  // namespace
 
 asio::awaitable<EndpointMeasurement> MeasureEndpoint(asio::any_io_executor executor, Transport& transport,
-                                                     EndpointAddress endpoint) {
+                                                     EndpointAddress endpoint, std::chrono::milliseconds timeout) {
   EndpointMeasurement m;
   m.endpoint = std::move(endpoint);
   // Opened without initial bytes, so the timed part is one round trip over
@@ -62,6 +64,19 @@ asio::awaitable<EndpointMeasurement> MeasureEndpoint(asio::any_io_executor execu
   if (!link.ok()) {
     m.status = link.status();
     co_return m;
+  }
+  // An Endpoint that accepted the link but does not answer (stopped, its
+  // origin pool wedged) must not stall the caller's probe rounds: closing
+  // the link fails the pending Receive.
+  auto timed_out = std::make_shared<bool>(false);
+  asio::steady_timer watchdog(executor);
+  if (timeout.count() > 0) {
+    watchdog.expires_after(timeout);
+    watchdog.async_wait([l = link->get(), timed_out](const asio::error_code& ec) {
+      if (ec) return;  // cancelled: the probe finished first (the link may be gone)
+      *timed_out = true;
+      l->Close();
+    });
   }
   const auto start = std::chrono::steady_clock::now();
   absl::Status sent = co_await (*link)->Send(placement::BuildProbeHello());
@@ -85,10 +100,13 @@ asio::awaitable<EndpointMeasurement> MeasureEndpoint(asio::any_io_executor execu
     }
     auto n = co_await (*link)->Receive(buffer);
     if (!n.ok()) {
-      m.status = absl::UnavailableError("the Endpoint closed the probe link without an answer");
+      m.status = *timed_out ? absl::DeadlineExceededError(fmt::format("the Endpoint did not answer the probe within "
+                                                                      "{} ms", timeout.count()))
+                            : absl::UnavailableError("the Endpoint closed the probe link without an answer");
       break;
     }
   }
+  watchdog.cancel();
   (*link)->Close();
   co_return m;
 }

@@ -109,8 +109,8 @@ TEST_CASE("latency placement never picks an Endpoint it could not measure") {
 // Answers every probe link with a fixed origin round trip (or closes it).
 class ScriptedEndpoint final : public LinkAcceptor {
  public:
-  ScriptedEndpoint(asio::any_io_executor executor, std::string answer)
-      : executor_(std::move(executor)), answer_(std::move(answer)) {}
+  ScriptedEndpoint(asio::any_io_executor executor, std::string answer, bool silent = false)
+      : executor_(std::move(executor)), answer_(std::move(answer)), silent_(silent) {}
   void Accept(std::unique_ptr<Link> link) override {
     std::shared_ptr<Link> shared(std::move(link));
     asio::co_spawn(executor_, Serve(shared, answer_), asio::detached);
@@ -128,15 +128,23 @@ class ScriptedEndpoint final : public LinkAcceptor {
       if (!(co_await link->Receive(buffer)).ok()) co_return;
     }
     received = buffer;
+    if (silent_) {
+      // Keeps the link open without a word until the prober closes it.
+      while ((co_await link->Receive(buffer)).ok()) {
+      }
+      co_return;
+    }
     if (!answer.empty()) (void)co_await link->Send(answer);
     link->Close();
   }
   asio::any_io_executor executor_;
   std::string answer_;
+  bool silent_;
 };
 
-EndpointMeasurement Measure(asio::io_context& io, Transport& transport) {
-  auto future = asio::co_spawn(io, MeasureEndpoint(io.get_executor(), transport, {"e1", "in-process"}),
+EndpointMeasurement Measure(asio::io_context& io, Transport& transport,
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+  auto future = asio::co_spawn(io, MeasureEndpoint(io.get_executor(), transport, {"e1", "in-process"}, timeout),
                                asio::use_future);
   io.run();
   io.restart();
@@ -170,6 +178,22 @@ TEST_CASE("MeasureEndpoint reports an Endpoint that closes without answering") {
   auto transport = MakeInProcessTransport(endpoint);
   EndpointMeasurement m = Measure(io, *transport);
   CHECK_FALSE(m.status.ok());
+}
+
+TEST_CASE("MeasureEndpoint gives up on an Endpoint that accepts the probe but never answers") {
+  asio::io_context io;
+  ScriptedEndpoint endpoint(io.get_executor(), "", /*silent=*/true);
+  auto transport = MakeInProcessTransport(endpoint);
+  const auto start = std::chrono::steady_clock::now();
+  EndpointMeasurement m = Measure(io, *transport, 50ms);  // returns only once the link is closed
+  CHECK(m.status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(std::chrono::steady_clock::now() - start >= 50ms);
+  // A prompt answer is unaffected by the timeout (its timer is cancelled).
+  ScriptedEndpoint answering(io.get_executor(), Answer("7"));
+  auto t2 = MakeInProcessTransport(answering);
+  EndpointMeasurement ok = Measure(io, *t2, 10000ms);
+  REQUIRE(ok.status.ok());
+  CHECK(ok.origin_rtt == 7us);
 }
 
 }  // namespace
