@@ -52,6 +52,7 @@
 #include "client/in_buffer.h"
 #include "client/server_handshake.h"
 #include "client/extended_session.h"
+#include "client/link_trace.h"
 #include "client/session_key.h"
 #include "client/statement_metadata.h"
 #include "protocol/auth/auth_util.h"
@@ -173,6 +174,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Sent in every link hello (hyperpool.client_id): the Endpoint sends
   // invalidations to one link of each Client.
   std::string client_id;
+  // HYPERPOOL_TRACE_LINK: log every flight to the link (link_trace.h).
+  bool trace_link = false;
+  // Flights sent over links that the app waits for (link_trace.h,
+  // ExpectsAnswer): the WAN round trips its sessions cost.
+  std::atomic<uint64_t> link_flights{0};
 };
 
 class ClientSession : public std::enable_shared_from_this<ClientSession> {
@@ -625,6 +631,16 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     if (key_.Note(sql, fx, lasts)) ext_->set_fingerprint(key_.fingerprint());
   }
 
+  // One line per batch for the round-trip trace (link_trace.h).
+  void TraceFlight(std::string_view to_link, std::string_view local) const {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count() % 1000000;
+    Log(fmt::format("trace {} t={}ms {}{}{}", cancel_pid_, ms,
+                    to_link.empty() ? std::string("local only")
+                                    : fmt::format("{} link: {}", link_ ? "to" : "opening", client::SummarizeFlight(to_link)),
+                    local.empty() ? "" : " | answered locally: ", client::SummarizeFlight(local, false)));
+  }
+
   asio::awaitable<void> WaitWriteDone() {
     write_done_.expires_at(asio::steady_timer::time_point::max());
     (void)co_await write_done_.async_wait(kAsTuple);
@@ -659,6 +675,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       (void)written;
       in_.Consume(n);
       if (ec) co_return false;
+      if (impl_->trace_link) TraceFlight({}, out);
       ArmIdleTimer();  // a ReadyForQuery 'I' went out
     }
     co_return true;
@@ -669,6 +686,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     std::optional<cache::Control> c = cache::DecodeControl(payload);
     if (!c) return;
     if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->all) {
+      if (impl_->trace_link) Log(fmt::format("trace {} invalidate all (statement metadata dropped)", cancel_pid_));
       impl_->metadata->InvalidateAll();  // DDL (or what may have run it): statement shapes may change
     }
     if (!impl_->cache) return;
@@ -828,7 +846,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           co_return;
         }
       }
-      if (!to_link.empty() && !(terminate && !link_ && to_link.size() == 5)) {
+      const bool send_to_link = !to_link.empty() && !(terminate && !link_ && to_link.size() == 5);
+      if (impl_->trace_link && (send_to_link || !local.empty())) TraceFlight(send_to_link ? to_link : "", local);
+      if (send_to_link && client::ExpectsAnswer(to_link)) impl_->link_flights.fetch_add(1, std::memory_order_relaxed);
+      if (send_to_link) {
         if (!link_) {
           if (!co_await OpenLink(std::move(to_link))) {
             CloseSocket();
@@ -1274,6 +1295,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   impl->handshake_config.mock_secret = *std::move(mock_secret);
   if (impl->options.cache.enabled) impl->cache = std::make_shared<client::ClientTier>(impl->options.cache);
   impl->metadata = std::make_shared<client::StatementMetadataStore>();
+  impl->trace_link = client::LinkTraceEnabled();
   {
     // Invalidations (DDL drops statement metadata too) reach one link of
     // each Client, cache or not.
@@ -1356,8 +1378,9 @@ std::string Client::CacheReport() const {
   const client::StatementMetadataStats m = impl_->metadata->Stats();
   std::string metadata = fmt::format(
       "statement metadata: local answers {} stores {} entries {} mismatches {} deferred failures {} "
-      "invalidations {}\n",
-      m.local_answers, m.stores, m.entries, m.mismatches, m.deferred_failures, m.invalidations);
+      "invalidations {} link flights {}\n",
+      m.local_answers, m.stores, m.entries, m.mismatches, m.deferred_failures, m.invalidations,
+      impl_->link_flights.load(std::memory_order_relaxed));
   if (!impl_->cache) return "client tier: off\n" + metadata;
   client::ClientTierStats s = impl_->cache->Stats();
   return fmt::format(

@@ -5,10 +5,13 @@
 // post to the owner"). The end of a stream is an empty chunk carrying
 // asio::error::eof, so bytes sent just before Close() are never lost.
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
+#include <asio/async_result.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/concurrent_channel.hpp>
 #include <asio/use_awaitable.hpp>
@@ -26,6 +29,10 @@ struct Pipe {
       : a_to_b(executor, capacity), b_to_a(executor, capacity) {}
   Channel a_to_b;
   Channel b_to_a;
+  // Orders a sender's parking on a full channel against Close() (either
+  // end, any thread): a Send parks before the closing cancel() (which wakes
+  // it) or starts after close() (and fails at once), never in between.
+  std::mutex park_mutex;
 };
 
 class InProcessLink final : public Link {
@@ -37,7 +44,14 @@ class InProcessLink final : public Link {
   asio::awaitable<absl::Status> Send(std::string bytes) override {
     if (closed_) co_return absl::CancelledError("link closed");
     if (bytes.empty()) co_return absl::OkStatus();
-    auto [ec] = co_await out_.async_send(asio::error_code{}, std::move(bytes), kAsTuple);
+    auto [ec] = co_await asio::async_initiate<decltype(kAsTuple), void(asio::error_code)>(
+        [this](auto handler, std::string chunk) {
+          // Channel completions are posted (never run inline), so holding
+          // the lock here cannot re-enter it.
+          std::lock_guard<std::mutex> lock(pipe_->park_mutex);
+          out_.async_send(asio::error_code{}, std::move(chunk), std::move(handler));
+        },
+        kAsTuple, std::move(bytes));
     if (ec) co_return absl::UnavailableError("link closed by peer");
     co_return absl::OkStatus();
   }
@@ -59,12 +73,22 @@ class InProcessLink final : public Link {
   }
 
   void Close() override {
-    if (closed_) return;
-    closed_ = true;
+    if (closed_.exchange(true)) return;
+    std::lock_guard<std::mutex> lock(pipe_->park_mutex);
     // Tell the peer the stream ended after everything already queued; if the
     // queue is full the peer is not reading anyway, so close it outright.
-    if (!out_.try_send(asio::error::eof, std::string())) out_.close();
-    // Our peer's sends towards us must fail from now on.
+    // A channel's close() completes waiting receivers only: a Send of ours
+    // parked on the full queue would wait forever (the Endpoint's Pump did,
+    // after a client vanished mid-COPY TO without reading: issue 15), so
+    // cancel the waiters first. cancel() must come before close(): once
+    // closed, asio no longer tells waiting senders from receivers.
+    if (!out_.try_send(asio::error::eof, std::string())) {
+      out_.cancel();
+      out_.close();
+    }
+    // Our peer's sends towards us must fail from now on, the ones already
+    // waiting for room too (and our own pending Receive, as documented).
+    in_.cancel();
     in_.close();
   }
 
@@ -72,7 +96,7 @@ class InProcessLink final : public Link {
   std::shared_ptr<Pipe> pipe_;
   Channel& out_;
   Channel& in_;
-  bool closed_ = false;
+  std::atomic<bool> closed_{false};  // Close() may come from another thread
   bool peer_done_ = false;
 };
 

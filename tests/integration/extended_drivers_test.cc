@@ -140,6 +140,7 @@ TEST_CASE("postgres.js: a second fresh client gets its Parse/Describe answered l
   Setup(c, p, false);
   Run("postgresjs", p.url, {"reads", "meta", "1"});
   const long long answered = p.Counter("local answers");
+  const long long flights = p.Counter("link flights");
   const size_t before = p.origin_units();
   const std::string got = Run("postgresjs", p.url, {"reads", "meta", "1"});
   INFO(p.connection->cache_report());
@@ -148,7 +149,29 @@ TEST_CASE("postgres.js: a second fresh client gets its Parse/Describe answered l
   // at the Client and sent with its Bind, so one flight per read.
   CHECK(p.Counter("local answers") - answered >= 5);
   CHECK(p.origin_units() - before == 6);
+  // The WAN cost: one link flight per statement execution (the type query
+  // and the five reads), nothing for the login, the Describes or the close.
+  CHECK(p.Counter("link flights") - flights == 6);
   CHECK(p.Counter("mismatches") == 0);
+}
+
+TEST_CASE("postgres.js: a fresh client on a warm cache sends nothing over the link") {
+  const auto& c = testing::SharedPgCluster();
+  Pooler p = Start(c, /*cache=*/true);
+  Setup(c, p, true);
+  // Two clients warm it: the first one's Describe(statement) answers fill
+  // the statement metadata, the second one's units are then cache candidates
+  // in the form every later client sends them.
+  Run("postgresjs", p.url, {"reads", "warm", "1"});
+  Run("postgresjs", p.url, {"reads", "warm", "1"});
+  const long long flights = p.Counter("link flights");
+  const size_t before = p.origin_units();
+  const std::string got = Run("postgresjs", p.url, {"reads", "warm", "1"});
+  INFO(p.connection->cache_report());
+  CHECK(got.find("\"reads\":[\"v1\",\"v2\",\"v3\",\"v4\",\"v5\"]") != std::string::npos);
+  // Login, type query, five reads and close all answered beside the app.
+  CHECK(p.Counter("link flights") - flights == 0);
+  CHECK(p.origin_units() - before == 0);
 }
 
 // A driver's transcript of a scenario through hyperpool equals its

@@ -1,10 +1,14 @@
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>
 
@@ -89,6 +93,42 @@ TEST_CASE("link ends on different threads") {
   tb.join();
   echo.get();
   CHECK(total == kMessages * 100);
+}
+
+// A sender blocked on a full link (its peer stopped reading) must learn that
+// the link closed, whichever end closes it: the channel's close() alone
+// wakes receivers only, which once left the Endpoint's Pump parked in Send
+// forever after a client vanished mid-COPY (the COPY TO wedge, issue 15).
+// run_for bounds the wait: a blocked Send shows up as "no result".
+std::optional<bool> SendBlockedThenClose(bool close_peer) {
+  asio::io_context io;
+  LinkPair pair = MakeInProcessLinkPair(io.get_executor(), io.get_executor(), 2);
+  std::optional<bool> third_failed;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 2; ++i) (void)co_await pair.first->Send("fill");
+    absl::Status st = co_await pair.first->Send("blocked");  // the queue is full
+    third_failed = !st.ok();
+  }, asio::detached);
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    // Let the sender park first: each post runs after the completions
+    // queued before it, and the sender needs three hops to block.
+    for (int i = 0; i < 10; ++i) co_await asio::post(io, asio::use_awaitable);
+    (close_peer ? pair.second : pair.first)->Close();
+  }, asio::detached);
+  io.run_for(std::chrono::seconds(5));
+  return third_failed;
+}
+
+TEST_CASE("a Send blocked on a full link fails when the peer closes") {
+  std::optional<bool> failed = SendBlockedThenClose(true);
+  REQUIRE(failed.has_value());
+  CHECK(*failed);
+}
+
+TEST_CASE("a Send blocked on a full link fails when its own end closes") {
+  std::optional<bool> failed = SendBlockedThenClose(false);
+  REQUIRE(failed.has_value());
+  CHECK(*failed);
 }
 
 }  // namespace
