@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,11 +43,21 @@ namespace hyperpool::client {
 inline constexpr uint32_t kAuthMaxMessageLength = 16 * 1024;
 
 struct HandshakeConfig {
-  // The only user and database the Client serves.
+  // The Client's own user (the one in its connection string) and the only
+  // database it serves.
   std::string user;
   std::string database;
   // Of the Client's password, computed once per Client.
   auth::ScramVerifier verifier;
+  // More app users (ClientOptions::users): name -> verifier. All of them
+  // reach the one origin role the Endpoint logs in as. `user` wins a clash.
+  std::map<std::string, auth::ScramVerifier, std::less<>> other_users;
+  // TLS towards applications: answer SSLRequest with 'S' (the session then
+  // runs the TLS handshake and calls OnTlsEstablished()), else 'N'.
+  bool offer_tls = false;
+  // Refuse a StartupMessage that did not arrive inside TLS (FATAL 28000, as
+  // a pg_hba.conf with only hostssl lines). Needs offer_tls.
+  bool require_tls = false;
   // Per-Client random secret for the mock verifiers of unknown users
   // (auth::MakeMockScramVerifier): the same salt on every attempt.
   std::string mock_secret;
@@ -72,6 +83,9 @@ class ServerHandshake {
     kNeedMore,           // read until `bytes_needed` unconsumed bytes are buffered, call again
     kEncryptionRefused,  // output is "N": write it only if the app has sent nothing more
                          // (CVE-2021-23222 class), else close unanswered; then call again
+    kTlsAccepted,        // SSLRequest with offer_tls: write output ("S") only if the app has sent
+                         // nothing more (else close), run the TLS server handshake, then call
+                         // OnTlsEstablished() and Advance() with what arrives inside TLS
     kAuthenticated,      // output ends with AuthenticationOk; see user()/database()/parameters()
     kCancelRequest,      // see cancel_process_id()/cancel_secret(); close without answering
     kClose,              // output is a FATAL ErrorResponse or empty (close silently)
@@ -96,6 +110,13 @@ class ServerHandshake {
   // kCancelRequest, kClose) it keeps returning kClose.
   Step Advance(std::string_view input);
 
+  // The TLS handshake after kTlsAccepted succeeded: later bytes are
+  // encrypted (require_tls is satisfied).
+  void OnTlsEstablished() { encrypted_ = true; }
+  // For the 28000 message under require_tls ("host \"127.0.0.1\"").
+  void set_peer_host(std::string host) { peer_host_ = std::move(host); }
+  bool encrypted() const { return encrypted_; }
+
   State state() const { return state_; }
   // After kAuthenticated: the startup packet's user and database (the
   // database defaults to the user) and its other parameters, in order,
@@ -114,6 +135,8 @@ class ServerHandshake {
   // After StartupMessage: the checks PostgreSQL makes before authenticating,
   // then AuthenticationSASL.
   void BeginAuthentication(Step& step);
+  // The verifier of `user_`, or null for an unknown user.
+  const auth::ScramVerifier* FindVerifier() const;
   // Handles one 'p' message; false when `step` is final.
   bool OnSaslMessage(std::string_view payload, Step& step);
   // Appends a FATAL ErrorResponse and fails.
@@ -125,6 +148,8 @@ class ServerHandshake {
   State state_ = State::kStartup;
   bool ssl_refused_ = false;
   bool gss_refused_ = false;
+  bool encrypted_ = false;
+  std::string peer_host_;
   bool known_user_ = false;
   bool known_database_ = false;
   std::optional<auth::ScramServer> scram_;
