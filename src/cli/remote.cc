@@ -126,6 +126,8 @@ Options:
   --max-message-size N    largest message an application may send, in bytes (suffix K, M,
                           G; default 64M); larger ones get FATAL 54000
   --no-cache              turn the Client's query-cache tier off
+  --ssl-cert FILE, --ssl-key FILE, --ssl-mode allow|require
+                          TLS towards applications (as for serve)
   --cache-max-age S       at most this many seconds for a locally cached result (default 60)
   --cache-swr S           as for serve (default 15)
   --help                  print this help
