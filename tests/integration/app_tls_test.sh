@@ -105,6 +105,13 @@ if out=$(run_psql s3cret -d "$base user=app sslmode=verify-full sslrootcert=$tmp
   fail "verify-full accepted a wrong CA"
 fi
 
+# The JavaScript drivers over verified TLS (their own TLS stacks).
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=other CA" -keyout "$tmp/other.key" \
+  -out "$tmp/other-ca.pem" 2>/dev/null
+node "$(dirname "$0")/../drivers/ssl_test.mjs" localhost "$port" app s3cret appdb "$tmp/ca.pem" "$tmp/other-ca.pem" \
+  >"$tmp/node.out" 2>&1 || fail "node drivers over TLS: $(cat "$tmp/node.out")"
+cat "$tmp/node.out"
+
 # require: plaintext is refused before authentication.
 if out=$(run_psql s3cret -d "host=127.0.0.1 port=$port dbname=appdb user=app sslmode=disable" -c "SELECT 1"); then
   fail "plaintext login accepted under require"

@@ -201,7 +201,8 @@ TEST_CASE("the shipped example config (packaging/hyperpool.toml.example) parses 
   for (const char* flag : {"--threads", "--listen", "--listen-unix", "--metrics-listen", "--origin",
                            "--origin-password-file", "--user", "--database", "--password-file", "--pool-size",
                            "--min-idle", "--pool-mode", "--acquire-timeout", "--idle-timeout", "--max-lifetime",
-                           "--cache-max-age", "--cache-swr"}) {
+                           "--cache-max-age", "--cache-swr", "--log-format", "--log-level", "--log-connections",
+                           "--log-disconnections"}) {
     INFO(flag);
     CHECK(ValueOf(*config, flag) != "<absent>");
   }
