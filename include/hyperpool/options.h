@@ -88,6 +88,10 @@ struct EndpointOptions {
   // idle-in-transaction timeout"; its origin connection is closed (the origin
   // rolls back) and the pool slot is free again. Zero: off.
   std::chrono::milliseconds idle_in_transaction_timeout{0};
+  // Event logs (hyperpool/log.h): origin_connect / origin_close (with the
+  // origin backend's pid) under log_connections / log_disconnections, and
+  // origin_connect_failed; null: Logger::Default().
+  std::shared_ptr<const Logger> logger;
 };
 
 struct ClientOptions {

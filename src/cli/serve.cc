@@ -214,6 +214,7 @@ int Serve(int argc, char** argv) {
   if (options.endpoint.origin.empty()) return UsageError("--origin is required");
   // One logger for both halves, owned here (no global one).
   options.client.logger = std::make_shared<const Logger>(std::move(log));
+  options.endpoint.logger = options.client.logger;
   if (options.endpoint.pool.min_idle > options.endpoint.pool.max_size) {
     return UsageError("--min-idle cannot exceed --pool-size");
   }

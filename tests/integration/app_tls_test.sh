@@ -154,6 +154,8 @@ grep -q 'password authentication failed for user "reporting"' <<<"$wrong" || fai
 wait_for 10 grep -q 'event=session_start client=127.0.0.1:[0-9]* session=[0-9]* user=reporting db=appdb tls=on' "$tmp/err" \
   || fail "no session_start line for reporting"
 grep -q 'level=warn event=auth_failed client=127.0.0.1:' "$tmp/err" || fail "no auth_failed line"
+# Origin connections carry the origin backend's pid.
+grep -Eq 'event=origin_connect origin=[^ ]+ backend_pid=[1-9][0-9]*' "$tmp/err" || fail "no origin_connect line with a pid"
 if grep -q 'event=session_end' "$tmp/err"; then fail "session_end logged without log.disconnections"; fi
 stop_serve
 
@@ -172,6 +174,7 @@ wait_for 10 grep -q '"event":"session_start","client":"127.0.0.1:[0-9]*","sessio
   || fail "no JSON session_start line"
 wait_for 10 grep -q '"event":"session_end"' "$tmp/err" || fail "no JSON session_end line"
 stop_serve
+grep -Eq '"event":"origin_close","backend_pid":"[1-9][0-9]*"' "$tmp/err" || fail "no origin_close line with a pid"
 if "$HYPERPOOL_BINARY" serve --origin "$ORIGIN" --ssl-mode require >/dev/null 2>&1; then
   fail "--ssl-mode require without a certificate was accepted"
 fi
