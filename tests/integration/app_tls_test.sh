@@ -90,7 +90,7 @@ run_psql() {
   PGPASSWORD=$password PGCONNECT_TIMEOUT=10 "$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 "$@" 2>&1
 }
 
-start_serve --config "$tmp/hp.toml"
+start_serve --config "$tmp/hp.toml" --client-login-timeout 2
 base="host=localhost port=$port dbname=appdb"
 
 # verify-full: the chain and the name are checked by libpq itself.
@@ -136,6 +136,17 @@ while True:
 assert data[:1] == b"E", data
 assert b"C08P01\0" in data, data
 assert b"received unencrypted data after SSL request" in data, data
+PY
+
+# The login timeout also bounds the TLS handshake: 'S', then silence, then a close.
+/usr/bin/python3 - "$port" <<'PY' || fail "a silent TLS handshake was not closed by the login timeout"
+import socket, struct, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(struct.pack("!ii", 8, 80877103))
+assert s.recv(1) == b"S"
+start = time.monotonic()
+assert s.recv(4096) == b"", "expected EOF"
+assert time.monotonic() - start < 8, "closed too late"
 PY
 
 # [users]: both extra users log in, over TLS, to the one origin role.
