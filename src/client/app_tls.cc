@@ -90,7 +90,7 @@ Peer PeerAddress(const tcp::socket& socket) {
   asio::error_code ec;
   tcp::endpoint remote = socket.remote_endpoint(ec);
   // A Unix-domain connection adopted by a tcp::socket has no IP peer.
-  if (ec || remote.port() == 0) return Peer{"[local]", "[local]"};
+  if (ec || remote.port() == 0) return Peer{"[local]", "[local]", true};
   asio::ip::address address = remote.address();
   if (address.is_v6() && address.to_v6().is_v4_mapped()) {
     address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());

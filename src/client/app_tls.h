@@ -30,6 +30,7 @@ namespace hyperpool::client {
 struct Peer {
   std::string host;
   std::string text;
+  bool unix_socket = false;
 };
 Peer PeerAddress(const asio::ip::tcp::socket& socket);
 

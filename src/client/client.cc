@@ -392,6 +392,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     using Event = client::ServerHandshake::Event;
     client::ServerHandshake hs(impl_->handshake_config);
     hs.set_peer_host(peer_.host);
+    if (peer_.unix_socket) hs.set_unix_socket();
     for (;;) {
       client::ServerHandshake::Step step = hs.Advance(in_.view());
       in_.Consume(step.consumed);

@@ -115,6 +115,12 @@ class ServerHandshake {
   void OnTlsEstablished() { encrypted_ = true; }
   // For the 28000 message under require_tls ("host \"127.0.0.1\"").
   void set_peer_host(std::string host) { peer_host_ = std::move(host); }
+  // A Unix-domain connection: as PostgreSQL, SSLRequest gets 'N' and
+  // plaintext is fine (pg_hba.conf "local" lines know no hostssl).
+  void set_unix_socket() {
+    config_.offer_tls = false;
+    config_.require_tls = false;
+  }
   bool encrypted() const { return encrypted_; }
 
   State state() const { return state_; }

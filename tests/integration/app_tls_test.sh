@@ -51,6 +51,7 @@ chmod 600 "$tmp/batch-password"
 cat >"$tmp/hp.toml" <<TOML
 [listen]
 address = "127.0.0.1:0"
+unix_socket_dir = "$tmp"
 [origin]
 url = "$ORIGIN"
 [client]
@@ -118,6 +119,10 @@ if out=$(run_psql s3cret -d "host=127.0.0.1 port=$port dbname=appdb user=app ssl
 fi
 grep -q 'no pg_hba.conf entry for host "127.0.0.1", user "app", database "appdb", no encryption' <<<"$out" \
   || fail "plaintext refusal said: $out"
+
+# A Unix socket needs no TLS, as with PostgreSQL's "local" lines.
+out=$(run_psql s3cret -d "host=$tmp port=$port dbname=appdb user=app" -c "SELECT 'unix'") || fail "Unix socket login failed: $out"
+[ "$out" = unix ] || fail "Unix socket printed: $out"
 
 # CVE-2021-23222: SSLRequest and a StartupMessage in one write: 08P01, never 'S'.
 /usr/bin/python3 - "$port" <<'PY' || fail "bytes after SSLRequest were not refused"

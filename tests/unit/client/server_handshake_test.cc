@@ -370,6 +370,18 @@ TEST_CASE("with TLS allowed, plaintext logins still work and GSSENCRequest is st
   CHECK(RunScram(d, "s3cret") == Event::kAuthenticated);
 }
 
+TEST_CASE("on a Unix socket TLS is neither offered nor required, as PostgreSQL") {
+  std::string ssl;
+  pr::Encode(pr::SslRequest{}, ssl);
+  Driver d(TlsConfig(true));
+  d.hs.set_unix_socket();
+  REQUIRE(d.Feed(ssl) == Event::kNeedMore);
+  CHECK(d.written == "N");
+  d.written.clear();
+  REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}})) == Event::kNeedMore);
+  CHECK(RunScram(d, "s3cret") == Event::kAuthenticated);
+}
+
 HandshakeConfig TwoUsersConfig() {
   HandshakeConfig c = Config();
   c.other_users.emplace("reporting", *auth::MakeScramVerifier("r3ports", "fedcba9876543210", 4096));
