@@ -390,7 +390,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // origin's parameters, BackendKeyData and ReadyForQuery. False: closed.
   asio::awaitable<bool> Handshake() {
     using Event = client::ServerHandshake::Event;
-    client::ServerHandshake hs(impl_->handshake_config);
+    // Aliases the Impl's config: no per-connection copy of the users.
+    client::ServerHandshake hs(std::shared_ptr<const client::HandshakeConfig>(impl_, &impl_->handshake_config));
     hs.set_peer_host(peer_.host);
     if (peer_.unix_socket) hs.set_unix_socket();
     for (;;) {

@@ -30,7 +30,10 @@ bool ReplicationRequested(std::string_view value) {
 
 }  // namespace
 
-ServerHandshake::ServerHandshake(HandshakeConfig config) : config_(std::move(config)) {}
+ServerHandshake::ServerHandshake(HandshakeConfig config)
+    : config_(std::make_shared<const HandshakeConfig>(std::move(config))) {}
+
+ServerHandshake::ServerHandshake(std::shared_ptr<const HandshakeConfig> config) : config_(std::move(config)) {}
 
 void ServerHandshake::SetState(State next) {
   // Forward only; the terminal states are final.
@@ -144,7 +147,7 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
       return false;
     }
     refused = true;
-    if (ssl && config_.offer_tls && !encrypted_) {
+    if (ssl && offer_tls() && !encrypted_) {
       if (!rest.empty()) {
         // What PostgreSQL 14.1+ says (CVE-2021-23222): these bytes were not
         // protected by the TLS the client asked for, and may be injected.
@@ -209,7 +212,7 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
     return false;
   }
   if (!has_database || database_.empty()) database_ = user_;
-  if (config_.require_tls && !encrypted_) {
+  if (require_tls() && !encrypted_) {
     // PostgreSQL with only hostssl lines in pg_hba.conf; checked before
     // authentication, so it says nothing about whether the user exists.
     Fail(step, kSqlStateInvalidAuthorization,
@@ -233,19 +236,19 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   // unknown database is reported only after a successful authentication.
   const auth::ScramVerifier* verifier = FindVerifier();
   known_user_ = verifier != nullptr;
-  known_database_ = database_ == config_.database;
+  known_database_ = database_ == config_->database;
   auth::ScramServer::Options options;
   if (known_user_) {
     options.verifier = *verifier;
   } else {
-    options.verifier = auth::MakeMockScramVerifier(user_, config_.mock_secret);
+    options.verifier = auth::MakeMockScramVerifier(user_, config_->mock_secret);
     // The Client's own count, so that server-first does not tell an
     // unknown user from the Client's user (PostgreSQL's mock uses its
     // scram_iterations the same way).
-    options.verifier.iterations = config_.verifier.iterations;
+    options.verifier.iterations = config_->verifier.iterations;
   }
   options.always_fail = !known_user_;
-  options.server_nonce = config_.server_nonce;
+  options.server_nonce = config_->server_nonce;
   absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(std::move(options));
   if (!scram.ok()) {
     Fail(step, kSqlStateConnectionFailure, "could not start SCRAM authentication");
@@ -259,9 +262,9 @@ void ServerHandshake::BeginAuthentication(Step& step) {
 }
 
 const auth::ScramVerifier* ServerHandshake::FindVerifier() const {
-  if (user_ == config_.user) return &config_.verifier;
-  auto it = config_.other_users.find(user_);
-  return it == config_.other_users.end() ? nullptr : &it->second;
+  if (user_ == config_->user) return &config_->verifier;
+  auto it = config_->other_users.find(user_);
+  return it == config_->other_users.end() ? nullptr : &it->second;
 }
 
 bool ServerHandshake::OnSaslMessage(std::string_view payload, Step& step) {

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -104,6 +105,8 @@ class ServerHandshake {
   };
 
   explicit ServerHandshake(HandshakeConfig config);
+  // Shares the Client's config (no copy of its users per connection).
+  explicit ServerHandshake(std::shared_ptr<const HandshakeConfig> config);
 
   // Consumes what it can of `input` (bytes received and not yet consumed)
   // and reports the next thing to do. After a terminal event (kAuthenticated,
@@ -117,10 +120,7 @@ class ServerHandshake {
   void set_peer_host(std::string host) { peer_host_ = std::move(host); }
   // A Unix-domain connection: as PostgreSQL, SSLRequest gets 'N' and
   // plaintext is fine (pg_hba.conf "local" lines know no hostssl).
-  void set_unix_socket() {
-    config_.offer_tls = false;
-    config_.require_tls = false;
-  }
+  void set_unix_socket() { unix_socket_ = true; }
   bool encrypted() const { return encrypted_; }
 
   State state() const { return state_; }
@@ -150,7 +150,11 @@ class ServerHandshake {
   // A SCRAM failure: 28P01 for a bad proof, 08P01 for anything malformed.
   void FailScram(Step& step, const absl::Status& status);
 
-  HandshakeConfig config_;
+  bool offer_tls() const { return config_->offer_tls && !unix_socket_; }
+  bool require_tls() const { return config_->require_tls && !unix_socket_; }
+
+  std::shared_ptr<const HandshakeConfig> config_;
+  bool unix_socket_ = false;
   State state_ = State::kStartup;
   bool ssl_refused_ = false;
   bool gss_refused_ = false;
