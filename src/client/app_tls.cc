@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -38,6 +39,7 @@ struct Relay {
       : tls(std::move(tls_in)), inner(executor), drain_timer(executor) {}
 
   void CloseAll() {
+    closed = true;
     asio::error_code ec;
     inner.close(ec);
     tls.socket().close(ec);
@@ -47,6 +49,7 @@ struct Relay {
   tls::TlsStream tls;
   asio::local::stream_protocol::socket inner;
   asio::steady_timer drain_timer;
+  bool closed = false;  // CloseAll() ran: nothing left to drain
 };
 
 // App -> session: decrypted bytes onto the socketpair. Ends when the app
@@ -76,6 +79,7 @@ asio::awaitable<void> SessionToApp(std::shared_ptr<Relay> relay) {
       co_return;
     }
   }
+  if (relay->closed) co_return;
   asio::error_code ignored;
   relay->tls.socket().shutdown(tcp::socket::shutdown_send, ignored);
   relay->drain_timer.expires_after(kDrainTimeout);
@@ -85,6 +89,10 @@ asio::awaitable<void> SessionToApp(std::shared_ptr<Relay> relay) {
 }
 
 }  // namespace
+
+struct TlsAbortAccess {
+  static std::function<void()>& Of(TlsAbort& abort) { return abort.abort_; }
+};
 
 Peer PeerAddress(const tcp::socket& socket) {
   asio::error_code ec;
@@ -101,8 +109,7 @@ Peer PeerAddress(const tcp::socket& socket) {
 }
 
 asio::awaitable<absl::StatusOr<tcp::socket>> AcceptAppTls(tcp::socket socket, const tls::ServerContext& context,
-                                                         std::string_view answer,
-                                                         std::chrono::milliseconds timeout) {
+                                                         std::string_view answer, TlsAbort& abort) {
   asio::any_io_executor executor = socket.get_executor();
   auto [wec, wn] = co_await asio::async_write(socket, asio::buffer(answer.data(), answer.size()), kAsTuple);
   if (wec) co_return absl::UnavailableError(absl::StrCat("answering SSLRequest: ", wec.message()));
@@ -110,19 +117,17 @@ asio::awaitable<absl::StatusOr<tcp::socket>> AcceptAppTls(tcp::socket socket, co
   if (!stream.ok()) co_return stream.status();
   auto relay = std::make_shared<Relay>(*std::move(stream), executor);
 
-  // The session's login watchdog cannot reach this socket: bound the
-  // handshake here.
-  auto expired = std::make_shared<bool>(false);
-  asio::steady_timer deadline(executor, timeout);
-  deadline.async_wait([relay, expired](asio::error_code ec) {
-    if (ec) return;
-    *expired = true;
+  // The session's socket_ is not this one during the handshake: its login
+  // watchdog and Stop() reach it through `abort`.
+  bool aborted = false;
+  TlsAbortAccess::Of(abort) = [raw = relay.get(), &aborted] {
+    aborted = true;
     asio::error_code ignored;
-    relay->tls.socket().cancel(ignored);
-  });
+    raw->tls.socket().close(ignored);
+  };
   absl::Status handshake = co_await relay->tls.Handshake();
-  deadline.cancel();
-  if (*expired) co_return absl::DeadlineExceededError("TLS handshake timed out");
+  TlsAbortAccess::Of(abort) = nullptr;
+  if (aborted) co_return absl::UnavailableError("TLS handshake aborted (login timeout or shutdown)");
   if (!handshake.ok()) co_return absl::UnavailableError(handshake.message());
 
   int fds[2];

@@ -13,7 +13,8 @@
 #ifndef HYPERPOOL_CLIENT_APP_TLS_H_
 #define HYPERPOOL_CLIENT_APP_TLS_H_
 
-#include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -34,16 +35,29 @@ struct Peer {
 };
 Peer PeerAddress(const asio::ip::tcp::socket& socket);
 
-// Writes `answer` ("S") on `socket`, runs the TLS server handshake (bounded
-// by `timeout`) and starts the relay. The returned socket is bound to
-// `socket`'s executor; closing it ends the TLS connection (after a TCP FIN
-// and up to 2 s of draining, so the app reads every byte written before).
-// Errors: Unavailable (the app went away or the handshake failed, with the
-// library's reason), DeadlineExceeded (timeout).
+// How the session stops a handshake in progress (its login timeout,
+// Client::Stop): Abort() closes the socket under TLS. Use it on the
+// session's executor; a no-op before and after the handshake.
+class TlsAbort {
+ public:
+  void Abort() {
+    if (abort_) abort_();
+  }
+
+ private:
+  friend struct TlsAbortAccess;
+  std::function<void()> abort_;
+};
+
+// Writes `answer` ("S") on `socket`, runs the TLS server handshake (until it
+// ends or `abort` is used) and starts the relay. The returned socket is
+// bound to `socket`'s executor; closing it ends the TLS connection (after a
+// TCP FIN and up to 2 s of draining, so the app reads every byte written
+// before). Errors: Unavailable (the app went away, the handshake failed
+// with the library's reason, or it was aborted).
 asio::awaitable<absl::StatusOr<asio::ip::tcp::socket>> AcceptAppTls(asio::ip::tcp::socket socket,
                                                                     const tls::ServerContext& context,
-                                                                    std::string_view answer,
-                                                                    std::chrono::milliseconds timeout);
+                                                                    std::string_view answer, TlsAbort& abort);
 
 }  // namespace hyperpool::client
 

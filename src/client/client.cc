@@ -338,6 +338,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   }
 
   void CloseSocket() {
+    tls_abort_.Abort();  // a TLS handshake in progress holds the real socket
     asio::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -428,8 +429,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         }
         asio::any_io_executor ex = socket_.get_executor();
         absl::StatusOr<tcp::socket> inner =
-            co_await client::AcceptAppTls(std::move(socket_), *impl_->app_tls, step.output,
-                                          impl_->options.handshake_timeout);
+            co_await client::AcceptAppTls(std::move(socket_), *impl_->app_tls, step.output, tls_abort_);
         socket_ = inner.ok() ? *std::move(inner) : tcp::socket(ex);
         if (!inner.ok()) {
           LogRefused(fmt::format("TLS handshake failed: {}", std::string(inner.status().message())));
@@ -1055,6 +1055,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   const client::Peer peer_;  // the app's address, for the logs
   const std::chrono::steady_clock::time_point started_;
   bool logged_in_ = false;  // ReadyForQuery of the login sent
+  client::TlsAbort tls_abort_;  // armed only during the TLS handshake
   asio::steady_timer watchdog_;
   asio::steady_timer idle_timer_;
   uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
