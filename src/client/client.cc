@@ -186,7 +186,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
  public:
   // The session's life. Change it only through SetState().
   enum class State {
-    kStartup,         // waiting for StartupMessage (SSLRequest/GSSENCRequest refused with 'N')
+    kStartup,         // waiting for StartupMessage (SSLRequest: 'S' and TLS when configured, else 'N')
     kAuthenticating,  // SCRAM-SHA-256 exchange in progress
     kAwaitingParams,  // authenticated; waiting for the origin's parameters (first app of a Client)
     kIdle,            // ReadyForQuery sent and nothing outstanding (the link may not exist yet)

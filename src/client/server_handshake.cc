@@ -141,12 +141,12 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
   }
   if (std::holds_alternative<pr::SslRequest>(*packet) || std::holds_alternative<pr::GssEncRequest>(*packet)) {
     const bool ssl = std::holds_alternative<pr::SslRequest>(*packet);
-    bool& refused = ssl ? ssl_refused_ : gss_refused_;
-    if (refused) {
+    bool& answered = ssl ? ssl_answered_ : gss_answered_;
+    if (answered) {
       Fail(step, kSqlStateProtocolViolation, ssl ? "duplicate SSLRequest" : "duplicate GSSENCRequest");
       return false;
     }
-    refused = true;
+    answered = true;
     if (ssl && offer_tls() && !encrypted_) {
       if (!rest.empty()) {
         // What PostgreSQL 14.1+ says (CVE-2021-23222): these bytes were not

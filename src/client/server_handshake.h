@@ -21,7 +21,11 @@
 //   verifier and gets the same 28P01 as a wrong password; an unknown
 //   database is reported (3D000) only after a successful authentication;
 // - during authentication any message whose tag is not 'p' fails at once
-//   with 08P01, before its length is even known.
+//   with 08P01, before its length is even known;
+// - SSLRequest gets 'S' when TLS is offered (the session then runs the TLS
+//   handshake), else 'N'; bytes sent together with it get 08P01 "received
+//   unencrypted data after SSL request" (CVE-2021-23222); with require_tls a
+//   plaintext StartupMessage gets 28000 "... no encryption".
 #ifndef HYPERPOOL_CLIENT_SERVER_HANDSHAKE_H_
 #define HYPERPOOL_CLIENT_SERVER_HANDSHAKE_H_
 
@@ -156,8 +160,8 @@ class ServerHandshake {
   std::shared_ptr<const HandshakeConfig> config_;
   bool unix_socket_ = false;
   State state_ = State::kStartup;
-  bool ssl_refused_ = false;
-  bool gss_refused_ = false;
+  bool ssl_answered_ = false;
+  bool gss_answered_ = false;
   bool encrypted_ = false;
   std::string peer_host_;
   bool known_user_ = false;
