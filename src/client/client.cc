@@ -398,7 +398,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     for (;;) {
       client::ServerHandshake::Step step = hs.Advance(in_.view());
       in_.Consume(step.consumed);
-      if (!step.log.empty()) LogRefused(step.log);
+      if (!step.log.empty()) LogRefused(step.log, step.auth_failed);
       if (step.event == Event::kNeedMore) {
         if (!step.output.empty()) co_await Write(step.output);
         if (hs.state() != client::ServerHandshake::State::kStartup && state_ == State::kStartup) {
@@ -1044,10 +1044,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // A connection refused or closed during the handshake (ServerHandshake's
   // reason); a failed password at warn, as PostgreSQL logs it at FATAL.
-  void LogRefused(std::string_view reason) {
-    const bool auth = reason.find("authentication failed") != std::string_view::npos;
-    impl_->logger->Log(auth ? LogLevel::kWarn : LogLevel::kInfo, auth ? "auth_failed" : "connection_refused",
-                       {{"client", peer_.text}, {"reason", reason}});
+  void LogRefused(std::string_view reason, bool auth_failed = false) {
+    impl_->logger->Log(auth_failed ? LogLevel::kWarn : LogLevel::kInfo,
+                       auth_failed ? "auth_failed" : "connection_refused", {{"client", peer_.text}, {"reason", reason}});
   }
 
   std::shared_ptr<Client::Impl> impl_;

@@ -53,6 +53,7 @@ void ServerHandshake::FailScram(Step& step, const absl::Status& status) {
     // The same bytes whether the user exists or not (no user enumeration).
     std::string message = absl::StrCat("password authentication failed for user \"", user_, "\"");
     step.log = message;
+    step.auth_failed = true;
     Fail(step, kSqlStateInvalidPassword, message);
   } else {
     Fail(step, kSqlStateProtocolViolation, std::string(status.message()));

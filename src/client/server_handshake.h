@@ -106,6 +106,9 @@ class ServerHandshake {
     std::string output;
     // For the log: why the connection is closed (empty when nothing notable).
     std::string log;
+    // The close is a failed password or an unknown user (28P01): logged as
+    // auth_failed, at warn.
+    bool auth_failed = false;
   };
 
   explicit ServerHandshake(HandshakeConfig config);

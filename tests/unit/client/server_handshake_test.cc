@@ -48,6 +48,7 @@ struct Driver {
   std::string pending;  // bytes "received", not yet consumed
   std::string written;  // everything the handshake asked to write
   std::vector<Event> events;
+  bool auth_failed = false;  // some step said so
 
   // Feeds `bytes` (all at once, or one byte per Advance when `bytewise`) and
   // runs until it needs more or reaches a final event.
@@ -66,6 +67,7 @@ struct Driver {
         pending.erase(0, s.consumed);
         written += s.output;
         events.push_back(s.event);
+        auth_failed = auth_failed || s.auth_failed;
         if (s.event == Event::kEncryptionRefused) continue;
         if (s.event != Event::kNeedMore) return s.event;
         // Progress is guaranteed: it never asks for bytes it already has.
@@ -351,6 +353,7 @@ TEST_CASE("with TLS required, a plaintext StartupMessage gets FATAL 28000 before
   Driver d(TlsConfig(true));
   d.hs.set_peer_host("192.0.2.7");
   REQUIRE(d.Feed(Startup({{"user", user}, {"database", "appdb"}})) == Event::kClose);
+  CHECK_FALSE(d.auth_failed);
   auto m = d.LastWritten();
   REQUIRE(m);
   CHECK(m->first == 'E');
@@ -412,6 +415,9 @@ TEST_CASE("with several users, a wrong password and an unknown user get identica
   CHECK(wrong_end == Event::kClose);
   CHECK(unknown_end == Event::kClose);
   CHECK(wrong.events == unknown.events);
+  // Both are logged as auth_failed.
+  CHECK(wrong.auth_failed);
+  CHECK(unknown.auth_failed);
   auto a = wrong.LastWritten();
   auto b = unknown.LastWritten();
   REQUIRE(a);
