@@ -4,7 +4,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "hyperpool/log.h"
 
 namespace hyperpool {
 
@@ -84,6 +88,10 @@ struct EndpointOptions {
   // idle-in-transaction timeout"; its origin connection is closed (the origin
   // rolls back) and the pool slot is free again. Zero: off.
   std::chrono::milliseconds idle_in_transaction_timeout{0};
+  // Event logs (hyperpool/log.h): origin_connect / origin_close (with the
+  // origin backend's pid) under log_connections / log_disconnections, and
+  // origin_connect_failed; null: Logger::Default().
+  std::shared_ptr<const Logger> logger;
 };
 
 struct ClientOptions {
@@ -124,6 +132,32 @@ struct ClientOptions {
   // <listen_unix_dir>/.s.PGSQL.<port> (port: the TCP listener's), as
   // PostgreSQL does, mode 0777; the socket file is removed by Stop().
   std::string listen_unix_dir;
+
+  // More app users besides `user` (docs/architecture.md, "App users"). Each
+  // logs in with SCRAM-SHA-256 against its own verifier and reaches the same
+  // origin role as `user`; a name not listed gets the same 28P01 as a wrong
+  // password.
+  struct AppUser {
+    std::string name;
+    // PostgreSQL's stored form, "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>"
+    // (pg_authid.rolpassword); or empty and `password` set.
+    std::string scram_verifier;
+    std::string password;
+  };
+  std::vector<AppUser> users;
+
+  // TLS towards applications (docs/architecture.md, "TLS towards
+  // applications"): with a certificate and key (PEM files), an SSLRequest is
+  // answered 'S' and the login continues inside TLS; without, 'N'.
+  std::string ssl_cert_file;
+  std::string ssl_key_file;
+  // With a certificate: refuse a login that is not inside TLS with FATAL
+  // 28000, as PostgreSQL with only hostssl lines in pg_hba.conf. Otherwise
+  // plaintext is allowed too (the connection string stays plaintext).
+  bool ssl_required = false;
+
+  // Event logs (hyperpool/log.h); null: Logger::Default().
+  std::shared_ptr<const Logger> logger;
 };
 
 }  // namespace hyperpool

@@ -203,6 +203,13 @@ std::optional<std::string> ApplyClientOption(std::string_view name, const std::s
     std::optional<std::chrono::milliseconds> d = ParseDuration(value);
     if (!d) return "--client-idle-timeout needs seconds (or Nms; 0 = off)";
     options.idle_timeout = *d;
+  } else if (name == "--ssl-cert") {
+    options.ssl_cert_file = value;
+  } else if (name == "--ssl-key") {
+    options.ssl_key_file = value;
+  } else if (name == "--ssl-mode") {
+    if (value != "allow" && value != "require") return "--ssl-mode is allow or require";
+    options.ssl_required = value == "require";
   } else if (name == "--max-message-size") {
     std::optional<uint64_t> bytes = ParseSize(value);
     // At least room for a Query of a few bytes; at most PostgreSQL's 1 GiB.
@@ -215,5 +222,26 @@ std::optional<std::string> ApplyClientOption(std::string_view name, const std::s
   }
   return std::string();
 }
+
+std::optional<std::string> ApplyLogOption(std::string_view name, const std::string& value, LoggerOptions& options) {
+  if (name == "--log-format") {
+    absl::StatusOr<LogFormat> format = ParseLogFormat(value);
+    if (!format.ok()) return "--log-format is text or json";
+    options.format = *format;
+  } else if (name == "--log-level") {
+    absl::StatusOr<LogLevel> level = ParseLogLevel(value);
+    if (!level.ok()) return "--log-level is debug, info, warn or error";
+    options.level = *level;
+  } else if (name == "--log-connections" || name == "--log-disconnections") {
+    // A bare flag on the command line; true/false from the config file.
+    if (value != "" && value != "true" && value != "false") return fmt::format("{} takes no value", name);
+    (name == "--log-connections" ? options.log_connections : options.log_disconnections) = value != "false";
+  } else {
+    return std::nullopt;
+  }
+  return std::string();
+}
+
+bool IsBareLogFlag(std::string_view name) { return name == "--log-connections" || name == "--log-disconnections"; }
 
 }  // namespace hyperpool::cli

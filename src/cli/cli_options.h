@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "hyperpool/log.h"
 #include "hyperpool/options.h"
 
 namespace hyperpool::cli {
@@ -55,8 +56,13 @@ std::optional<std::string> ApplyEndpointOption(std::string_view name, const std:
                                                EndpointOptions& options);
 // The Client's: --listen, --listen-unix, --user, --password, --password-file, --database, --threads,
 // --client-login-timeout, --client-idle-timeout, --max-message-size,
-// --cache-max-age, --cache-swr (its own tier).
+// --cache-max-age, --cache-swr (its own tier), --ssl-cert, --ssl-key, --ssl-mode.
 std::optional<std::string> ApplyClientOption(std::string_view name, const std::string& value,
                                              ClientOptions& options, unsigned& threads);
+// The event log's: --log-format, --log-level, --log-connections,
+// --log-disconnections (the last two bare flags: value "" or true/false).
+std::optional<std::string> ApplyLogOption(std::string_view name, const std::string& value, LoggerOptions& options);
+// --log-connections and --log-disconnections take no value on the command line.
+bool IsBareLogFlag(std::string_view name);
 
 }  // namespace hyperpool::cli

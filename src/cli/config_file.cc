@@ -45,7 +45,17 @@ constexpr KeySpec kKeys[] = {
     {"cache.enabled", Type::kBool, "--no-cache"},
     {"cache.max_age_s", Type::kInteger, "--cache-max-age"},
     {"cache.swr_s", Type::kInteger, "--cache-swr"},
+    {"tls.cert", Type::kString, "--ssl-cert"},
+    {"tls.key", Type::kString, "--ssl-key"},
+    {"tls.mode", Type::kString, "--ssl-mode"},
+    {"log.format", Type::kString, "--log-format"},
+    {"log.level", Type::kString, "--log-level"},
+    {"log.connections", Type::kBool, "--log-connections"},
+    {"log.disconnections", Type::kBool, "--log-disconnections"},
 };
+
+// [users]: any name, so not in kKeys.
+constexpr std::string_view kUsersSection = "users";
 
 const KeySpec* FindKey(std::string_view key) {
   for (const KeySpec& spec : kKeys) {
@@ -55,6 +65,7 @@ const KeySpec* FindKey(std::string_view key) {
 }
 
 bool IsSection(std::string_view name) {
+  if (name == kUsersSection) return true;
   for (const KeySpec& spec : kKeys) {
     if (spec.key.size() > name.size() && spec.key.substr(0, name.size()) == name && spec.key[name.size()] == '.') {
       return true;
@@ -113,6 +124,8 @@ class Parser {
       has_password_ = true;
     } else if (key == "cache.enabled") {
       if (value == "false") out_.settings.push_back({std::string(spec->flag), "", where});
+    } else if (key == "log.connections" || key == "log.disconnections") {
+      out_.settings.push_back({std::string(spec->flag), value, where});
     } else {
       out_.settings.push_back({std::string(spec->flag), value, where});
     }
@@ -125,6 +138,10 @@ class Parser {
       if (node.is_table()) {
         if (!prefix.empty() || !IsSection(key)) {
           return absl::InvalidArgumentError(fmt::format("{}: unknown section", Where(name_, node, key)));
+        }
+        if (key == kUsersSection) {
+          if (absl::Status s = Users(*node.as_table()); !s.ok()) return s;
+          continue;
         }
         if (absl::Status s = Table(key, *node.as_table()); !s.ok()) return s;
         continue;
@@ -140,6 +157,44 @@ class Parser {
   bool has_password() const { return has_password_; }
 
  private:
+  // [users]: name = "SCRAM-SHA-256$..." (PostgreSQL's stored verifier), or
+  // name = { password_file = "FILE" } (first line; mode 0600).
+  absl::Status Users(const toml::table& table) {
+    for (const auto& [k, node] : table) {
+      const std::string name(k.str());
+      const std::string where = Where(name_, node, fmt::format("users.{}", name));
+      ConfigUser user{name, "", "", where};
+      if (const auto* text = node.as_string()) {
+        user.scram_verifier = **text;
+        if (user.scram_verifier.rfind("SCRAM-SHA-256$", 0) != 0) {
+          return absl::InvalidArgumentError(fmt::format(
+              "{}: must be a SCRAM-SHA-256 verifier as PostgreSQL stores it, or {{ password_file = \"FILE\" }}",
+              where));
+        }
+      } else if (const auto* fields = node.as_table()) {
+        for (const auto& [field, value] : *fields) {
+          const std::string field_where = fmt::format("{}.{}", where, field.str());
+          if (field.str() == "password_file" && value.is_string()) {
+            user.password_file = **value.as_string();
+          } else if (field.str() == "verifier" && value.is_string()) {
+            user.scram_verifier = **value.as_string();
+          } else {
+            return absl::InvalidArgumentError(
+                fmt::format("{}: unknown key or not a string (password_file, verifier)", field_where));
+          }
+        }
+        if (user.password_file.empty() == user.scram_verifier.empty()) {
+          return absl::InvalidArgumentError(fmt::format("{}: needs exactly one of password_file, verifier", where));
+        }
+      } else {
+        return absl::InvalidArgumentError(
+            fmt::format("{}: must be a verifier string or {{ password_file = \"FILE\" }}", where));
+      }
+      out_.users.push_back(std::move(user));
+    }
+    return absl::OkStatus();
+  }
+
   static absl::Status WrongType(const std::string& where, const KeySpec& spec) {
     return absl::InvalidArgumentError(fmt::format("{}: must be {}", where, TypeName(spec.type)));
   }
@@ -188,6 +243,7 @@ absl::StatusOr<ConfigFile> LoadConfigFile(const std::string& path) {
 std::vector<std::string> ConfigKeys() {
   std::vector<std::string> keys;
   for (const KeySpec& spec : kKeys) keys.emplace_back(spec.key);
+  keys.emplace_back("users.<name>");
   return keys;
 }
 

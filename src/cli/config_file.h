@@ -20,12 +20,22 @@ struct ConfigSetting {
   std::string where;  // "FILE:LINE: pool.size", to prefix errors with
 };
 
+// One entry of [users] (an app user, ClientOptions::AppUser).
+struct ConfigUser {
+  std::string name;
+  std::string scram_verifier;  // PostgreSQL's stored form, or empty
+  std::string password_file;   // or a file holding the password
+  std::string where;           // "FILE:LINE: users.NAME"
+};
+
 struct ConfigFile {
   std::vector<ConfigSetting> settings;  // sorted by key (toml++ tables are ordered maps)
   // Passwords the file holds inline (flags can never carry them: argv is
   // public). Empty when absent.
   std::string origin_password;
   std::string client_password;
+  // [users], sorted by name (toml++ tables are ordered maps).
+  std::vector<ConfigUser> users;
   // Warnings to print (a file holding a password that group or others can read).
   std::vector<std::string> warnings;
 };

@@ -83,6 +83,8 @@ Options:
                           hold at most N connections beyond --pool-size (default pool-size/4, >= 1)
   --pinned-idle-timeout S close a pinned session idle for S seconds (default 600, 0 = never)
   --no-cache              turn the Endpoint's query-cache tier off
+  --log-format, --log-level, --log-connections, --log-disconnections
+                          event logs as for serve (origin_connect/origin_close with the backend pid)
   --cache-max-age S       seconds a cached result is served fresh (default 60, at most 3600)
   --cache-swr S           seconds a stale result is served while one refresh runs (default 15)
   --help                  print this help
@@ -136,6 +138,10 @@ Options:
   --max-message-size N    largest message an application may send, in bytes (suffix K, M,
                           G; default 64M); larger ones get FATAL 54000
   --no-cache              turn the Client's query-cache tier off
+  --ssl-cert FILE, --ssl-key FILE, --ssl-mode allow|require
+                          TLS towards applications (as for serve)
+  --log-format, --log-level, --log-connections, --log-disconnections
+                          event logs as for serve (session_start/session_end)
   --cache-max-age S       at most this many seconds for a locally cached result (default 60)
   --cache-swr S           as for serve (default 15)
   --help                  print this help
@@ -305,6 +311,7 @@ int RunEndpoint(int argc, char** argv) {
   constexpr std::string_view kCommand = "endpoint";
   auto usage_error = [&](const std::string& message) { return UsageError(kCommand, kEndpointUsage, message); };
   EndpointOptions options;
+  LoggerOptions log;
   if (const char* env = std::getenv("HYPERPOOL_ORIGIN")) options.origin = env;
   LinkListenerOptions listen;
   listen.host.clear();
@@ -322,10 +329,18 @@ int RunEndpoint(int argc, char** argv) {
       options.cache.enabled = false;
       continue;
     }
+    if (IsBareLogFlag(name)) {
+      (void)ApplyLogOption(name, "", log);
+      continue;
+    }
     std::string value;
     if (!args.Value(value)) return usage_error(fmt::format("option {} needs a value", std::string(name)));
     if (auto applied = ApplyEndpointOption(name, value, options)) {
       if (!applied->empty()) return usage_error(*applied);
+      continue;
+    }
+    if (auto log_applied = ApplyLogOption(name, value, log)) {
+      if (!log_applied->empty()) return usage_error(*log_applied);
       continue;
     }
     uint64_t number = 0;
@@ -359,6 +374,7 @@ int RunEndpoint(int argc, char** argv) {
   if (!secret.ok()) return usage_error(std::string(secret.status().message()));
   listen.link_secret = *std::move(secret);
   listen.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
+  options.logger = std::make_shared<const Logger>(std::move(log));
 
   asio::io_context signals_io(1);
   asio::signal_set signals(signals_io, SIGINT, SIGTERM);
@@ -454,6 +470,7 @@ int RunClient(int argc, char** argv) {
   constexpr std::string_view kCommand = "client";
   auto usage_error = [&](const std::string& message) { return UsageError(kCommand, kClientUsage, message); };
   RemoteConnectOptions options;
+  LoggerOptions log;
   std::string secret_file;
   std::vector<std::pair<std::string, uint16_t>> endpoints;
   std::string metrics_listen;
@@ -467,6 +484,10 @@ int RunClient(int argc, char** argv) {
     }
     if (name == "--no-cache") {
       options.client.cache.enabled = false;
+      continue;
+    }
+    if (IsBareLogFlag(name)) {
+      (void)ApplyLogOption(name, "", log);
       continue;
     }
     std::string value;
@@ -508,6 +529,8 @@ int RunClient(int argc, char** argv) {
       options.endpoint.connect_timeout = std::chrono::milliseconds(number);
     } else if (auto applied = ApplyClientOption(name, value, options.client, options.threads)) {
       if (!applied->empty()) return usage_error(*applied);
+    } else if (auto log_applied = ApplyLogOption(name, value, log)) {
+      if (!log_applied->empty()) return usage_error(*log_applied);
     } else {
       return usage_error(fmt::format("unknown option {}", std::string(name)));
     }
@@ -523,6 +546,7 @@ int RunClient(int argc, char** argv) {
   options.endpoint.host = endpoints[0].first;
   options.endpoint.port = endpoints[0].second;
   options.endpoint.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
+  options.client.logger = std::make_shared<const Logger>(std::move(log));
   std::string where = FormatHostPort(options.endpoint.host, options.endpoint.port);
   if (endpoints.size() > 1) {
     // The first sessions should already go to the measured choice: wait for

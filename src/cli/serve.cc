@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,6 +72,15 @@ Options:
   --max-message-size N    largest message an application may send, in bytes (suffix K, M,
                           G; default 64M); larger ones get FATAL 54000
   --no-cache              turn the query cache off (both tiers; it is on by default)
+  --ssl-cert FILE         TLS towards applications: PEM certificate chain (with --ssl-key);
+                          SSLRequest is then answered 'S' (else 'N')
+  --ssl-key FILE          its PEM private key
+  --ssl-mode MODE         allow (default: TLS or plaintext) or require (a plaintext login
+                          gets FATAL 28000, as a pg_hba.conf with only hostssl lines)
+  --log-format FORMAT     event log lines as text (key=value, default) or json
+  --log-level LEVEL       debug, info (default), warn or error
+  --log-connections       log session_start after each login (off by default, like PostgreSQL)
+  --log-disconnections    log session_end with the session's duration (off by default)
   --cache-max-age S       seconds a cached result is served fresh (default 60, at most 3600)
   --cache-swr S           seconds a stale result is served while one refresh runs (default 15)
   --help                  print this help
@@ -99,8 +109,8 @@ std::optional<std::string> CollectArgs(int argc, char** argv, std::string& confi
       help = true;
       return std::nullopt;
     }
-    if (arg == "--no-cache") {
-      settings.push_back({"--no-cache", "", ""});
+    if (arg == "--no-cache" || IsBareLogFlag(arg)) {
+      settings.push_back({std::string(arg), "", ""});
       continue;
     }
     std::string value;
@@ -122,15 +132,33 @@ std::optional<std::string> CollectArgs(int argc, char** argv, std::string& confi
   return std::nullopt;
 }
 
+// [users] of the config file as the Client's app users.
+std::optional<std::string> ApplyConfigUsers(const std::vector<ConfigUser>& users, ClientOptions& options) {
+  for (const ConfigUser& user : users) {
+    ClientOptions::AppUser app{user.name, user.scram_verifier, ""};
+    if (!user.password_file.empty()) {
+      absl::StatusOr<std::string> password = ReadPasswordFile(user.password_file);
+      if (!password.ok()) return fmt::format("{}: {}", user.where, std::string(password.status().message()));
+      app.password = *std::move(password);
+    }
+    options.users.push_back(std::move(app));
+  }
+  return std::nullopt;
+}
+
 // Applies one setting to both halves' options; returns the error to print.
 std::optional<std::string> ApplyServeSetting(const ConfigSetting& setting, ConnectOptions& options,
-                                             std::string& metrics_listen) {
+                                             std::string& metrics_listen, LoggerOptions& log) {
   auto located = [&](const std::string& message) {
     return setting.where.empty() ? message : fmt::format("{}: {}", setting.where, message);
   };
   if (setting.flag == "--no-cache") {
     options.endpoint.cache.enabled = false;
     options.client.cache.enabled = false;
+    return std::nullopt;
+  }
+  if (std::optional<std::string> log_error = ApplyLogOption(setting.flag, setting.value, log)) {
+    if (!log_error->empty()) return located(*log_error);
     return std::nullopt;
   }
   if (setting.flag == "--metrics-listen") {
@@ -164,24 +192,29 @@ int Serve(int argc, char** argv) {
     return 0;
   }
   std::string metrics_listen;
+  LoggerOptions log;
   bool args_set_origin_password = false;
   if (!config_path.empty()) {
     absl::StatusOr<ConfigFile> config = LoadConfigFile(config_path);
     if (!config.ok()) return UsageError(std::string(config.status().message()));
     for (const std::string& warning : config->warnings) LogLine(fmt::format("warning: {}", warning));
     for (const ConfigSetting& setting : config->settings) {
-      if (auto error = ApplyServeSetting(setting, options, metrics_listen)) return UsageError(*error);
+      if (auto error = ApplyServeSetting(setting, options, metrics_listen, log)) return UsageError(*error);
     }
+    if (auto error = ApplyConfigUsers(config->users, options.client)) return UsageError(*error);
     options.endpoint.origin_password = config->origin_password;
     if (!config->client_password.empty()) options.client.password = config->client_password;
   }
   for (const ConfigSetting& setting : args) {
-    if (auto error = ApplyServeSetting(setting, options, metrics_listen)) return UsageError(*error);
+    if (auto error = ApplyServeSetting(setting, options, metrics_listen, log)) return UsageError(*error);
     if (setting.flag == "--origin-password-file") args_set_origin_password = true;
   }
   // A password file named by a flag overrides a password in the config file.
   if (args_set_origin_password) options.endpoint.origin_password.clear();
   if (options.endpoint.origin.empty()) return UsageError("--origin is required");
+  // One logger for both halves, owned here (no global one).
+  options.client.logger = std::make_shared<const Logger>(std::move(log));
+  options.endpoint.logger = options.client.logger;
   if (options.endpoint.pool.min_idle > options.endpoint.pool.max_size) {
     return UsageError("--min-idle cannot exceed --pool-size");
   }

@@ -46,6 +46,8 @@
 #include <fmt/format.h>
 
 #include "cache/tier.h"
+#include "client/app_access.h"
+#include "client/app_tls.h"
 #include "client/client_cache.h"
 #include "client/client_util.h"
 #include "client/unix_listener.h"
@@ -58,6 +60,7 @@
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
 #include "protocol/codec.h"
+#include "tls/tls_context.h"
 
 namespace hyperpool {
 namespace {
@@ -142,6 +145,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // User, database, the verifier of options.password (computed once) and
   // the mock secret for unknown users: what every session's handshake needs.
   client::HandshakeConfig handshake_config;
+  // TLS offered to applications (options.ssl_cert_file); empty: SSLRequest gets 'N'.
+  std::optional<tls::ServerContext> app_tls;
+  // options.logger, or Logger::Default().
+  std::shared_ptr<const Logger> logger;
   std::string connection_string;
   asio::strand<asio::any_io_executor> accept_strand;
   tcp::acceptor acceptor;                // used on accept_strand only
@@ -185,7 +192,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
  public:
   // The session's life. Change it only through SetState().
   enum class State {
-    kStartup,         // waiting for StartupMessage (SSLRequest/GSSENCRequest refused with 'N')
+    kStartup,         // waiting for StartupMessage (SSLRequest: 'S' and TLS when configured, else 'N')
     kAuthenticating,  // SCRAM-SHA-256 exchange in progress
     kAwaitingParams,  // authenticated; waiting for the origin's parameters (first app of a Client)
     kIdle,            // ReadyForQuery sent and nothing outstanding (the link may not exist yet)
@@ -207,12 +214,20 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket)
       : impl_(std::move(impl)),
         socket_(std::move(socket)),
+        peer_(client::PeerAddress(socket_)),
+        started_(std::chrono::steady_clock::now()),
         watchdog_(socket_.get_executor()),
         idle_timer_(socket_.get_executor()),
         params_timer_(socket_.get_executor()),
         write_done_(socket_.get_executor()) {}
 
   ~ClientSession() {
+    if (logged_in_ && impl_->logger->log_disconnections()) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
+      impl_->logger->Log(LogLevel::kInfo, "session_end",
+                         {{"client", peer_.text}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
+                          {"db", database_}, {"duration_ms", std::to_string(ms.count())}});
+    }
     std::lock_guard lock(impl_->mu);
     impl_->sessions.erase(this);
     if (cancel_pid_ != 0) {
@@ -329,6 +344,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   }
 
   void CloseSocket() {
+    tls_abort_.Abort();  // a TLS handshake in progress holds the real socket
     asio::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -381,11 +397,14 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // origin's parameters, BackendKeyData and ReadyForQuery. False: closed.
   asio::awaitable<bool> Handshake() {
     using Event = client::ServerHandshake::Event;
-    client::ServerHandshake hs(impl_->handshake_config);
+    // Aliases the Impl's config: no per-connection copy of the users.
+    client::ServerHandshake hs(std::shared_ptr<const client::HandshakeConfig>(impl_, &impl_->handshake_config));
+    hs.set_peer_host(peer_.host);
+    if (peer_.unix_socket) hs.set_unix_socket();
     for (;;) {
       client::ServerHandshake::Step step = hs.Advance(in_.view());
       in_.Consume(step.consumed);
-      if (!step.log.empty()) Log(fmt::format("closing an app connection: {}", step.log));
+      if (!step.log.empty()) LogRefused(step.log, step.auth_failed);
       if (step.event == Event::kNeedMore) {
         if (!step.output.empty()) co_await Write(step.output);
         if (hs.state() != client::ServerHandshake::State::kStartup && state_ == State::kStartup) {
@@ -404,6 +423,26 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           co_return false;
         }
         co_await Write(step.output);
+        continue;
+      }
+      if (step.event == Event::kTlsAccepted) {
+        // The relay (client/app_tls.h) gives back a socket carrying the
+        // decrypted conversation; the login continues on it.
+        asio::error_code ec;
+        if (socket_.available(ec) > 0) {
+          LogRefused("received unencrypted data after SSL request");
+          co_return false;
+        }
+        asio::any_io_executor ex = socket_.get_executor();
+        absl::StatusOr<tcp::socket> inner =
+            co_await client::AcceptAppTls(std::move(socket_), *impl_->app_tls, step.output, tls_abort_);
+        socket_ = inner.ok() ? *std::move(inner) : tcp::socket(ex);
+        if (!inner.ok()) {
+          LogRefused(fmt::format("TLS handshake failed: {}", std::string(inner.status().message())));
+          SetState(State::kClosed);
+          co_return false;
+        }
+        hs.OnTlsEstablished();
         continue;
       }
       if (step.event == Event::kCancelRequest) {
@@ -456,6 +495,12 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     if (ec) co_return false;
     out_.clear();
     out_.shrink_to_fit();
+    logged_in_ = true;
+    if (impl_->logger->log_connections()) {
+      impl_->logger->Log(LogLevel::kInfo, "session_start",
+                         {{"client", peer_.text}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
+                          {"db", database_}, {"tls", hs.encrypted() ? "on" : "off"}});
+    }
     co_return true;
   }
 
@@ -1018,8 +1063,19 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     SetState(State::kClosed);
   }
 
+  // A connection refused or closed during the handshake (ServerHandshake's
+  // reason); a failed password at warn, as PostgreSQL logs it at FATAL.
+  void LogRefused(std::string_view reason, bool auth_failed = false) {
+    impl_->logger->Log(auth_failed ? LogLevel::kWarn : LogLevel::kInfo,
+                       auth_failed ? "auth_failed" : "connection_refused", {{"client", peer_.text}, {"reason", reason}});
+  }
+
   std::shared_ptr<Client::Impl> impl_;
   tcp::socket socket_;
+  const client::Peer peer_;  // the app's address, for the logs
+  const std::chrono::steady_clock::time_point started_;
+  bool logged_in_ = false;  // ReadyForQuery of the login sent
+  client::TlsAbort tls_abort_;  // armed only during the TLS handshake
   asio::steady_timer watchdog_;
   asio::steady_timer idle_timer_;
   uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
@@ -1293,6 +1349,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   absl::StatusOr<std::string> mock_secret = auth::RandomBytes(32);
   if (!mock_secret.ok()) return mock_secret.status();
   impl->handshake_config.mock_secret = *std::move(mock_secret);
+  if (absl::Status s = client::ConfigureAppAccess(impl->options, iterations, impl->handshake_config, impl->app_tls);
+      !s.ok()) {
+    return s;
+  }
+  impl->logger = impl->options.logger ? impl->options.logger : Logger::Default();
   if (impl->options.cache.enabled) impl->cache = std::make_shared<client::ClientTier>(impl->options.cache);
   impl->metadata = std::make_shared<client::StatementMetadataStore>();
   impl->trace_link = client::LinkTraceEnabled();

@@ -30,7 +30,10 @@ bool ReplicationRequested(std::string_view value) {
 
 }  // namespace
 
-ServerHandshake::ServerHandshake(HandshakeConfig config) : config_(std::move(config)) {}
+ServerHandshake::ServerHandshake(HandshakeConfig config)
+    : config_(std::make_shared<const HandshakeConfig>(std::move(config))) {}
+
+ServerHandshake::ServerHandshake(std::shared_ptr<const HandshakeConfig> config) : config_(std::move(config)) {}
 
 void ServerHandshake::SetState(State next) {
   // Forward only; the terminal states are final.
@@ -50,6 +53,7 @@ void ServerHandshake::FailScram(Step& step, const absl::Status& status) {
     // The same bytes whether the user exists or not (no user enumeration).
     std::string message = absl::StrCat("password authentication failed for user \"", user_, "\"");
     step.log = message;
+    step.auth_failed = true;
     Fail(step, kSqlStateInvalidPassword, message);
   } else {
     Fail(step, kSqlStateProtocolViolation, std::string(status.message()));
@@ -81,7 +85,7 @@ ServerHandshake::Step ServerHandshake::Advance(std::string_view input) {
         const pr::Frame frame = r.frame();
         step.consumed += frame.size();
         if (!OnStartupPacket(frame.payload, input.substr(step.consumed), step)) return step;
-        if (step.event == Event::kEncryptionRefused) return step;
+        if (step.event == Event::kEncryptionRefused || step.event == Event::kTlsAccepted) return step;
         continue;  // the StartupMessage was accepted: AuthenticationSASL is in output
       }
       case State::kAwaitingSaslInitial:
@@ -138,12 +142,27 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
   }
   if (std::holds_alternative<pr::SslRequest>(*packet) || std::holds_alternative<pr::GssEncRequest>(*packet)) {
     const bool ssl = std::holds_alternative<pr::SslRequest>(*packet);
-    bool& refused = ssl ? ssl_refused_ : gss_refused_;
-    if (refused) {
+    bool& answered = ssl ? ssl_answered_ : gss_answered_;
+    if (answered) {
       Fail(step, kSqlStateProtocolViolation, ssl ? "duplicate SSLRequest" : "duplicate GSSENCRequest");
       return false;
     }
-    refused = true;
+    answered = true;
+    if (ssl && offer_tls() && !encrypted_) {
+      if (!rest.empty()) {
+        // What PostgreSQL 14.1+ says (CVE-2021-23222): these bytes were not
+        // protected by the TLS the client asked for, and may be injected.
+        step.log = "received unencrypted data after SSL request";
+        pr::EncodeErrorResponse(step.output, "FATAL", kSqlStateProtocolViolation,
+                                "received unencrypted data after SSL request");
+        step.event = Event::kClose;
+        SetState(State::kFailed);
+        return false;
+      }
+      step.output.append("S");
+      step.event = Event::kTlsAccepted;
+      return true;
+    }
     if (!rest.empty()) {
       // Bytes sent before our answer cannot be meant for the (refused)
       // encrypted channel: the CVE-2021-23222 class of injection.
@@ -194,6 +213,15 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
     return false;
   }
   if (!has_database || database_.empty()) database_ = user_;
+  if (require_tls() && !encrypted_) {
+    // PostgreSQL with only hostssl lines in pg_hba.conf; checked before
+    // authentication, so it says nothing about whether the user exists.
+    Fail(step, kSqlStateInvalidAuthorization,
+         absl::StrCat("no pg_hba.conf entry for host \"", peer_host_, "\", user \"", user_, "\", database \"",
+                      database_, "\", no encryption"));
+    step.log = "plaintext startup refused (TLS required)";
+    return false;
+  }
   if (ReplicationRequested(replication)) {
     Fail(step, kSqlStateProtocolViolation, "replication connections are not supported by hyperpool");
     return false;
@@ -207,14 +235,21 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   // runs the same exchange against a mock verifier that always fails (the
   // client does the same PBKDF2 work, so the timing matches too); an
   // unknown database is reported only after a successful authentication.
-  known_user_ = user_ == config_.user;
-  known_database_ = database_ == config_.database;
+  const auth::ScramVerifier* verifier = FindVerifier();
+  known_user_ = verifier != nullptr;
+  known_database_ = database_ == config_->database;
   auth::ScramServer::Options options;
-  options.verifier = known_user_ ? config_.verifier : auth::MakeMockScramVerifier(user_, config_.mock_secret);
-  // The same iteration count either way: server-first must not tell them apart.
-  options.verifier.iterations = config_.verifier.iterations;
+  if (known_user_) {
+    options.verifier = *verifier;
+  } else {
+    options.verifier = auth::MakeMockScramVerifier(user_, config_->mock_secret);
+    // The Client's own count, so that server-first does not tell an
+    // unknown user from the Client's user (PostgreSQL's mock uses its
+    // scram_iterations the same way).
+    options.verifier.iterations = config_->verifier.iterations;
+  }
   options.always_fail = !known_user_;
-  options.server_nonce = config_.server_nonce;
+  options.server_nonce = config_->server_nonce;
   absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(std::move(options));
   if (!scram.ok()) {
     Fail(step, kSqlStateConnectionFailure, "could not start SCRAM authentication");
@@ -225,6 +260,12 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   sasl.mechanisms = {auth::kScramSha256};
   pr::Encode(pr::Authentication{sasl}, step.output);
   SetState(State::kAwaitingSaslInitial);
+}
+
+const auth::ScramVerifier* ServerHandshake::FindVerifier() const {
+  if (user_ == config_->user) return &config_->verifier;
+  auto it = config_->other_users.find(user_);
+  return it == config_->other_users.end() ? nullptr : &it->second;
 }
 
 bool ServerHandshake::OnSaslMessage(std::string_view payload, Step& step) {

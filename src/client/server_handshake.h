@@ -21,12 +21,18 @@
 //   verifier and gets the same 28P01 as a wrong password; an unknown
 //   database is reported (3D000) only after a successful authentication;
 // - during authentication any message whose tag is not 'p' fails at once
-//   with 08P01, before its length is even known.
+//   with 08P01, before its length is even known;
+// - SSLRequest gets 'S' when TLS is offered (the session then runs the TLS
+//   handshake), else 'N'; bytes sent together with it get 08P01 "received
+//   unencrypted data after SSL request" (CVE-2021-23222); with require_tls a
+//   plaintext StartupMessage gets 28000 "... no encryption".
 #ifndef HYPERPOOL_CLIENT_SERVER_HANDSHAKE_H_
 #define HYPERPOOL_CLIENT_SERVER_HANDSHAKE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,11 +48,21 @@ namespace hyperpool::client {
 inline constexpr uint32_t kAuthMaxMessageLength = 16 * 1024;
 
 struct HandshakeConfig {
-  // The only user and database the Client serves.
+  // The Client's own user (the one in its connection string) and the only
+  // database it serves.
   std::string user;
   std::string database;
   // Of the Client's password, computed once per Client.
   auth::ScramVerifier verifier;
+  // More app users (ClientOptions::users): name -> verifier. All of them
+  // reach the one origin role the Endpoint logs in as. `user` wins a clash.
+  std::map<std::string, auth::ScramVerifier, std::less<>> other_users;
+  // TLS towards applications: answer SSLRequest with 'S' (the session then
+  // runs the TLS handshake and calls OnTlsEstablished()), else 'N'.
+  bool offer_tls = false;
+  // Refuse a StartupMessage that did not arrive inside TLS (FATAL 28000, as
+  // a pg_hba.conf with only hostssl lines). Needs offer_tls.
+  bool require_tls = false;
   // Per-Client random secret for the mock verifiers of unknown users
   // (auth::MakeMockScramVerifier): the same salt on every attempt.
   std::string mock_secret;
@@ -72,6 +88,9 @@ class ServerHandshake {
     kNeedMore,           // read until `bytes_needed` unconsumed bytes are buffered, call again
     kEncryptionRefused,  // output is "N": write it only if the app has sent nothing more
                          // (CVE-2021-23222 class), else close unanswered; then call again
+    kTlsAccepted,        // SSLRequest with offer_tls: write output ("S") only if the app has sent
+                         // nothing more (else close), run the TLS server handshake, then call
+                         // OnTlsEstablished() and Advance() with what arrives inside TLS
     kAuthenticated,      // output ends with AuthenticationOk; see user()/database()/parameters()
     kCancelRequest,      // see cancel_process_id()/cancel_secret(); close without answering
     kClose,              // output is a FATAL ErrorResponse or empty (close silently)
@@ -87,14 +106,29 @@ class ServerHandshake {
     std::string output;
     // For the log: why the connection is closed (empty when nothing notable).
     std::string log;
+    // The close is a failed password or an unknown user (28P01): logged as
+    // auth_failed, at warn.
+    bool auth_failed = false;
   };
 
   explicit ServerHandshake(HandshakeConfig config);
+  // Shares the Client's config (no copy of its users per connection).
+  explicit ServerHandshake(std::shared_ptr<const HandshakeConfig> config);
 
   // Consumes what it can of `input` (bytes received and not yet consumed)
   // and reports the next thing to do. After a terminal event (kAuthenticated,
   // kCancelRequest, kClose) it keeps returning kClose.
   Step Advance(std::string_view input);
+
+  // The TLS handshake after kTlsAccepted succeeded: later bytes are
+  // encrypted (require_tls is satisfied).
+  void OnTlsEstablished() { encrypted_ = true; }
+  // For the 28000 message under require_tls ("host \"127.0.0.1\"").
+  void set_peer_host(std::string host) { peer_host_ = std::move(host); }
+  // A Unix-domain connection: as PostgreSQL, SSLRequest gets 'N' and
+  // plaintext is fine (pg_hba.conf "local" lines know no hostssl).
+  void set_unix_socket() { unix_socket_ = true; }
+  bool encrypted() const { return encrypted_; }
 
   State state() const { return state_; }
   // After kAuthenticated: the startup packet's user and database (the
@@ -114,6 +148,8 @@ class ServerHandshake {
   // After StartupMessage: the checks PostgreSQL makes before authenticating,
   // then AuthenticationSASL.
   void BeginAuthentication(Step& step);
+  // The verifier of `user_`, or null for an unknown user.
+  const auth::ScramVerifier* FindVerifier() const;
   // Handles one 'p' message; false when `step` is final.
   bool OnSaslMessage(std::string_view payload, Step& step);
   // Appends a FATAL ErrorResponse and fails.
@@ -121,10 +157,16 @@ class ServerHandshake {
   // A SCRAM failure: 28P01 for a bad proof, 08P01 for anything malformed.
   void FailScram(Step& step, const absl::Status& status);
 
-  HandshakeConfig config_;
+  bool offer_tls() const { return config_->offer_tls && !unix_socket_; }
+  bool require_tls() const { return config_->require_tls && !unix_socket_; }
+
+  std::shared_ptr<const HandshakeConfig> config_;
+  bool unix_socket_ = false;
   State state_ = State::kStartup;
-  bool ssl_refused_ = false;
-  bool gss_refused_ = false;
+  bool ssl_answered_ = false;
+  bool gss_answered_ = false;
+  bool encrypted_ = false;
+  std::string peer_host_;
   bool known_user_ = false;
   bool known_database_ = false;
   std::optional<auth::ScramServer> scram_;

@@ -1569,10 +1569,21 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
   PoolCallbacks callbacks;
   std::weak_ptr<Impl> weak = impl;
   std::shared_ptr<const OriginConfig> cfg = impl->config;
-  callbacks.open = [weak, cfg, connect, executor]()
+  std::shared_ptr<const Logger> logger = impl->options.logger ? impl->options.logger : Logger::Default();
+  callbacks.open = [weak, cfg, connect, executor, logger]()
       -> asio::awaitable<absl::StatusOr<std::unique_ptr<PooledConnection>>> {
     endpoint::ConnectResult r = co_await endpoint::ConnectOrigin(executor, *cfg, connect);
-    if (!r.ok()) co_return FailureToStatus(r.failure);
+    const std::string origin = fmt::format("{}:{}", cfg->host, cfg->port);
+    if (!r.ok()) {
+      absl::Status failed = FailureToStatus(r.failure);
+      logger->Log(LogLevel::kWarn, "origin_connect_failed", {{"origin", origin}, {"reason", std::string(failed.message())}});
+      co_return failed;
+    }
+    if (logger->log_connections()) {
+      logger->Log(LogLevel::kInfo, "origin_connect",
+                  {{"origin", origin}, {"backend_pid", std::to_string(r.connection->backend_key().process_id)}});
+    }
+    r.connection->set_logger(logger);
     if (auto self = weak.lock()) self->origin_parameters = r.connection->parameters();
     co_return std::unique_ptr<PooledConnection>(std::move(r.connection));
   };

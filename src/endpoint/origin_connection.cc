@@ -328,7 +328,12 @@ asio::awaitable<void> OriginConnection::Close() {
     (void)co_await Write(std::string_view(kTerminate, sizeof(kTerminate)));
     *done = true;
   }
+  const bool was_broken = broken_;
   CloseNow();
+  if (logger_ && logger_->log_disconnections()) {
+    logger_->Log(LogLevel::kInfo, "origin_close",
+                 {{"backend_pid", std::to_string(backend_key_.process_id)}, {"broken", was_broken ? "true" : "false"}});
+  }
 }
 
 bool OriginConnection::is_tls() const { return stream_ && stream_->tls() != nullptr; }

@@ -130,6 +130,8 @@ class OriginConnection final : public PooledConnection {
   // Origin run-time parameters (ParameterStatus), as of the last message read.
   const std::vector<std::pair<std::string, std::string>>& parameters() const { return parameters_; }
   const BackendKey& backend_key() const { return backend_key_; }
+  // Close() then logs origin_close with the backend pid (log_disconnections).
+  void set_logger(std::shared_ptr<const Logger> logger) { logger_ = std::move(logger); }
   // 'I', 'T' or 'E' from the most recent ReadyForQuery.
   char transaction_status() const { return transaction_status_; }
   // True once an I/O or protocol error occurred or CloseNow() was called: the
@@ -171,6 +173,7 @@ class OriginConnection final : public PooledConnection {
   std::size_t consumed_ = 0;
   std::vector<std::pair<std::string, std::string>> parameters_;
   BackendKey backend_key_;
+  std::shared_ptr<const Logger> logger_;
   char transaction_status_ = 'I';
   bool broken_ = false;
   bool watching_idle_ = false;  // an idle-watch wait is pending on the socket

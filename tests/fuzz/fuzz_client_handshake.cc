@@ -4,7 +4,9 @@
 // Input byte 0 picks how the rest is delivered: its low 4 bits give the
 // chunk size per Advance() (0 = everything at once), bit 4 makes the harness
 // first play a legitimate StartupMessage + SASLInitialResponse so that the
-// rest lands on the client-final parser. Invariants checked on every step:
+// rest lands on the client-final parser, bit 5 offers TLS (an SSLRequest
+// gets 'S' and the harness plays a completed TLS handshake) and bit 6 also
+// requires it. Invariants checked on every step:
 // consumption within the input, need-more always asks for more than is
 // buffered and never more than one bounded frame, output is whole protocol
 // messages (or the single 'N' of a refusal), and final states stay final.
@@ -29,7 +31,7 @@ namespace {
   std::abort();
 }
 
-const hc::HandshakeConfig& Config() {
+const hc::HandshakeConfig& BaseConfig() {
   static const hc::HandshakeConfig config = [] {
     hc::HandshakeConfig c;
     c.user = "app";
@@ -40,15 +42,27 @@ const hc::HandshakeConfig& Config() {
     c.verifier = *v;
     c.mock_secret = "fuzz-mock-secret";
     c.server_nonce = "FuzzServerNonce";
+    c.other_users.emplace("reporting", *v);
     return c;
   }();
   return config;
+}
+
+hc::HandshakeConfig Config(uint8_t selector) {
+  hc::HandshakeConfig c = BaseConfig();
+  c.offer_tls = (selector & 0x20) != 0;
+  c.require_tls = c.offer_tls && (selector & 0x40) != 0;
+  return c;
 }
 
 // Output must split into whole messages (or be the single refusal byte).
 void CheckOutput(const hc::ServerHandshake::Step& step) {
   if (step.event == hc::ServerHandshake::Event::kEncryptionRefused) {
     if (step.output != "N") Die("refusal is not exactly 'N'");
+    return;
+  }
+  if (step.event == hc::ServerHandshake::Event::kTlsAccepted) {
+    if (step.output != "S") Die("acceptance is not exactly 'S'");
     return;
   }
   hp::FrameReader reader(hp::FrameReader::Mode::kTagged);
@@ -78,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string input = (data[0] & 0x10) ? LegitimatePrefix() : std::string();
   input.append(reinterpret_cast<const char*>(data) + 1, size - 1);
 
-  hc::ServerHandshake hs(Config());
+  hc::ServerHandshake hs(Config(data[0]));
   std::string pending;
   size_t fed = 0;
   auto feed = [&] {
@@ -101,6 +115,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         feed();
         continue;
       case hc::ServerHandshake::Event::kEncryptionRefused:
+        continue;
+      case hc::ServerHandshake::Event::kTlsAccepted:
+        if (!pending.empty()) Die("'S' with unencrypted bytes buffered");
+        hs.OnTlsEstablished();
         continue;
       case hc::ServerHandshake::Event::kAuthenticated:
         Die("authenticated without knowing the password");

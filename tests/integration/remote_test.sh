@@ -78,7 +78,7 @@ grep -q -- "--tls-cert" "$tmp/usage.err" || fail "no usage error naming --tls-ce
 start_endpoint() {  # listen address
   rm -f "$tmp/ep.out"
   "$HYPERPOOL_BINARY" endpoint --listen "$1" --origin "$ORIGIN" --tls-cert "$tmp/certs/server.crt" \
-    --tls-key "$tmp/certs/server.key" --link-secret-file "$tmp/secret" --pool-size 4 >"$tmp/ep.out" 2>>"$tmp/ep.err" &
+    --tls-key "$tmp/certs/server.key" --link-secret-file "$tmp/secret" --pool-size 4 --log-connections >"$tmp/ep.out" 2>>"$tmp/ep.err" &
   ep=$!
   wait_for 15 test -s "$tmp/ep.out" || fail "endpoint printed no address"
   addr=$(head -1 "$tmp/ep.out")
@@ -88,7 +88,7 @@ start_endpoint 127.0.0.1:0
 port=${addr##*:}
 
 "$HYPERPOOL_BINARY" client --endpoint "$addr" --tls-ca "$tmp/certs/ca.crt" --link-secret-file "$tmp/secret" \
-  --threads 2 --user app --database appdb >"$tmp/cl.out" 2>"$tmp/cl.err" &
+  --threads 2 --user app --database appdb --log-connections >"$tmp/cl.out" 2>"$tmp/cl.err" &
 cl=$!
 wait_for 15 test -s "$tmp/cl.out" || fail "client printed no connection string"
 url=$(head -1 "$tmp/cl.out")
@@ -96,6 +96,11 @@ url=$(head -1 "$tmp/cl.out")
 
 out=$(psql_via "$url" -c "SELECT 40 + 2") || fail "psql through the client failed"
 [ "$out" = 42 ] || fail "psql printed '$out'"
+# --log-connections on both commands: the app's login at the client, the
+# origin backend's pid at the endpoint.
+wait_for 10 grep -q 'event=session_start client=127.0.0.1:[0-9]* session=[0-9]* user=app db=appdb tls=off' "$tmp/cl.err" \
+  || fail "client logged no session_start"
+grep -Eq 'event=origin_connect origin=[^ ]+ backend_pid=[1-9]' "$tmp/ep.err" || fail "endpoint logged no origin_connect"
 out=$(psql_via "$url" -c "BEGIN" -c "SELECT current_user" -c "COMMIT") || fail "second psql failed"
 [ "$out" = "$ROLE" ] || fail "the origin role seen through the client is '$out', not $ROLE"
 

@@ -45,6 +45,15 @@ max_lifetime_s = 120
 enabled = false
 max_age_s = 30
 swr_s = 5
+[tls]
+cert = "/etc/hyperpool/app.crt"
+key = "/etc/hyperpool/app.key"
+mode = "require"
+[log]
+format = "json"
+level = "warn"
+connections = true
+disconnections = false
 )";
 
 TEST_CASE("every key of a full file maps to its flag") {
@@ -68,9 +77,36 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--no-cache") == "");
   CHECK(ValueOf(*config, "--cache-max-age") == "30");
   CHECK(ValueOf(*config, "--cache-swr") == "5");
-  CHECK(config->settings.size() == ConfigKeys().size() - 2);  // all but the two inline passwords
+  CHECK(ValueOf(*config, "--ssl-cert") == "/etc/hyperpool/app.crt");
+  CHECK(ValueOf(*config, "--ssl-key") == "/etc/hyperpool/app.key");
+  CHECK(ValueOf(*config, "--ssl-mode") == "require");
+  CHECK(ValueOf(*config, "--log-format") == "json");
+  CHECK(ValueOf(*config, "--log-level") == "warn");
+  CHECK(ValueOf(*config, "--log-connections") == "true");
+  CHECK(ValueOf(*config, "--log-disconnections") == "false");
+  // All but the two inline passwords and users.<name>.
+  CHECK(config->settings.size() == ConfigKeys().size() - 3);
   CHECK(config->warnings.empty());
   for (const ConfigSetting& s : config->settings) CHECK(s.where.rfind("hp.toml:", 0) == 0);
+}
+
+TEST_CASE("[users] holds stored verifiers or password files, sorted by name") {
+  auto config = ParseConfig(R"([users]
+reporting = { password_file = "/etc/hyperpool/reporting" }
+app = "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy"
+batch = { verifier = "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy" }
+)",
+                            "f", 0600);
+  REQUIRE(config.ok());
+  REQUIRE(config->users.size() == 3);
+  CHECK(config->users[0].name == "app");
+  CHECK(config->users[0].scram_verifier == "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy");
+  CHECK(config->users[1].name == "batch");
+  CHECK(config->users[1].scram_verifier.rfind("SCRAM-SHA-256$", 0) == 0);
+  CHECK(config->users[2].name == "reporting");
+  CHECK(config->users[2].password_file == "/etc/hyperpool/reporting");
+  CHECK(config->users[2].where == "f:2: users.reporting");
+  CHECK(config->settings.empty());
 }
 
 TEST_CASE("cache.enabled = true adds no setting; an empty file none at all") {
@@ -116,6 +152,19 @@ TEST_CASE("bad files are errors that name the key and line") {
   CHECK(std::string(config.status().message()).find(c.message) != std::string::npos);
 }
 
+TEST_CASE("bad [users] entries are errors naming the user") {
+  auto c = GENERATE(values<BadCase>({
+      {"[users]\napp = \"plain\"\n", "f:2: users.app: must be a SCRAM-SHA-256 verifier"},
+      {"[users]\napp = 3\n", "f:2: users.app: must be a verifier string"},
+      {"[users]\napp = { password = \"x\" }\n", "users.app.password: unknown key"},
+      {"[users]\napp = { }\n", "users.app: needs exactly one of password_file, verifier"},
+  }));
+  INFO(c.text);
+  auto config = ParseConfig(c.text, "f", 0600);
+  REQUIRE(!config.ok());
+  CHECK(std::string(config.status().message()).find(c.message) != std::string::npos);
+}
+
 TEST_CASE("inline passwords are returned apart from the flags") {
   auto config = ParseConfig("[origin]\npassword = \"s3cret\"\n[client]\npassword = \"app\"\n", "f", 0100600);
   REQUIRE(config.ok());
@@ -152,7 +201,8 @@ TEST_CASE("the shipped example config (packaging/hyperpool.toml.example) parses 
   for (const char* flag : {"--threads", "--listen", "--listen-unix", "--metrics-listen", "--origin",
                            "--origin-password-file", "--user", "--database", "--password-file", "--pool-size",
                            "--min-idle", "--pool-mode", "--acquire-timeout", "--idle-timeout", "--max-lifetime",
-                           "--cache-max-age", "--cache-swr"}) {
+                           "--cache-max-age", "--cache-swr", "--log-format", "--log-level", "--log-connections",
+                           "--log-disconnections"}) {
     INFO(flag);
     CHECK(ValueOf(*config, flag) != "<absent>");
   }

@@ -48,6 +48,7 @@ struct Driver {
   std::string pending;  // bytes "received", not yet consumed
   std::string written;  // everything the handshake asked to write
   std::vector<Event> events;
+  bool auth_failed = false;  // some step said so
 
   // Feeds `bytes` (all at once, or one byte per Advance when `bytewise`) and
   // runs until it needs more or reaches a final event.
@@ -66,6 +67,7 @@ struct Driver {
         pending.erase(0, s.consumed);
         written += s.output;
         events.push_back(s.event);
+        auth_failed = auth_failed || s.auth_failed;
         if (s.event == Event::kEncryptionRefused) continue;
         if (s.event != Event::kNeedMore) return s.event;
         // Progress is guaranteed: it never asks for bytes it already has.
@@ -300,6 +302,128 @@ TEST_CASE("SSLRequest is refused with N; bytes pipelined after it close unanswer
     REQUIRE(d.Feed(ssl) == Event::kClose);
     CHECK(d.written.substr(0, 1) == "N");
   }
+}
+
+HandshakeConfig TlsConfig(bool require) {
+  HandshakeConfig c = Config();
+  c.offer_tls = true;
+  c.require_tls = require;
+  return c;
+}
+
+TEST_CASE("with TLS offered, SSLRequest is answered S and the login continues inside TLS") {
+  std::string ssl;
+  pr::Encode(pr::SslRequest{}, ssl);
+  const bool require = GENERATE(false, true);
+  CAPTURE(require);
+  Driver d(TlsConfig(require));
+  ServerHandshake::Step s = d.hs.Advance(ssl);
+  CHECK(s.event == Event::kTlsAccepted);
+  CHECK(s.output == "S");
+  CHECK(s.consumed == ssl.size());
+  d.hs.OnTlsEstablished();
+  CHECK(d.hs.encrypted());
+  REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}})) == Event::kNeedMore);
+  CHECK(RunScram(d, "s3cret") == Event::kAuthenticated);
+}
+
+TEST_CASE("with TLS offered, bytes sent together with the SSLRequest get 08P01 and no S (CVE-2021-23222)") {
+  std::string ssl;
+  pr::Encode(pr::SslRequest{}, ssl);
+  // Any bytes at all, not only a StartupMessage: one stray byte is enough.
+  const std::string extra = GENERATE(std::string("Q"), Startup({{"user", "app"}}));
+  ServerHandshake hs(TlsConfig(false));
+  ServerHandshake::Step s = hs.Advance(ssl + extra);
+  REQUIRE(s.event == Event::kClose);
+  CHECK(s.output.find('S') != 0);
+  pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+  auto r = reader.Read(s.output);
+  REQUIRE(r.is_frame());
+  CHECK(r.frame().tag == 'E');
+  auto e = pr::DecodeErrorResponse(r.frame().payload);
+  REQUIRE(e.ok());
+  CHECK(std::string(e->sqlstate()) == "08P01");
+  CHECK(std::string(e->message()) == "received unencrypted data after SSL request");
+  CHECK(hs.state() == ServerHandshake::State::kFailed);
+}
+
+TEST_CASE("with TLS required, a plaintext StartupMessage gets FATAL 28000 before authentication") {
+  // Known and unknown users alike: the refusal says nothing about either.
+  const std::string user = GENERATE(std::string("app"), std::string("mallory"));
+  Driver d(TlsConfig(true));
+  d.hs.set_peer_host("192.0.2.7");
+  REQUIRE(d.Feed(Startup({{"user", user}, {"database", "appdb"}})) == Event::kClose);
+  CHECK_FALSE(d.auth_failed);
+  auto m = d.LastWritten();
+  REQUIRE(m);
+  CHECK(m->first == 'E');
+  CHECK(SqlStateOf(*m) == "28000");
+  CHECK(std::string(pr::DecodeErrorResponse(m->second)->message()) ==
+        "no pg_hba.conf entry for host \"192.0.2.7\", user \"" + user + "\", database \"appdb\", no encryption");
+}
+
+TEST_CASE("with TLS allowed, plaintext logins still work and GSSENCRequest is still refused") {
+  std::string gss;
+  pr::Encode(pr::GssEncRequest{}, gss);
+  Driver d(TlsConfig(false));
+  REQUIRE(d.Feed(gss) == Event::kNeedMore);
+  CHECK(d.written == "N");
+  d.written.clear();
+  REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}})) == Event::kNeedMore);
+  CHECK(RunScram(d, "s3cret") == Event::kAuthenticated);
+}
+
+TEST_CASE("on a Unix socket TLS is neither offered nor required, as PostgreSQL") {
+  std::string ssl;
+  pr::Encode(pr::SslRequest{}, ssl);
+  Driver d(TlsConfig(true));
+  d.hs.set_unix_socket();
+  REQUIRE(d.Feed(ssl) == Event::kNeedMore);
+  CHECK(d.written == "N");
+  d.written.clear();
+  REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}})) == Event::kNeedMore);
+  CHECK(RunScram(d, "s3cret") == Event::kAuthenticated);
+}
+
+HandshakeConfig TwoUsersConfig() {
+  HandshakeConfig c = Config();
+  c.other_users.emplace("reporting", *auth::MakeScramVerifier("r3ports", "fedcba9876543210", 4096));
+  return c;
+}
+
+TEST_CASE("several app users each log in with their own password") {
+  for (auto [user, password] : {std::pair{"app", "s3cret"}, std::pair{"reporting", "r3ports"}}) {
+    CAPTURE(user);
+    Driver d(TwoUsersConfig());
+    REQUIRE(d.Feed(Startup({{"user", user}, {"database", "appdb"}})) == Event::kNeedMore);
+    CHECK(RunScram(d, password) == Event::kAuthenticated);
+    CHECK(d.hs.user() == user);
+  }
+  // One user's password is not another's.
+  Driver d(TwoUsersConfig());
+  REQUIRE(d.Feed(Startup({{"user", "reporting"}, {"database", "appdb"}})) == Event::kNeedMore);
+  CHECK(RunScram(d, "s3cret") == Event::kClose);
+}
+
+TEST_CASE("with several users, a wrong password and an unknown user get identical 28P01 answers") {
+  Driver wrong(TwoUsersConfig());
+  REQUIRE(wrong.Feed(Startup({{"user", "reporting"}, {"database", "appdb"}})) == Event::kNeedMore);
+  const Event wrong_end = RunScram(wrong, "nope");
+  Driver unknown(TwoUsersConfig());
+  REQUIRE(unknown.Feed(Startup({{"user", "reportinf"}, {"database", "appdb"}})) == Event::kNeedMore);
+  const Event unknown_end = RunScram(unknown, "r3ports");
+  CHECK(wrong_end == Event::kClose);
+  CHECK(unknown_end == Event::kClose);
+  CHECK(wrong.events == unknown.events);
+  // Both are logged as auth_failed.
+  CHECK(wrong.auth_failed);
+  CHECK(unknown.auth_failed);
+  auto a = wrong.LastWritten();
+  auto b = unknown.LastWritten();
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(SqlStateOf(*a) == "28P01");
+  CHECK(Replace(a->second, "\"reporting\"", "\"<u>\"") == Replace(b->second, "\"reportinf\"", "\"<u>\""));
 }
 
 TEST_CASE("a CancelRequest reports its key") {
