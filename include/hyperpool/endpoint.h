@@ -21,6 +21,9 @@ struct EndpointStats {
   std::size_t origin_open = 0;       // origin connections open (idle + lent + opening)
   std::size_t origin_idle = 0;       // idle in the pool
   std::size_t waiting = 0;           // transactions waiting for a connection
+  std::size_t origin_lent = 0;       // lent to a session now
+  std::size_t pool_max_size = 0;     // the pool's max_size now (a reload may change it)
+  bool pool_paused = false;          // PausePool() in effect
   std::size_t transactions = 0;      // units of work completed
   std::size_t acquire_timeouts = 0;  // waits that ended in 53300
   std::size_t discarded = 0;         // connections closed instead of returned
@@ -101,6 +104,17 @@ class Endpoint : public LinkAcceptor {
 
   // A snapshot of the counters (thread-safe).
   EndpointStats Stats() const;
+
+  // Operator controls (the admin console; pool.h describes each). All
+  // thread-safe and asynchronous: they take effect on the Endpoint's
+  // executor shortly after returning.
+  // New units of work wait for ResumePool(); units in flight finish.
+  void PausePool();
+  void ResumePool();
+  // Replaces the origin connections: idle ones now, lent ones at release.
+  void ReconnectPool();
+  // New pool size and timeouts for new units of work (the mode stays).
+  absl::Status UpdatePool(PoolOptions options);
 
   // The cache tier's counters and the `top` query fingerprints by decision
   // count (reason per fingerprint), as text lines (thread-safe).

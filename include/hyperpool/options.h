@@ -4,9 +4,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace hyperpool {
+
+class AdminConsole;
 
 // How origin connections are shared.
 enum class PoolMode {
@@ -124,6 +127,13 @@ struct ClientOptions {
   // <listen_unix_dir>/.s.PGSQL.<port> (port: the TCP listener's), as
   // PostgreSQL does, mode 0777; the socket file is removed by Stop().
   std::string listen_unix_dir;
+  // The admin console (include/hyperpool/admin.h): a login to
+  // `admin_database` that authenticates (with the same SCRAM verifier as
+  // `user`) is served by `admin` instead of the Endpoint, or refused with
+  // FATAL 42501 when admin->IsAdmin(user) is false. Null: no console (the
+  // name is then an ordinary unknown database). Must differ from `database`.
+  std::shared_ptr<AdminConsole> admin;
+  std::string admin_database = "hyperpool";
 };
 
 }  // namespace hyperpool

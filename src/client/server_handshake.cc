@@ -207,8 +207,12 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   // runs the same exchange against a mock verifier that always fails (the
   // client does the same PBKDF2 work, so the timing matches too); an
   // unknown database is reported only after a successful authentication.
-  known_user_ = user_ == config_.user;
-  known_database_ = database_ == config_.database;
+  // The admin console's database takes any user name with the Client's
+  // password; the session then refuses non-admins with 42501, as
+  // PostgreSQL checks CONNECT privilege only after authentication.
+  const bool admin = !config_.admin_database.empty() && database_ == config_.admin_database;
+  known_user_ = user_ == config_.user || admin;
+  known_database_ = database_ == config_.database || admin;
   auth::ScramServer::Options options;
   options.verifier = known_user_ ? config_.verifier : auth::MakeMockScramVerifier(user_, config_.mock_secret);
   // The same iteration count either way: server-first must not tell them apart.

@@ -45,6 +45,9 @@ struct HandshakeConfig {
   // The only user and database the Client serves.
   std::string user;
   std::string database;
+  // The admin console's database (ClientOptions::admin_database) when a
+  // console is configured, else empty.
+  std::string admin_database;
   // Of the Client's password, computed once per Client.
   auth::ScramVerifier verifier;
   // Per-Client random secret for the mock verifiers of unknown users

@@ -1655,6 +1655,24 @@ void Endpoint::Stop() {
   }
 }
 
+// The operator controls post to the executor the pool lives on (pool.h).
+void Endpoint::PausePool() {
+  asio::post(impl_->executor, [impl = impl_] { impl->pool->Pause(); });
+}
+void Endpoint::ResumePool() {
+  asio::post(impl_->executor, [impl = impl_] { impl->pool->Resume(); });
+}
+void Endpoint::ReconnectPool() {
+  asio::post(impl_->executor, [impl = impl_] { impl->pool->Reconnect(); });
+}
+absl::Status Endpoint::UpdatePool(PoolOptions options) {
+  if (options.max_size < 1 || options.min_idle > options.max_size) {
+    return absl::InvalidArgumentError("pool size must be at least 1 and at least min_idle");
+  }
+  asio::post(impl_->executor, [impl = impl_, options] { (void)impl->pool->Update(options); });
+  return absl::OkStatus();
+}
+
 EndpointStats Endpoint::Stats() const {
   EndpointStats s;
   const PoolStats pool = impl_->pool->Stats();
@@ -1662,6 +1680,9 @@ EndpointStats Endpoint::Stats() const {
   s.origin_open = pool.open;
   s.origin_idle = pool.idle;
   s.waiting = pool.waiting;
+  s.origin_lent = pool.lent;
+  s.pool_max_size = pool.max_size;
+  s.pool_paused = pool.paused;
   s.transactions = impl_->transactions.load();
   s.acquire_timeouts = impl_->acquire_timeouts.load();
   s.discarded = impl_->discarded.load();

@@ -113,6 +113,9 @@ struct PoolStats {
   std::uint64_t opened = 0;         // successful factory calls
   std::uint64_t open_failures = 0;  // failed factory calls
   std::uint64_t closed = 0;         // connections whose Close() completed
+  // The live settings (Update()) and Pause() state.
+  std::size_t max_size = 0;
+  bool paused = false;
 };
 
 class PoolImpl;
@@ -216,6 +219,24 @@ class Pool {
 
   // Thread-safe snapshot (relaxed atomics; the gauges may be mid-update).
   PoolStats Stats() const;
+
+  // Operator controls (the admin console's PAUSE, RESUME, RECONNECT and a
+  // reload). Call on the pool's executor.
+  //
+  // Pause: no connection is lent until Resume(); Acquire() calls queue (and
+  // still end in 53300 after acquire_timeout). Leases already held are
+  // untouched, so units of work in flight finish.
+  void Pause();
+  void Resume();
+  // Replaces every connection gracefully: idle ones are closed now, lent,
+  // opening and checking ones when they are next released (they are never
+  // lent again); min_idle is warmed up with new ones.
+  void Reconnect();
+  // New max_size, min_idle and timeouts for what happens from now on (the
+  // mode is kept: it cannot change under leases). Shrinking closes idle
+  // connections above the new max_size now and lent ones at release.
+  // Checks `options` as Create() does.
+  absl::Status Update(PoolOptions options);
 
   const PoolOptions& options() const;
 
