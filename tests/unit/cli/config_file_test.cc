@@ -45,6 +45,8 @@ max_lifetime_s = 120
 enabled = false
 max_age_s = 30
 swr_s = 5
+[admin]
+users = ["ops"]
 )";
 
 TEST_CASE("every key of a full file maps to its flag") {
@@ -68,6 +70,7 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--no-cache") == "");
   CHECK(ValueOf(*config, "--cache-max-age") == "30");
   CHECK(ValueOf(*config, "--cache-swr") == "5");
+  CHECK(ValueOf(*config, "--admin-user") == "ops");
   CHECK(config->settings.size() == ConfigKeys().size() - 2);  // all but the two inline passwords
   CHECK(config->warnings.empty());
   for (const ConfigSetting& s : config->settings) CHECK(s.where.rfind("hp.toml:", 0) == 0);
