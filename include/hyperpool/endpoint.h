@@ -3,9 +3,12 @@
 // pooled origin connections per transaction to the sessions that Clients
 // open over a Transport.
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <asio/any_io_executor.hpp>
 
@@ -86,6 +89,15 @@ struct EndpointStats {
   LatencyHistogramSnapshot acquire_wait;
 };
 
+// One origin connection, for the admin console's SHOW SERVERS.
+struct OriginServerInfo {
+  std::string state;  // "active" (lent), "idle", "used" (health check or reset), "login" (opening)
+  std::int32_t backend_pid = 0;
+  std::chrono::system_clock::time_point connect_time;  // unset while opening
+  bool pinned = false;   // held by a pinned session outside the pool's cap
+  bool retired = false;  // closes when released (RECONNECT, max lifetime, a lowered pool size)
+};
+
 class Endpoint : public LinkAcceptor {
  public:
   // Validates `options` (the origin string must parse) and creates an
@@ -115,6 +127,9 @@ class Endpoint : public LinkAcceptor {
   void ReconnectPool();
   // New pool size and timeouts for new units of work (the mode stays).
   absl::Status UpdatePool(PoolOptions options);
+  // The origin connections now. Thread-safe: asks the Endpoint's executor
+  // and waits for it (at most 2 s; empty if it does not answer).
+  std::vector<OriginServerInfo> Servers() const;
 
   // The cache tier's counters and the `top` query fingerprints by decision
   // count (reason per fingerprint), as text lines (thread-safe).

@@ -52,6 +52,12 @@ ops::AdminSnapshot ServeAdmin::Snapshot() {
   return s;
 }
 
+std::vector<OriginServerInfo> ServeAdmin::Servers() {
+  std::lock_guard lock(mu_);
+  if (connection_ == nullptr || connection_->endpoint() == nullptr) return {};
+  return connection_->endpoint()->Servers();
+}
+
 void ServeAdmin::Pause() {
   std::lock_guard lock(mu_);
   if (connection_ != nullptr && connection_->endpoint() != nullptr) connection_->endpoint()->PausePool();

@@ -44,6 +44,7 @@ class ServeAdmin final : public AdminConsole, public ops::AdminBackend {
 
   // ops::AdminBackend
   ops::AdminSnapshot Snapshot() override;
+  std::vector<OriginServerInfo> Servers() override;
   void Pause() override;
   void Resume() override;
   void Reconnect() override;

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <future>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -1671,6 +1672,39 @@ absl::Status Endpoint::UpdatePool(PoolOptions options) {
   }
   asio::post(impl_->executor, [impl = impl_, options] { (void)impl->pool->Update(options); });
   return absl::OkStatus();
+}
+
+std::vector<OriginServerInfo> Endpoint::Servers() const {
+  std::shared_ptr<Impl> impl = impl_;
+  auto collect = [impl] {
+    std::vector<OriginServerInfo> out;
+    const auto steady_now = std::chrono::steady_clock::now();
+    const auto system_now = std::chrono::system_clock::now();
+    for (const PoolServerInfo& p : impl->pool->Servers()) {
+      OriginServerInfo info;
+      info.state = p.state;
+      info.backend_pid = p.backend_pid;
+      if (p.opened_at != std::chrono::steady_clock::time_point{}) {
+        info.connect_time = system_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                             steady_now - p.opened_at);
+      }
+      info.pinned = p.pinned;
+      info.retired = p.retired;
+      out.push_back(std::move(info));
+    }
+    return out;
+  };
+  // On the executor's own thread the pool can be read at once (and a post
+  // would wait for ourselves).
+  if (impl->executor_thread.load() == std::this_thread::get_id()) return collect();
+  auto promise = std::make_shared<std::promise<std::vector<OriginServerInfo>>>();
+  std::future<std::vector<OriginServerInfo>> future = promise->get_future();
+  asio::post(impl->executor, [impl, promise, collect] {
+    impl->NoteThread();
+    promise->set_value(collect());
+  });
+  if (future.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return {};
+  return future.get();
 }
 
 EndpointStats Endpoint::Stats() const {

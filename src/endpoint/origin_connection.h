@@ -130,6 +130,7 @@ class OriginConnection final : public PooledConnection {
   // Origin run-time parameters (ParameterStatus), as of the last message read.
   const std::vector<std::pair<std::string, std::string>>& parameters() const { return parameters_; }
   const BackendKey& backend_key() const { return backend_key_; }
+  std::int32_t backend_pid() const override { return backend_key_.process_id; }
   // 'I', 'T' or 'E' from the most recent ReadyForQuery.
   char transaction_status() const { return transaction_status_; }
   // True once an I/O or protocol error occurred or CloseNow() was called: the

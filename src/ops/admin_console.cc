@@ -104,16 +104,14 @@ void ShowClients(const AdminSnapshot& s, std::string& out) {
   r.AppendTo(out);
 }
 
-void ShowServers(const AdminSnapshot& s, std::string& out) {
-  // One row per state with its count: the pool publishes gauges, not a
-  // per-connection list (docs/architecture.md, "Admin console").
-  Result r({"type", "user", "database", "state", "count", "pinned"});
-  if (s.endpoint) {
-    const EndpointStats& e = *s.endpoint;
-    const std::size_t login = e.origin_open >= e.origin_idle + e.origin_lent ? e.origin_open - e.origin_idle - e.origin_lent : 0;
-    r.Row({"S", s.user, s.database, "active", N(e.origin_lent), N(e.pinned_connections)});
-    r.Row({"S", s.user, s.database, "idle", N(e.origin_idle), "0"});
-    r.Row({"S", s.user, s.database, "login", N(login), "0"});
+// PgBouncer's columns where they mean the same; `user` is the app user the
+// pool serves (the origin role is in SHOW CONFIG's origin).
+void ShowServers(const AdminSnapshot& s, const std::vector<OriginServerInfo>& servers, std::string& out) {
+  Result r({"type", "user", "database", "state", "remote_pid", "connect_time", "pinned", "close_needed"});
+  for (const OriginServerInfo& server : servers) {
+    r.Row({"S", s.user, s.database, server.state, N(static_cast<std::uint64_t>(server.backend_pid)),
+           server.connect_time == std::chrono::system_clock::time_point{} ? "" : FormatTime(server.connect_time),
+           server.pinned ? "yes" : "no", server.retired ? "1" : "0"});
   }
   r.AppendTo(out);
 }
@@ -246,7 +244,7 @@ void ExecuteOne(std::string_view command, AdminBackend& backend, std::string& ou
     const std::string what = words.size() == 2 ? Upper(words[1]) : "";
     using Show = void (*)(const AdminSnapshot&, std::string&);
     static const std::pair<const char*, Show> kShows[] = {
-        {"POOLS", ShowPools}, {"CLIENTS", ShowClients}, {"SERVERS", ShowServers}, {"STATS", ShowStats},
+        {"POOLS", ShowPools}, {"CLIENTS", ShowClients}, {"STATS", ShowStats},
         {"CACHE", ShowCache}, {"PINS", ShowPins},       {"CONFIG", ShowConfig},
     };
     for (const auto& [name, show] : kShows) {
@@ -254,6 +252,10 @@ void ExecuteOne(std::string_view command, AdminBackend& backend, std::string& ou
         show(backend.Snapshot(), out);
         return;
       }
+    }
+    if (what == "SERVERS") {
+      ShowServers(backend.Snapshot(), backend.Servers(), out);
+      return;
     }
     if (what == "VERSION") {
       Result r({"version"});

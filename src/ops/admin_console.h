@@ -44,6 +44,8 @@ class AdminBackend {
  public:
   virtual ~AdminBackend() = default;
   virtual AdminSnapshot Snapshot() = 0;
+  // The origin connections (SHOW SERVERS only: it may wait for the Endpoint).
+  virtual std::vector<OriginServerInfo> Servers() = 0;
   virtual void Pause() = 0;
   virtual void Resume() = 0;
   virtual void Reconnect() = 0;

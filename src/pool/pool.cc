@@ -131,6 +131,25 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   }
   void Reconnect();
   void Update(const PoolOptions& options);
+  std::vector<PoolServerInfo> Servers() const {
+    std::vector<PoolServerInfo> out;
+    auto add = [&](ConnState state, const char* name) {
+      for (const PoolEntry& e : lists_[Index(state)]) {
+        PoolServerInfo info;
+        info.state = name;
+        if (e.connection) info.backend_pid = e.connection->backend_pid();
+        info.opened_at = e.opened_at;
+        info.pinned = e.outside_cap;
+        info.retired = state != ConnState::kOpening && LifetimeExceeded(e);
+        out.push_back(info);
+      }
+    };
+    add(ConnState::kLent, "active");
+    add(ConnState::kIdle, "idle");
+    add(ConnState::kChecking, "used");
+    add(ConnState::kOpening, "login");
+    return out;
+  }
 
   PoolStats Stats() const {
     PoolStats s;
@@ -673,6 +692,7 @@ PoolStats Pool::Stats() const { return impl_->Stats(); }
 void Pool::Pause() { impl_->Pause(); }
 void Pool::Resume() { impl_->Resume(); }
 void Pool::Reconnect() { impl_->Reconnect(); }
+std::vector<PoolServerInfo> Pool::Servers() const { return impl_->Servers(); }
 
 absl::Status Pool::Update(PoolOptions options) {
   using std::chrono::milliseconds;

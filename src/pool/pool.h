@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -72,6 +73,17 @@ class PooledConnection {
   // when used).
   virtual void WatchIdle(std::function<void()> on_activity) { (void)on_activity; }
   virtual void StopWatchingIdle() {}
+  // The origin's process id for this connection (SHOW SERVERS); 0 if unknown.
+  virtual std::int32_t backend_pid() const { return 0; }
+};
+
+// One connection as SHOW SERVERS lists it (Pool::Servers()).
+struct PoolServerInfo {
+  const char* state = "";  // "login" (opening), "idle", "active" (lent), "used" (check or reset running)
+  std::int32_t backend_pid = 0;
+  std::chrono::steady_clock::time_point opened_at;  // unset while opening
+  bool pinned = false;   // lent outside the cap (Lease::MoveOutOfCap)
+  bool retired = false;  // closes at release (Reconnect, lifetime, a lowered max_size)
 };
 
 // Opens a new origin connection (TCP, TLS, login, up to the first
@@ -237,6 +249,8 @@ class Pool {
   // connections above the new max_size now and lent ones at release.
   // Checks `options` as Create() does.
   absl::Status Update(PoolOptions options);
+  // Every open connection (not those closing). Call on the pool's executor.
+  std::vector<PoolServerInfo> Servers() const;
 
   const PoolOptions& options() const;
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The admin console and reload (docs/architecture.md, "Admin console" and
 # "Reload") against `hyperpool serve --config FILE` and a real PostgreSQL 15:
-#  - every admin command through psql (SHOW POOLS, CLIENTS, SERVERS, STATS,
+#  - every admin command through psql (SHOW SERVERS' remote_pid checked
+#    against pg_stat_activity) (SHOW POOLS, CLIENTS, SERVERS, STATS,
 #    CACHE, PINS, CONFIG, VERSION, HELP; PAUSE, RESUME, RECONNECT, KILL_CLIENT,
 #    RELOAD, SHUTDOWN), unknown commands 42601, extended protocol 0A000;
 #  - a user not in [admin] users gets 42501 (asyncpg reads the SQLSTATE);
@@ -84,7 +85,11 @@ expect() {
 "$PGBIN/psql" -XAtq -d "$APP" -c "SELECT 1" >/dev/null || fail "app login"
 expect "SHOW POOLS" "cl_active" "cl_waiting" "sv_active" "sv_idle" "sv_used" "maxwait" "pool_mode" " app " "transaction"
 expect "SHOW CLIENTS" "connect_time" " ops " "admin"
-expect "SHOW SERVERS" "state" " idle "
+expect "SHOW SERVERS" "state" "remote_pid" "connect_time" "pinned" " idle "
+spid=$(admin_at "SHOW SERVERS" | awk -F'|' '$4 == "idle" { print $5 }' | head -1)
+[ -n "$spid" ] && [ "$spid" -gt 0 ] || fail "SHOW SERVERS: no backend pid: $(admin_at "SHOW SERVERS")"
+[ "$("$PGBIN/psql" -XAtq -d "$ADMIN_URL" -c "SELECT count(*) FROM pg_stat_activity WHERE pid = $spid AND usename = '$ROLE'")" = 1 ] ||
+  fail "SHOW SERVERS' remote_pid $spid is not a backend of $ROLE"
 expect "SHOW STATS" "total_xact_count" "total_query_count" "total_received" "total_sent" "total_wait_time" "avg_xact_time" "p99_xact_time"
 [ "$(admin_at "SHOW STATS" | cut -d'|' -f2)" -ge 1 ] || fail "SHOW STATS counted no transaction"
 expect "SHOW CACHE" "endpoint" "client" "hits" "misses" "stores" "evictions" "bytes" "fingerprint"

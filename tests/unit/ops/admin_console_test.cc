@@ -3,6 +3,7 @@
 // frames decoded back into result sets.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@ namespace pr = protocol;
 class FakeBackend : public AdminBackend {
  public:
   AdminSnapshot Snapshot() override { return snapshot; }
+  std::vector<OriginServerInfo> Servers() override { return servers; }
   void Pause() override { calls.push_back("pause"); }
   void Resume() override { calls.push_back("resume"); }
   void Reconnect() override { calls.push_back("reconnect"); }
@@ -39,6 +41,7 @@ class FakeBackend : public AdminBackend {
   void Shutdown() override { calls.push_back("shutdown"); }
 
   AdminSnapshot snapshot;
+  std::vector<OriginServerInfo> servers;
   std::vector<std::string> calls;
   absl::Status reload_result;
 };
@@ -231,6 +234,27 @@ TEST_CASE("SHOW CLIENTS lists every connection with its id, SHOW CACHE both tier
   CHECK(Cell(cache[1], 0, "decision") == "cacheable");
   CHECK(Cell(cache[1], 0, "count") == "9");
   CHECK(Cell(cache[1], 0, "query") == "select ?");
+}
+
+TEST_CASE("SHOW SERVERS lists each origin connection with its state, backend pid, connect time and pin") {
+  FakeBackend b;
+  b.snapshot = Sample();
+  OriginServerInfo lent{.state = "active", .backend_pid = 4242, .connect_time = std::chrono::system_clock::from_time_t(86400),
+                        .pinned = true, .retired = false};
+  OriginServerInfo opening{.state = "login"};
+  opening.retired = true;
+  b.servers = {lent, opening};
+  auto a = Run("SHOW SERVERS", b);
+  REQUIRE(a.size() == 1);
+  REQUIRE(a[0].rows.size() == 2);
+  CHECK(Cell(a[0], 0, "state") == "active");
+  CHECK(Cell(a[0], 0, "remote_pid") == "4242");
+  CHECK(Cell(a[0], 0, "connect_time") == "1970-01-02 00:00:00 UTC");
+  CHECK(Cell(a[0], 0, "pinned") == "yes");
+  CHECK(Cell(a[0], 0, "close_needed") == "0");
+  CHECK(Cell(a[0], 1, "state") == "login");
+  CHECK(Cell(a[0], 1, "connect_time") == "");
+  CHECK(Cell(a[0], 1, "close_needed") == "1");
 }
 
 TEST_CASE("every SHOW command answers a result set") {

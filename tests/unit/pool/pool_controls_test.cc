@@ -3,6 +3,7 @@
 // against in-memory fake connections; the io_context is driven step by step.
 
 #include <memory>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -135,6 +136,29 @@ TEST_CASE("Reconnect closes idle connections now and lent ones at release, then 
   CHECK(IdOf(c) != a_id);
   CHECK(IdOf(c) != b_id);
   CHECK_FALSE((*c)->lifetime_exceeded());
+}
+
+TEST_CASE("Servers lists each open connection with its state, pin and whether it is retired") {
+  Fixture f(Options(3));
+  Result a = f.AcquireNow();
+  Result b = f.AcquireNow();
+  REQUIRE(a->ok());
+  REQUIRE(b->ok());
+  (*b)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  (*a)->MoveOutOfCap();
+  std::vector<PoolServerInfo> servers = f.pool->Servers();
+  REQUIRE(servers.size() == 2);
+  CHECK(std::string(servers[0].state) == "active");
+  CHECK(servers[0].pinned);
+  CHECK(std::string(servers[1].state) == "idle");
+  CHECK_FALSE(servers[1].pinned);
+  CHECK_FALSE(servers[0].retired);
+  f.pool->Reconnect();
+  Settle(f.io);
+  servers = f.pool->Servers();
+  REQUIRE(servers.size() == 1);  // the idle one closed
+  CHECK(servers[0].retired);
 }
 
 TEST_CASE("Update lowers max_size by closing the excess as it is released, and a raise serves waiters at once") {
