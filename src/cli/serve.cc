@@ -369,7 +369,16 @@ int Serve(int argc, char** argv) {
   admin->SetAdminUsers(settings->admin_users);
   admin->SetStatic(AdminStatic(*settings));
   reloader = std::make_unique<Reloader>(config_path, args, *settings, *admin);
-  options.client.admin = admin;
+  // The console's database name must be free: with the default application
+  // database ("hyperpool") there is no console unless admins are named,
+  // which is then an error rather than a silent shadowing.
+  if (options.client.database != options.client.admin_database) {
+    options.client.admin = admin;
+  } else if (!settings->admin_users.empty()) {
+    return UsageError(fmt::format("--admin-user needs an application --database other than \"{}\" "
+                                  "(the admin console's name)",
+                                  options.client.admin_database));
+  }
 
   const std::string redacted = client::RedactOrigin(options.endpoint.origin);
   const size_t pool_size = options.endpoint.pool.max_size;

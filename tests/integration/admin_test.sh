@@ -61,6 +61,13 @@ TOML
   mv "$tmp/hp.toml.new" "$tmp/hp.toml"
 }
 write_config 4
+# The console's name must be free: admins with the default app database "hyperpool" is a usage error.
+set +e
+"$HYPERPOOL_BINARY" serve --origin "$DIRECT" --admin-user ops >/dev/null 2>"$tmp/clash.err"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "admin-user needs an application --database other than" "$tmp/clash.err" ||
+  fail "admins with database hyperpool: rc $rc, $(head -1 "$tmp/clash.err")"
 "$PGBIN/pgbench" -i -s 1 -q "$DIRECT" >"$tmp/init.out" 2>&1 || { cat "$tmp/init.out" >&2; fail "pgbench -i"; }
 
 "$HYPERPOOL_BINARY" serve --config "$tmp/hp.toml" >"$tmp/out" 2>"$tmp/err" &
