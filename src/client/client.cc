@@ -1145,7 +1145,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   char txn_status_ = 'I';  // from the latest ReadyForQuery (for the cache's later use)
   bool farewell_sent_ = false;
   std::string pending_error_;
-  bool admin_ = false;  // an admin console session (RunAdmin)
+  std::atomic<bool> admin_{false};  // an admin console session (RunAdmin); read by SHOW CLIENTS
   std::atomic<int> shown_state_{0};  // state_, for SHOW CLIENTS on other threads
   ClientSessionInfo info_;           // guarded by impl_->mu
  public:
