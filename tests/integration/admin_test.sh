@@ -6,7 +6,8 @@
 #    CACHE, PINS, CONFIG, VERSION, HELP; PAUSE, RESUME, RECONNECT, KILL_CLIENT,
 #    RELOAD, SHUTDOWN), unknown commands 42601, extended protocol 0A000;
 #  - a user not in [admin] users gets 42501 (asyncpg reads the SQLSTATE);
-#  - PAUSE makes a new query wait (seen in SHOW POOLS cl_waiting) until RESUME;
+#  - PAUSE lets a transaction in flight finish and makes a new query wait
+#    (seen in SHOW POOLS cl_waiting) until RESUME;
 #  - KILL_CLIENT ends that client with FATAL 57P01;
 #  - pgbench -T 5 through it while the pool size is reloaded twice (SIGHUP,
 #    RELOAD) and a broken file is rejected: zero failed transactions, the new
@@ -134,8 +135,28 @@ async def main():
 asyncio.run(main())
 PYEOF
 
-# --- PAUSE: a new query waits until RESUME ---
+# --- PAUSE: a transaction in flight finishes; a new query waits until RESUME ---
+"$PY" - "$port" "$APP_PW" "$tmp" >"$tmp/inflight.out" 2>&1 <<'PYEOF' &
+import os, sys, time, psycopg
+port, pw, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
+c = psycopg.connect(f"host=127.0.0.1 port={port} user=app password={pw} dbname=app sslmode=disable")
+c.execute("SELECT 1")  # BEGIN ...: holds its origin connection
+open(f"{tmp}/inflight.ready", "w").close()
+deadline = time.monotonic() + 20
+while not os.path.exists(f"{tmp}/inflight.go") and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(c.execute("SELECT 2").fetchone()[0])
+c.commit()
+print("committed")
+PYEOF
+bg=$!
+wait_for 10 test -e "$tmp/inflight.ready" || fail "the in-flight client did not start"
 expect "PAUSE" "PAUSE"
+touch "$tmp/inflight.go"
+wait_for 10 bash -c "! kill -0 $bg 2>/dev/null" || fail "a transaction in flight did not finish while paused"
+wait "$bg" || true
+bg=
+grep -q "committed" "$tmp/inflight.out" || fail "in-flight transaction while paused: $(cat "$tmp/inflight.out")"
 admin_at "SHOW POOLS" | grep -q "|yes$" || fail "SHOW POOLS does not say paused"
 "$PGBIN/psql" -XAtq -d "$APP" -c "SELECT 42, random() > 2" >"$tmp/paused.out" 2>&1 &
 bg=$!
