@@ -27,6 +27,7 @@ struct EndpointStats {
   std::size_t origin_lent = 0;       // lent to a session now
   std::size_t pool_max_size = 0;     // the pool's max_size now (a reload may change it)
   bool pool_paused = false;          // PausePool() in effect
+  std::size_t max_wait_us = 0;       // how long the longest-waiting unit has waited now (0: none waits)
   std::size_t transactions = 0;      // units of work completed
   std::size_t acquire_timeouts = 0;  // waits that ended in 53300
   std::size_t discarded = 0;         // connections closed instead of returned

@@ -1717,6 +1717,7 @@ EndpointStats Endpoint::Stats() const {
   s.origin_lent = pool.lent;
   s.pool_max_size = pool.max_size;
   s.pool_paused = pool.paused;
+  s.max_wait_us = static_cast<std::size_t>(std::chrono::duration_cast<std::chrono::microseconds>(pool.max_wait).count());
   s.transactions = impl_->transactions.load();
   s.acquire_timeouts = impl_->acquire_timeouts.load();
   s.discarded = impl_->discarded.load();

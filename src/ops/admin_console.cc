@@ -76,16 +76,15 @@ std::size_t AppClients(const AdminSnapshot& s, std::string_view state) {
 
 void ShowPools(const AdminSnapshot& s, std::string& out) {
   Result r({"database", "user", "cl_active", "cl_waiting", "sv_active", "sv_idle", "sv_used", "sv_login", "maxwait",
-            "pool_mode", "pool_size", "paused"});
+            "maxwait_us", "pool_mode", "pool_size", "paused"});
   const EndpointStats e = s.endpoint.value_or(EndpointStats{});
   const std::size_t waiting = e.waiting;
   const std::size_t active = AppClients(s, "active") + AppClients(s, "idle");
   const std::size_t login = e.origin_open >= e.origin_idle + e.origin_lent ? e.origin_open - e.origin_idle - e.origin_lent : 0;
-  // maxwait: PgBouncer's "how long the oldest waiting client has waited";
-  // the pool keeps no per-waiter clock, so this is the p99 of waits (s).
-  const std::uint64_t p99_wait_us = HistogramPercentileUs(e.acquire_wait, 99);
+  // maxwait (s) and maxwait_us (the rest, in µs), as PgBouncer splits them:
+  // how long the longest-waiting unit of work has waited for a connection.
   r.Row({s.database, s.user, N(active >= waiting ? active - waiting : 0), N(waiting), N(e.origin_lent),
-         N(e.origin_idle), "0", N(login), N(waiting > 0 ? p99_wait_us / 1000000 : 0), s.pool_mode,
+         N(e.origin_idle), "0", N(login), N(e.max_wait_us / 1000000), N(e.max_wait_us % 1000000), s.pool_mode,
          N(e.pool_max_size), e.pool_paused ? "yes" : "no"});
   r.AppendTo(out);
 }

@@ -169,6 +169,8 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
     s.closed = closed_.load(std::memory_order_relaxed);
     s.max_size = max_size_gauge_.load(std::memory_order_relaxed);
     s.paused = paused_gauge_.load(std::memory_order_relaxed);
+    const Clock::rep since = front_since_.load(std::memory_order_relaxed);
+    if (since != 0) s.max_wait = std::max(Clock::duration::zero(), Clock::now() - Clock::time_point(Clock::duration(since)));
     return s;
   }
 
@@ -185,6 +187,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
       if (queued) pool.Dequeue(*this);
     }
     PoolImpl& pool;
+    Clock::time_point queued_at = Clock::now();
     asio::steady_timer timer;
     std::optional<absl::StatusOr<Lease>> result;
     bool queued = false;
@@ -262,6 +265,12 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   std::atomic<std::uint64_t> closed_{0};
   std::atomic<std::size_t> max_size_gauge_{0};
   std::atomic<bool> paused_gauge_{false};
+  // When the front waiter queued (steady clock ticks), 0 when none waits.
+  std::atomic<Clock::rep> front_since_{0};
+  void PublishFront() {
+    front_since_.store(waiters_.empty() ? 0 : waiters_.front()->queued_at.time_since_epoch().count(),
+                       std::memory_order_relaxed);
+  }
 };
 
 PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
@@ -336,6 +345,7 @@ asio::awaitable<absl::StatusOr<Lease>> PoolImpl::Acquire(std::shared_ptr<PoolImp
   waiter.position = self->waiters_.insert(self->waiters_.end(), &waiter);
   waiter.queued = true;
   self->waiting_.store(self->waiters_.size(), std::memory_order_relaxed);
+  self->PublishFront();
   struct CancelScope {
     AcquireCancel* cancel;
     ~CancelScope() {
@@ -373,6 +383,7 @@ void PoolImpl::Dequeue(Waiter& waiter) {
   waiters_.erase(waiter.position);
   waiter.queued = false;
   waiting_.store(waiters_.size(), std::memory_order_relaxed);
+  PublishFront();
 }
 
 void PoolImpl::Serve(Waiter& waiter, absl::StatusOr<Lease> result) {

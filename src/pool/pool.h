@@ -128,6 +128,9 @@ struct PoolStats {
   // The live settings (Update()) and Pause() state.
   std::size_t max_size = 0;
   bool paused = false;
+  // How long the longest-waiting Acquire() has waited (zero when none waits):
+  // SHOW POOLS' maxwait.
+  std::chrono::steady_clock::duration max_wait{};
 };
 
 class PoolImpl;

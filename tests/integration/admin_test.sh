@@ -91,7 +91,7 @@ expect() {
 
 # --- every command through psql ---
 "$PGBIN/psql" -XAtq -d "$APP" -c "SELECT 1" >/dev/null || fail "app login"
-expect "SHOW POOLS" "cl_active" "cl_waiting" "sv_active" "sv_idle" "sv_used" "maxwait" "pool_mode" " app " "transaction"
+expect "SHOW POOLS" "cl_active" "cl_waiting" "sv_active" "sv_idle" "sv_used" "maxwait" "maxwait_us" "pool_mode" " app " "transaction"
 expect "SHOW CLIENTS" "connect_time" " ops " "admin"
 expect "SHOW SERVERS" "state" "remote_pid" "connect_time" "pinned" " idle "
 spid=$(admin_at "SHOW SERVERS" | awk -F'|' '$4 == "idle" { print $5 }' | head -1)
@@ -163,6 +163,8 @@ bg=$!
 waiting() { [ "$(admin_at "SHOW POOLS" | cut -d'|' -f4)" -ge 1 ]; }
 wait_for 10 waiting || fail "no query waiting in SHOW POOLS while paused"
 kill -0 "$bg" 2>/dev/null || fail "the query finished while paused: $(cat "$tmp/paused.out")"
+waited() { [ "$(admin_at "SHOW POOLS" | awk -F'|' '{ print $9 * 1000000 + $10 }')" -gt 0 ]; }
+wait_for 10 waited || fail "SHOW POOLS maxwait stays 0 while a query waits: $(admin_at "SHOW POOLS")"
 expect "RESUME" "RESUME"
 wait_for 10 bash -c "! kill -0 $bg 2>/dev/null" || fail "the paused query did not finish after RESUME"
 wait "$bg" || fail "the paused query failed: $(cat "$tmp/paused.out")"
@@ -202,10 +204,10 @@ out=$(admin "KILL_CLIENT 999999") && fail "KILL_CLIENT of an unknown id succeede
 # --- reload under pgbench load ---
 "$PGBIN/pgbench" -n -T 5 -c 8 -j 2 "$url" >"$tmp/bench.out" 2>&1 &
 bg=$!
-pool_size() { admin_at "SHOW POOLS" | cut -d'|' -f11; }
+pool_size() { admin_at "SHOW POOLS" | cut -d'|' -f12; }
 write_config 6
 kill -HUP "$pid"
-wait_for 10 bash -c "[ \"\$(\"$PGBIN/psql\" -XAt -F '|' -d \"$CONSOLE\" -c 'SHOW POOLS' | cut -d'|' -f11)\" = 6 ]" ||
+wait_for 10 bash -c "[ \"\$(\"$PGBIN/psql\" -XAt -F '|' -d \"$CONSOLE\" -c 'SHOW POOLS' | cut -d'|' -f12)\" = 6 ]" ||
   fail "pool size after SIGHUP: $(pool_size)"
 admin_at "SHOW CONFIG" | grep -qx "pool-size|6|yes" || fail "SHOW CONFIG after SIGHUP: $(admin_at "SHOW CONFIG")"
 printf 'threads = 2\n[pool\nsize = 9\n' >"$tmp/hp.toml"
@@ -216,7 +218,7 @@ grep -q "ERROR:  F0000" <<<"$out" || fail "RELOAD of a broken file: $out"
 [ "$(pool_size)" = 6 ] || fail "the broken file changed the pool size to $(pool_size)"
 write_config 3 1
 expect "RELOAD" "RELOAD"
-[ "$(pool_size)" = 3 ] || wait_for 10 bash -c "[ \"\$(\"$PGBIN/psql\" -XAt -F '|' -d \"$CONSOLE\" -c 'SHOW POOLS' | cut -d'|' -f11)\" = 3 ]" ||
+[ "$(pool_size)" = 3 ] || wait_for 10 bash -c "[ \"\$(\"$PGBIN/psql\" -XAt -F '|' -d \"$CONSOLE\" -c 'SHOW POOLS' | cut -d'|' -f12)\" = 3 ]" ||
   fail "pool size after RELOAD: $(pool_size)"
 grep -q "reload: threads changed; needs a restart" "$tmp/err" || fail "no needs-restart line for threads"
 admin_at "SHOW CONFIG" | grep -qx "threads|2|no" || fail "SHOW CONFIG should still show the running threads"

@@ -57,6 +57,7 @@ AdminSnapshot Sample() {
   e.origin_lent = 2;
   e.waiting = 3;
   e.pool_max_size = 8;
+  e.max_wait_us = 2500000;
   e.transactions = 40;
   e.queries = 90;
   e.transaction_time.count = 100;
@@ -195,6 +196,8 @@ TEST_CASE("SHOW POOLS has PgBouncer's columns and counts the pool and the app cl
   CHECK(Cell(a, 0, "sv_active") == "2");
   CHECK(Cell(a, 0, "sv_idle") == "2");
   CHECK(Cell(a, 0, "sv_login") == "1");
+  CHECK(Cell(a, 0, "maxwait") == "2");
+  CHECK(Cell(a, 0, "maxwait_us") == "500000");
   CHECK(Cell(a, 0, "pool_mode") == "transaction");
   CHECK(Cell(a, 0, "pool_size") == "8");
   CHECK(Cell(a, 0, "paused") == "no");

@@ -105,12 +105,15 @@ TEST_CASE("Pause lends nothing until Resume, while leases already held work and 
   CHECK_FALSE(waiter.has_value());  // the returned connection goes idle, not to the waiter
   CHECK(f.pool->Stats().idle == 1);
   CHECK(f.pool->Stats().waiting == 1);
+  const auto waited = f.pool->Stats().max_wait;
+  CHECK(waited > std::chrono::steady_clock::duration::zero());
   f.pool->Resume();
   Settle(f.io);
   REQUIRE(waiter.has_value());
   REQUIRE(waiter->ok());
   CHECK(IdOf(waiter) == id);
   CHECK_FALSE(f.pool->Stats().paused);
+  CHECK(f.pool->Stats().max_wait == std::chrono::steady_clock::duration::zero());  // nobody waits now
   CHECK(f.origin.opens == 1);
 }
 
