@@ -3,7 +3,9 @@
 // PostgreSQL server on a local address. It answers the handshake locally,
 // tracks transaction state and forwards work to an Endpoint over a Transport.
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +22,9 @@ namespace hyperpool {
 struct ClientStats {
   std::size_t sessions = 0;  // application connections open now
   std::size_t accepted = 0;  // application connections accepted since start (TCP and Unix)
+  // Bytes read from and written to applications since start.
+  std::uint64_t bytes_received = 0;
+  std::uint64_t bytes_sent = 0;
   // The Client's cache tier; all zero when it is off.
   bool cache_enabled = false;
   std::size_t cache_local_hits = 0;     // units answered with no link traffic
@@ -29,6 +34,18 @@ struct ClientStats {
   std::size_t cache_refused_stale = 0;  // results older than an invalidation, refused
   std::size_t cache_bytes = 0;
   std::size_t cache_entries = 0;
+};
+
+// One application connection, for the admin console's SHOW CLIENTS.
+struct ClientSessionInfo {
+  std::uint64_t id = 0;  // KILL_CLIENT takes it; unique per Client
+  std::string user;      // empty until logged in
+  std::string database;
+  std::string address;   // "host:port", or "unix"
+  std::chrono::system_clock::time_point connect_time;
+  // "login" (handshake), "idle" (nothing outstanding), "active" (a unit of
+  // work forwarded), "admin" (an admin console session).
+  std::string state;
 };
 
 class Client {
@@ -52,6 +69,15 @@ class Client {
 
   // The Client cache tier's counters as a text line (thread-safe).
   std::string CacheReport() const;
+
+  // The application connections open now (thread-safe).
+  std::vector<ClientSessionInfo> Sessions() const;
+
+  // Ends connection `id` as PostgreSQL's pg_terminate_backend does: FATAL
+  // 57P01 "terminating connection due to administrator command", then the
+  // socket closes (a unit in flight is abandoned: the Endpoint closes its
+  // origin connection). False if there is no such connection. Thread-safe.
+  bool Kill(std::uint64_t id);
 
   struct Impl;
 

@@ -3,9 +3,12 @@
 // pooled origin connections per transaction to the sessions that Clients
 // open over a Transport.
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <asio/any_io_executor.hpp>
 
@@ -21,6 +24,10 @@ struct EndpointStats {
   std::size_t origin_open = 0;       // origin connections open (idle + lent + opening)
   std::size_t origin_idle = 0;       // idle in the pool
   std::size_t waiting = 0;           // transactions waiting for a connection
+  std::size_t origin_lent = 0;       // lent to a session now
+  std::size_t pool_max_size = 0;     // the pool's max_size now (a reload may change it)
+  bool pool_paused = false;          // PausePool() in effect
+  std::size_t max_wait_us = 0;       // how long the longest-waiting unit has waited now (0: none waits)
   std::size_t transactions = 0;      // units of work completed
   std::size_t acquire_timeouts = 0;  // waits that ended in 53300
   std::size_t discarded = 0;         // connections closed instead of returned
@@ -83,6 +90,15 @@ struct EndpointStats {
   LatencyHistogramSnapshot acquire_wait;
 };
 
+// One origin connection, for the admin console's SHOW SERVERS.
+struct OriginServerInfo {
+  std::string state;  // "active" (lent), "idle", "used" (health check or reset), "login" (opening)
+  std::int32_t backend_pid = 0;
+  std::chrono::system_clock::time_point connect_time;  // unset while opening
+  bool pinned = false;   // held by a pinned session outside the pool's cap
+  bool retired = false;  // closes when released (RECONNECT, max lifetime, a lowered pool size)
+};
+
 class Endpoint : public LinkAcceptor {
  public:
   // Validates `options` (the origin string must parse) and creates an
@@ -101,6 +117,20 @@ class Endpoint : public LinkAcceptor {
 
   // A snapshot of the counters (thread-safe).
   EndpointStats Stats() const;
+
+  // Operator controls (the admin console; pool.h describes each). All
+  // thread-safe and asynchronous: they take effect on the Endpoint's
+  // executor shortly after returning.
+  // New units of work wait for ResumePool(); units in flight finish.
+  void PausePool();
+  void ResumePool();
+  // Replaces the origin connections: idle ones now, lent ones at release.
+  void ReconnectPool();
+  // New pool size and timeouts for new units of work (the mode stays).
+  absl::Status UpdatePool(PoolOptions options);
+  // The origin connections now. Thread-safe: asks the Endpoint's executor
+  // and waits for it (at most 2 s; empty if it does not answer).
+  std::vector<OriginServerInfo> Servers() const;
 
   // The cache tier's counters and the `top` query fingerprints by decision
   // count (reason per fingerprint), as text lines (thread-safe).

@@ -47,6 +47,10 @@ class Connection {
   virtual std::string cache_report() const { return {}; }
   // The local Client's counters (application connections, its cache tier).
   virtual ClientStats client_stats() const { return {}; }
+  // The halves themselves, for operator controls (the admin console);
+  // valid until Close(). endpoint() is null when the Endpoint is remote.
+  virtual Client* client() { return nullptr; }
+  virtual Endpoint* endpoint() { return nullptr; }
 };
 
 // Starts a Client and an in-process Endpoint for `options.endpoint.origin`.

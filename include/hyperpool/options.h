@@ -12,6 +12,8 @@
 
 namespace hyperpool {
 
+class AdminConsole;
+
 // How origin connections are shared.
 enum class PoolMode {
   kTransaction,  // a connection is lent for one transaction (default)
@@ -158,6 +160,13 @@ struct ClientOptions {
 
   // Event logs (hyperpool/log.h); null: Logger::Default().
   std::shared_ptr<const Logger> logger;
+  // The admin console (include/hyperpool/admin.h): a login to
+  // `admin_database` that authenticates (with the same SCRAM verifier as
+  // `user`) is served by `admin` instead of the Endpoint, or refused with
+  // FATAL 42501 when admin->IsAdmin(user) is false. Null: no console (the
+  // name is then an ordinary unknown database). Must differ from `database`.
+  std::shared_ptr<AdminConsole> admin;
+  std::string admin_database = "hyperpool";
 };
 
 }  // namespace hyperpool

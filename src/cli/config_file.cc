@@ -15,7 +15,7 @@ namespace hyperpool::cli {
 
 namespace {
 
-enum class Type { kString, kInteger, kBool };
+enum class Type { kString, kInteger, kBool, kStringArray };
 
 struct KeySpec {
   std::string_view key;   // "pool.size"; top-level keys have no dot
@@ -52,6 +52,9 @@ constexpr KeySpec kKeys[] = {
     {"log.level", Type::kString, "--log-level"},
     {"log.connections", Type::kBool, "--log-connections"},
     {"log.disconnections", Type::kBool, "--log-disconnections"},
+    // The admin console (docs/architecture.md, "Admin console"): one
+    // --admin-user setting per name.
+    {"admin.users", Type::kStringArray, "--admin-user"},
 };
 
 // [users]: any name, so not in kKeys.
@@ -82,6 +85,8 @@ const char* TypeName(Type type) {
       return "an integer";
     case Type::kBool:
       return "true or false";
+    case Type::kStringArray:
+      return "an array of strings";
   }
   return "";
 }
@@ -115,6 +120,17 @@ class Parser {
         if (!node.is_boolean()) return WrongType(where, *spec);
         value = **node.as_boolean() ? "true" : "false";
         break;
+      case Type::kStringArray: {
+        const toml::array* array = node.as_array();
+        if (array == nullptr) return WrongType(where, *spec);
+        for (const toml::node& element : *array) {
+          if (!element.is_string() || element.as_string()->get().empty()) {
+            return absl::InvalidArgumentError(fmt::format("{}: must hold non-empty strings", where));
+          }
+          out_.settings.push_back({std::string(spec->flag), **element.as_string(), where});
+        }
+        return absl::OkStatus();
+      }
     }
     if (key == "origin.password") {
       out_.origin_password = value;

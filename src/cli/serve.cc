@@ -1,18 +1,24 @@
 // `hyperpool serve`: both halves in one process via hyperpool::connect().
 // Prints the local connection string as the first line of stdout once it
-// accepts connections; logs to stderr; drains and exits 0 on SIGINT/SIGTERM.
+// accepts connections; logs to stderr; drains and exits 0 on SIGINT/SIGTERM
+// or the admin console's SHUTDOWN; re-reads the config on SIGHUP or RELOAD.
 // Options come from --config FILE first, then the flags (which override it).
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <asio/signal_set.hpp>
 #include <fmt/format.h>
 
@@ -20,6 +26,8 @@
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "cli/config_file.h"
+#include "cli/reload_plan.h"
+#include "cli/serve_admin.h"
 #include "client/client_util.h"
 #include "hyperpool/hyperpool.h"
 #include "cli/metrics_flag.h"
@@ -83,7 +91,13 @@ Options:
   --log-disconnections    log session_end with the session's duration (off by default)
   --cache-max-age S       seconds a cached result is served fresh (default 60, at most 3600)
   --cache-swr S           seconds a stale result is served while one refresh runs (default 15)
+  --admin-user NAME       may use the admin console (database "hyperpool"; repeatable; the
+                          same password as --user); [admin] users in the config file
   --help                  print this help
+
+Signals: SIGHUP re-reads --config FILE (pool size and timeouts and admin users take effect
+for new units of work; other changes are logged as needing a restart; a file that does
+not parse is rejected whole). SIGINT/SIGTERM drain and exit 0.
 )";
 
 namespace {
@@ -132,6 +146,16 @@ std::optional<std::string> CollectArgs(int argc, char** argv, std::string& confi
   return std::nullopt;
 }
 
+// Everything the file and the flags say, validated: what starts the
+// process and what a reload compares with the running one.
+struct ServeSettings {
+  ConnectOptions options;
+  std::string metrics_listen;
+  std::vector<std::string> admin_users;
+  LoggerOptions log;
+  SettingMap map;  // for PlanReload and SHOW CONFIG
+};
+
 // [users] of the config file as the Client's app users.
 std::optional<std::string> ApplyConfigUsers(const std::vector<ConfigUser>& users, ClientOptions& options) {
   for (const ConfigUser& user : users) {
@@ -147,17 +171,25 @@ std::optional<std::string> ApplyConfigUsers(const std::vector<ConfigUser>& users
 }
 
 // Applies one setting to both halves' options; returns the error to print.
-std::optional<std::string> ApplyServeSetting(const ConfigSetting& setting, ConnectOptions& options,
-                                             std::string& metrics_listen, LoggerOptions& log) {
+std::optional<std::string> ApplyServeSetting(const ConfigSetting& setting, ServeSettings& out) {
   auto located = [&](const std::string& message) {
     return setting.where.empty() ? message : fmt::format("{}: {}", setting.where, message);
   };
+  ConnectOptions& options = out.options;
+  if (setting.flag == "--admin-user") {
+    if (setting.value.empty()) return located("--admin-user needs a user name");
+    out.admin_users.push_back(setting.value);
+    std::string& joined = out.map[setting.flag];
+    joined += (joined.empty() ? "" : ",") + setting.value;
+    return std::nullopt;
+  }
+  out.map[setting.flag] = setting.value;
   if (setting.flag == "--no-cache") {
     options.endpoint.cache.enabled = false;
     options.client.cache.enabled = false;
     return std::nullopt;
   }
-  if (std::optional<std::string> log_error = ApplyLogOption(setting.flag, setting.value, log)) {
+  if (std::optional<std::string> log_error = ApplyLogOption(setting.flag, setting.value, out.log)) {
     if (!log_error->empty()) return located(*log_error);
     return std::nullopt;
   }
@@ -165,7 +197,7 @@ std::optional<std::string> ApplyServeSetting(const ConfigSetting& setting, Conne
     std::string host;
     uint16_t port = 0;
     if (!ParseHostPort(setting.value, host, port)) return located("--metrics-listen needs HOST:PORT");
-    metrics_listen = setting.value;
+    out.metrics_listen = setting.value;
     return std::nullopt;
   }
   // Both halves run here: a cache option sets both tiers.
@@ -178,11 +210,161 @@ std::optional<std::string> ApplyServeSetting(const ConfigSetting& setting, Conne
   return std::nullopt;
 }
 
+// Reads `config_path` (if set) and applies `args` over it. The error is a
+// message for the user (file, line and key when the file is at fault).
+absl::StatusOr<ServeSettings> BuildSettings(const std::string& config_path, const std::vector<ConfigSetting>& args,
+                                            std::vector<std::string>& warnings) {
+  ServeSettings out;
+  if (const char* env = std::getenv("HYPERPOOL_ORIGIN")) out.options.endpoint.origin = env;
+  bool args_set_origin_password = false;
+  if (!config_path.empty()) {
+    absl::StatusOr<ConfigFile> config = LoadConfigFile(config_path);
+    if (!config.ok()) return config.status();
+    warnings = config->warnings;
+    for (const ConfigSetting& setting : config->settings) {
+      if (auto error = ApplyServeSetting(setting, out)) return absl::InvalidArgumentError(*error);
+    }
+    if (auto error = ApplyConfigUsers(config->users, out.options.client)) return absl::InvalidArgumentError(*error);
+    out.options.endpoint.origin_password = config->origin_password;
+    if (!config->client_password.empty()) out.options.client.password = config->client_password;
+    // Compared by a reload, never shown.
+    if (!config->origin_password.empty()) out.map["(origin password)"] = config->origin_password;
+    if (!config->client_password.empty()) out.map["(client password)"] = config->client_password;
+  }
+  // The flags override the file, including its admin users.
+  bool args_set_admin_users = false;
+  for (const ConfigSetting& setting : args) {
+    if (setting.flag == "--admin-user" && !args_set_admin_users) {
+      args_set_admin_users = true;
+      out.admin_users.clear();
+      out.map.erase("--admin-user");
+    }
+    if (auto error = ApplyServeSetting(setting, out)) return absl::InvalidArgumentError(*error);
+    if (setting.flag == "--origin-password-file") args_set_origin_password = true;
+  }
+  // A password file named by a flag overrides a password in the config file.
+  if (args_set_origin_password) out.options.endpoint.origin_password.clear();
+  if (out.options.endpoint.origin.empty()) return absl::InvalidArgumentError("--origin is required");
+  if (out.options.endpoint.pool.min_idle > out.options.endpoint.pool.max_size) {
+    return absl::InvalidArgumentError("--min-idle cannot exceed --pool-size");
+  }
+  return out;
+}
+
+// SHOW CONFIG: the running settings, secrets hidden.
+std::vector<ops::AdminSnapshot::ConfigRow> ConfigRows(const SettingMap& map) {
+  std::vector<ops::AdminSnapshot::ConfigRow> rows;
+  for (const auto& [flag, value] : map) {
+    if (flag.front() == '(') continue;
+    std::string shown = value;
+    if (flag.find("password") != std::string::npos && flag.find("file") == std::string::npos) shown = "***";
+    if (flag == "--origin") shown = client::RedactOrigin(value);
+    if (flag == "--no-cache") shown = "true";
+    rows.push_back({flag.substr(2), std::move(shown), IsReloadable(flag)});
+  }
+  return rows;
+}
+
+ServeAdmin::Static AdminStatic(const ServeSettings& s) {
+  ServeAdmin::Static st;
+  st.database = s.options.client.database;
+  st.user = s.options.client.user;
+  st.pool_mode = s.options.endpoint.pool.mode == PoolMode::kTransaction ? "transaction" : "session";
+  st.config = ConfigRows(s.map);
+  return st;
+}
+
+// Re-reads the config file for SIGHUP and the admin console's RELOAD (any
+// thread; one at a time). A file that fails to load or validate changes
+// nothing.
+class Reloader {
+ public:
+  Reloader(std::string config_path, std::vector<ConfigSetting> args, ServeSettings running, ServeAdmin& admin)
+      : config_path_(std::move(config_path)), args_(std::move(args)), running_(std::move(running)), admin_(admin) {}
+
+  void SetConnection(Connection* connection) {
+    std::lock_guard lock(mu_);
+    connection_ = connection;
+  }
+
+  absl::Status Reload() {
+    std::lock_guard lock(mu_);
+    if (config_path_.empty()) {
+      LogLine("reload: nothing to reload (no --config FILE)");
+      return absl::FailedPreconditionError("hyperpool serve was started without --config FILE");
+    }
+    std::vector<std::string> warnings;
+    absl::StatusOr<ServeSettings> next = BuildSettings(config_path_, args_, warnings);
+    if (!next.ok()) {
+      LogLine(fmt::format("reload rejected, keeping the running configuration: {}", std::string(next.status().message())));
+      return next.status();
+    }
+    for (const std::string& warning : warnings) LogLine(fmt::format("warning: {}", warning));
+    const ReloadPlan plan = PlanReload(running_.map, next->map);
+    for (const std::string& flag : plan.restart) {
+      LogLine(fmt::format("reload: {} changed; needs a restart to take effect", flag.front() == '-' ? flag.substr(2) : flag));
+    }
+    PoolOptions pool = running_.options.endpoint.pool;
+    const PoolOptions& want = next->options.endpoint.pool;
+    pool.max_size = want.max_size;
+    pool.min_idle = want.min_idle;
+    pool.acquire_timeout = want.acquire_timeout;
+    pool.idle_timeout = want.idle_timeout;
+    pool.max_lifetime = want.max_lifetime;
+    if (pool.min_idle > pool.max_size) {
+      LogLine("reload rejected, keeping the running configuration: min-idle would exceed pool-size");
+      return absl::InvalidArgumentError("--min-idle cannot exceed --pool-size");
+    }
+    if (connection_ != nullptr && connection_->endpoint() != nullptr) {
+      if (absl::Status s = connection_->endpoint()->UpdatePool(pool); !s.ok()) {
+        LogLine(fmt::format("reload rejected, keeping the running configuration: {}", std::string(s.message())));
+        return s;
+      }
+    }
+    running_.options.endpoint.pool = pool;
+    running_.admin_users = next->admin_users;
+    admin_.SetAdminUsers(running_.admin_users);
+    for (const std::string& flag : plan.live) {
+      if (auto it = next->map.find(flag); it != next->map.end()) {
+        running_.map[flag] = it->second;
+      } else {
+        running_.map.erase(flag);
+      }
+    }
+    admin_.SetStatic(AdminStatic(running_));
+    std::string applied;
+    for (const std::string& flag : plan.live) applied += (applied.empty() ? "" : ", ") + flag.substr(2);
+    LogLine(fmt::format("reloaded {}: {}; pool {} connections", config_path_,
+                        applied.empty() ? "no live setting changed" : "applied " + applied, pool.max_size));
+    return absl::OkStatus();
+  }
+
+ private:
+  std::mutex mu_;
+  const std::string config_path_;
+  const std::vector<ConfigSetting> args_;
+  ServeSettings running_;  // what runs now (restart-only changes stay out)
+  ServeAdmin& admin_;
+  Connection* connection_ = nullptr;
+};
+
+// Graceful drain: new units of work wait (PAUSE) while those holding an
+// origin connection finish, for at most `limit`; then Close() ends the rest.
+void Drain(Connection& connection, std::chrono::milliseconds limit) {
+  Endpoint* endpoint = connection.endpoint();
+  if (endpoint == nullptr) return;
+  endpoint->PausePool();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const EndpointStats s = connection.endpoint_stats();
+    if (s.origin_lent == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace
 
 int Serve(int argc, char** argv) {
-  ConnectOptions options;
-  if (const char* env = std::getenv("HYPERPOOL_ORIGIN")) options.endpoint.origin = env;
   std::string config_path;
   std::vector<ConfigSetting> args;
   bool help = false;
@@ -191,63 +373,72 @@ int Serve(int argc, char** argv) {
     std::fputs(kServeUsage, stdout);
     return 0;
   }
-  std::string metrics_listen;
-  LoggerOptions log;
-  bool args_set_origin_password = false;
-  if (!config_path.empty()) {
-    absl::StatusOr<ConfigFile> config = LoadConfigFile(config_path);
-    if (!config.ok()) return UsageError(std::string(config.status().message()));
-    for (const std::string& warning : config->warnings) LogLine(fmt::format("warning: {}", warning));
-    for (const ConfigSetting& setting : config->settings) {
-      if (auto error = ApplyServeSetting(setting, options, metrics_listen, log)) return UsageError(*error);
-    }
-    if (auto error = ApplyConfigUsers(config->users, options.client)) return UsageError(*error);
-    options.endpoint.origin_password = config->origin_password;
-    if (!config->client_password.empty()) options.client.password = config->client_password;
-  }
-  for (const ConfigSetting& setting : args) {
-    if (auto error = ApplyServeSetting(setting, options, metrics_listen, log)) return UsageError(*error);
-    if (setting.flag == "--origin-password-file") args_set_origin_password = true;
-  }
-  // A password file named by a flag overrides a password in the config file.
-  if (args_set_origin_password) options.endpoint.origin_password.clear();
-  if (options.endpoint.origin.empty()) return UsageError("--origin is required");
+  std::vector<std::string> warnings;
+  absl::StatusOr<ServeSettings> settings = BuildSettings(config_path, args, warnings);
+  if (!settings.ok()) return UsageError(std::string(settings.status().message()));
+  for (const std::string& warning : warnings) LogLine(fmt::format("warning: {}", warning));
+  ConnectOptions options = settings->options;
+  const std::string metrics_listen = settings->metrics_listen;
   // One logger for both halves, owned here (no global one).
-  options.client.logger = std::make_shared<const Logger>(std::move(log));
+  options.client.logger = std::make_shared<const Logger>(settings->log);
   options.endpoint.logger = options.client.logger;
-  if (options.endpoint.pool.min_idle > options.endpoint.pool.max_size) {
-    return UsageError("--min-idle cannot exceed --pool-size");
-  }
 
   // Installed before any worker thread starts, so no thread ever sees the
-  // default disposition of SIGINT/SIGTERM.
+  // default disposition of SIGINT/SIGTERM/SIGHUP.
   asio::io_context signals_io(1);
-  asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  asio::signal_set signals(signals_io, SIGINT, SIGTERM, SIGHUP);
   std::signal(SIGPIPE, SIG_IGN);
+
+  bool shutdown_requested = false;  // signals_io only
+  std::unique_ptr<Reloader> reloader;
+  auto admin = std::make_shared<ServeAdmin>(
+      [&reloader] { return reloader->Reload(); },
+      [&] {
+        asio::post(signals_io, [&] {
+          shutdown_requested = true;
+          signals.cancel();
+        });
+      });
+  admin->SetAdminUsers(settings->admin_users);
+  admin->SetStatic(AdminStatic(*settings));
+  reloader = std::make_unique<Reloader>(config_path, args, *settings, *admin);
+  // The console's database name must be free: with the default application
+  // database ("hyperpool") there is no console unless admins are named,
+  // which is then an error rather than a silent shadowing.
+  if (options.client.database != options.client.admin_database) {
+    options.client.admin = admin;
+  } else if (!settings->admin_users.empty()) {
+    return UsageError(fmt::format("--admin-user needs an application --database other than \"{}\" "
+                                  "(the admin console's name)",
+                                  options.client.admin_database));
+  }
 
   const std::string redacted = client::RedactOrigin(options.endpoint.origin);
   const size_t pool_size = options.endpoint.pool.max_size;
   const char* mode = options.endpoint.pool.mode == PoolMode::kTransaction ? "transaction" : "session";
-  const std::string options_unix_dir = options.client.listen_unix_dir;
+  const std::string unix_dir = options.client.listen_unix_dir;
   absl::StatusOr<std::unique_ptr<Connection>> connection = connect(std::move(options));
   if (!connection.ok()) {
     LogLine(fmt::format("cannot start: {}", std::string(connection.status().message())));
     return 1;
   }
-  const std::string unix_dir = options_unix_dir;
   Connection& running = **connection;
+  admin->SetConnection(&running);
+  reloader->SetConnection(&running);
   absl::StatusOr<std::unique_ptr<ops::MetricsServer>> metrics = StartMetricsListener(
       metrics_listen,
-      [&running, pool_size] {
+      [&running] {
         ops::ProcessMetrics m;
         m.endpoint = running.endpoint_stats();
-        m.pool_max = pool_size;
+        m.pool_max = m.endpoint->pool_max_size;
         m.client = running.client_stats();
         return m;
       },
       LogLine);
   if (!metrics.ok()) {
     LogLine(fmt::format("cannot start: {}", std::string(metrics.status().message())));
+    admin->SetConnection(nullptr);
+    reloader->SetConnection(nullptr);
     (*connection)->Close();
     return 1;
   }
@@ -257,12 +448,29 @@ int Serve(int argc, char** argv) {
   LogLine(fmt::format("ready; origin {} (pool {} connections, {} mode)", redacted, pool_size, mode));
 
   int received = 0;
-  signals.async_wait([&](const asio::error_code& ec, int signo) {
-    if (!ec) received = signo;
-  });
+  std::function<void()> wait_for_signal = [&] {
+    signals.async_wait([&](const asio::error_code& ec, int signo) {
+      if (ec) return;  // cancelled by SHUTDOWN
+      if (signo == SIGHUP) {
+        LogLine("received SIGHUP, reloading");
+        (void)reloader->Reload();
+        wait_for_signal();
+        return;
+      }
+      received = signo;
+    });
+  };
+  wait_for_signal();
   signals_io.run();
-  LogLine(fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
+  if (shutdown_requested && received == 0) {
+    LogLine("SHUTDOWN from the admin console, draining");
+  } else {
+    LogLine(fmt::format("received {}, draining", received == SIGINT ? "SIGINT" : "SIGTERM"));
+  }
   if (*metrics) (*metrics)->SetDraining(true);
+  Drain(running, std::chrono::seconds(10));
+  admin->SetConnection(nullptr);
+  reloader->SetConnection(nullptr);
   EndpointStats stats = (*connection)->endpoint_stats();
   std::string cache_report = (*connection)->cache_report();
   (*connection)->Close();

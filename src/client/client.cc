@@ -17,6 +17,7 @@
 
 #include "hyperpool/client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -57,6 +58,7 @@
 #include "client/link_trace.h"
 #include "client/session_key.h"
 #include "client/statement_metadata.h"
+#include "hyperpool/admin.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/auth/scram.h"
 #include "protocol/codec.h"
@@ -156,6 +158,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   asio::local::stream_protocol::acceptor unix_acceptor;
   std::string unix_socket_path;  // removed by Stop()
   std::atomic<size_t> accepted{0};
+  std::atomic<uint64_t> next_session_id{1};  // ClientSessionInfo::id
+  // Bytes of sessions that ended (guarded by mu); live ones count their own.
+  uint64_t bytes_received_closed = 0;
+  uint64_t bytes_sent_closed = 0;
   std::unique_ptr<Link> probe_link;      // used on accept_strand only
   std::atomic<size_t> next_executor{0};
   std::atomic<bool> stopping{false};
@@ -207,6 +213,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     kAppGone,           // app socket closed or failed: link closed (a vanished client)
     kAppProtocolError,  // app sent a malformed frame: pending_error_ goes to the app
     kIdleTimeout,       // idle past options.idle_timeout: pending_error_ (57P05) goes to the app
+    kKilled,            // Client::Kill (admin KILL_CLIENT): pending_error_ (57P01) goes to the app
     kLinkFailed,        // the link broke: 08006 to the app
     kStopped,           // Client::Stop()
   };
@@ -230,6 +237,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     }
     std::lock_guard lock(impl_->mu);
     impl_->sessions.erase(this);
+    impl_->bytes_received_closed += received_.load(std::memory_order_relaxed);
+    impl_->bytes_sent_closed += sent_.load(std::memory_order_relaxed);
     if (cancel_pid_ != 0) {
       auto it = impl_->cancel_keys.find(cancel_pid_);
       if (it != impl_->cancel_keys.end() && it->second.session == this) impl_->cancel_keys.erase(it);
@@ -237,6 +246,27 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   }
 
   asio::any_io_executor executor() { return socket_.get_executor(); }
+
+  // SHOW CLIENTS: `info_` is guarded by impl_->mu; the state is read from
+  // an atomic so SetState() takes no lock.
+  ClientSessionInfo& info() { return info_; }
+  std::string shown_state() const {
+    static constexpr const char* kNames[] = {"login", "login", "login", "idle", "active", "closed"};
+    return admin_ ? "admin" : kNames[shown_state_.load(std::memory_order_relaxed)];
+  }
+
+  // Client::Kill(): runs on the session's executor. With a link, LinkToApp
+  // delivers the FATAL when the link ends; without one (an admin session,
+  // a handshake, an idle session with no link yet) EndSession writes it and
+  // closing the socket ends the reader.
+  void Kill(std::shared_ptr<ClientSession> self) {
+    if (reason_ != EndReason::kNone || state_ == State::kClosed) return;
+    reason_ = EndReason::kKilled;
+    DisarmIdleTimer();
+    asio::co_spawn(executor(),
+                   EndSession(self, kSqlStateAdminShutdown, "terminating connection due to administrator command"),
+                   asio::detached);
+  }
 
   // `self` keeps the session alive for the coroutine's whole life (the
   // body starts only after co_spawn returns).
@@ -247,6 +277,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     if (!ready) {
       CloseSocket();
       if (state_ != State::kClosed) SetState(State::kClosed);
+      co_return;
+    }
+    if (admin_) {
+      co_await RunAdmin();
       co_return;
     }
     ArmIdleTimer();
@@ -282,6 +316,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
               (state_ == State::kBusy && next == State::kIdle);
     if (!ok) Log(fmt::format("internal: session state {} -> {} refused", int(state_), int(next)));
     if (ok) state_ = next;
+    shown_state_.store(static_cast<int>(state_), std::memory_order_relaxed);
   }
 
   void StartWatchdog() {
@@ -316,7 +351,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       // Set now, not when the coroutine starts: AppToLink must not send on
       // the link in between.
       self->reason_ = EndReason::kIdleTimeout;
-      asio::co_spawn(self->executor(), self->EndIdleSession(self), asio::detached);
+      asio::co_spawn(self->executor(),
+                     self->EndSession(self, kSqlStateIdleSessionTimeout,
+                                      "terminating connection due to idle-session timeout"),
+                     asio::detached);
     });
   }
   void DisarmIdleTimer() {
@@ -324,11 +362,12 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     idle_timer_.cancel();
   }
 
-  // The idle timeout fired: FATAL 57P05 to the app, Terminate to the
+  // The idle timeout fired, or Kill(): FATAL to the app, Terminate to the
   // Endpoint (a clean end, not a vanished client), then close both.
-  asio::awaitable<void> EndIdleSession(std::shared_ptr<ClientSession> self) {
-    pending_error_ = ErrorFrame(kSqlStateIdleSessionTimeout, "terminating connection due to idle-session timeout");
-    Log("closing an app connection: idle-session timeout");
+  asio::awaitable<void> EndSession(std::shared_ptr<ClientSession> self, std::string_view sqlstate,
+                                   std::string message) {
+    pending_error_ = ErrorFrame(sqlstate, message);
+    Log(fmt::format("closing an app connection: {}", message));
     if (link_) {
       // LinkToApp is the socket's writer: it delivers pending_error_ when
       // the link ends.
@@ -342,6 +381,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     CloseSocket();
     SetState(State::kClosed);
   }
+
+  // SHOW STATS' total_sent (one writer: the session's executor).
+  void CountSent(size_t n) { sent_.store(sent_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
 
   void CloseSocket() {
     tls_abort_.Abort();  // a TLS handshake in progress holds the real socket
@@ -372,6 +414,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     auto buffer = asio::buffer(space, space_size);
     auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
     if (ec || n == 0) co_return false;
+    received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     in_.Commit(n);
     co_return true;
   }
@@ -379,7 +422,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::awaitable<void> Write(std::string_view bytes) {
     auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes.data(), bytes.size()), kAsTuple);
     (void)ec;
-    (void)n;
+    CountSent(n);
   }
 
   // Sends a FATAL ErrorResponse and closes the socket.
@@ -463,6 +506,18 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       break;
     }
     if (state_ == State::kStartup) SetState(State::kAuthenticating);
+    {
+      std::lock_guard lock(impl_->mu);
+      info_.user = user_;
+      info_.database = database_;
+    }
+    if (impl_->options.admin && database_ == impl_->options.admin_database) {
+      // The admin console: no origin parameters, no link (RunAdmin).
+      admin_ = true;
+      co_await Write(out_);
+      out_.clear();
+      co_return true;
+    }
 
     client::ParamList origin_params;
     bool have_params = false;
@@ -492,6 +547,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out_);
     SetState(State::kIdle);
     auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_), kAsTuple);
+    CountSent(n);
     if (ec) co_return false;
     out_.clear();
     out_.shrink_to_fit();
@@ -715,6 +771,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       while (link_writing_) co_await WaitWriteDone();
       hit_writing_ = true;
       auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+      CountSent(written);
       hit_writing_ = false;
       write_done_.cancel();
       (void)written;
@@ -803,7 +860,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     for (;;) {
       // The idle timeout ended the session while we waited for the app (see
       // EndIdleSession): nothing more may be sent on the link.
-      if (reason_ == EndReason::kIdleTimeout) co_return;
+      if (reason_ == EndReason::kIdleTimeout || reason_ == EndReason::kKilled) co_return;
       if (!co_await ServeLocalHits()) {
         if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
         CloseLink();
@@ -880,6 +937,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         while (link_writing_) co_await WaitWriteDone();
         hit_writing_ = true;
         auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(local), kAsTuple);
+        CountSent(written);
         hit_writing_ = false;
         write_done_.cancel();
         (void)written;
@@ -997,6 +1055,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
           link_writing_ = true;
           while (hit_writing_) co_await WaitWriteDone();
           auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+          CountSent(n);
           link_writing_ = false;
           write_done_.cancel();
           if (ec) {
@@ -1051,6 +1110,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       }
       case EndReason::kAppProtocolError:
       case EndReason::kIdleTimeout:
+      case EndReason::kKilled:
         co_await Write(pending_error_);
         break;
       case EndReason::kStopped:
@@ -1068,6 +1128,47 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void LogRefused(std::string_view reason, bool auth_failed = false) {
     impl_->logger->Log(auth_failed ? LogLevel::kWarn : LogLevel::kInfo,
                        auth_failed ? "auth_failed" : "connection_refused", {{"client", peer_.text}, {"reason", reason}});
+  }
+
+  // ---- The admin console (include/hyperpool/admin.h) ----
+
+  // Serves an authenticated login to options.admin_database: 42501 for a
+  // user who is not an admin, else the console's frames until it or the
+  // app ends the session. Admin messages are bounded at 1 MiB.
+  asio::awaitable<void> RunAdmin() {
+    AdminConsole& console = *impl_->options.admin;
+    if (!console.IsAdmin(user_)) {
+      co_await Fatal("42501", fmt::format("permission denied for database \"{}\"", database_));
+      co_return;
+    }
+    AdminLogin login;
+    {
+      std::lock_guard lock(impl_->mu);
+      login.client_id = info_.id;
+      login.address = info_.address;
+    }
+    login.user = user_;
+    std::unique_ptr<AdminSession> session = console.Open(login);
+    session->Greeting(out_);
+    SetState(State::kIdle);
+    co_await Write(out_);
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged, pr::FrameLimits{.max_message_length = 1u << 20});
+    for (bool open = true; open && reason_ == EndReason::kNone;) {
+      absl::StatusOr<pr::Frame> frame = co_await ReadFrame(reader);
+      if (!frame.ok()) {
+        if (absl::IsInvalidArgument(frame.status()) && reason_ == EndReason::kNone) {
+          co_await Fatal(kSqlStateProtocolViolation, std::string(frame.status().message()));
+        }
+        break;
+      }
+      out_.clear();
+      open = session->OnMessage(frame->tag, frame->payload, out_);
+      in_.Consume(frame->size());
+      if (reason_ == EndReason::kNone) co_await Write(out_);
+    }
+    if (reason_ == EndReason::kKilled) co_return;  // EndSession closes
+    CloseSocket();
+    SetState(State::kClosed);
   }
 
   std::shared_ptr<Client::Impl> impl_;
@@ -1121,6 +1222,13 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   char txn_status_ = 'I';  // from the latest ReadyForQuery (for the cache's later use)
   bool farewell_sent_ = false;
   std::string pending_error_;
+  std::atomic<bool> admin_{false};  // an admin console session (RunAdmin); read by SHOW CLIENTS
+  std::atomic<int> shown_state_{0};  // state_, for SHOW CLIENTS on other threads
+  ClientSessionInfo info_;           // guarded by impl_->mu
+ public:
+  // Bytes from and to the app; written on the session's executor only.
+  std::atomic<uint64_t> received_{0};
+  std::atomic<uint64_t> sent_{0};
 };
 
 // ---- Client::Impl ----
@@ -1187,10 +1295,17 @@ asio::awaitable<void> Client::Impl::UnixAcceptLoop(std::shared_ptr<Impl> self) {
 void Client::Impl::StartSession(std::shared_ptr<Impl> self, tcp::socket socket) {
   accepted.fetch_add(1, std::memory_order_relaxed);
   SetCloseOnExec(socket.native_handle());
+  asio::error_code address_ec;
+  tcp::endpoint peer = socket.remote_endpoint(address_ec);
   auto session = std::make_shared<ClientSession>(self, std::move(socket));
   {
     std::lock_guard lock(mu);
     sessions[session.get()] = session;
+    ClientSessionInfo& info = session->info();
+    info.id = next_session_id.fetch_add(1, std::memory_order_relaxed);
+    info.connect_time = std::chrono::system_clock::now();
+    // The Unix listener adopts its sockets as TCP ones (unix_listener.h).
+    info.address = address_ec || peer.port() == 0 ? "unix" : fmt::format("{}:{}", peer.address().to_string(), peer.port());
   }
   asio::any_io_executor ex = session->executor();
   asio::co_spawn(ex, session->Run(session), [](std::exception_ptr e) {
@@ -1345,6 +1460,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   if (!verifier.ok()) return verifier.status();
   impl->handshake_config.user = impl->options.user;
   impl->handshake_config.database = impl->options.database;
+  if (impl->options.admin) {
+    if (impl->options.admin_database.empty() || impl->options.admin_database == impl->options.database) {
+      return absl::InvalidArgumentError(fmt::format(
+          "Client::Create: the admin console's database must differ from the application database \"{}\"",
+          impl->options.database));
+    }
+    impl->handshake_config.admin_database = impl->options.admin_database;
+  }
   impl->handshake_config.verifier = *std::move(verifier);
   absl::StatusOr<std::string> mock_secret = auth::RandomBytes(32);
   if (!mock_secret.ok()) return mock_secret.status();
@@ -1417,8 +1540,18 @@ void Client::Stop() { impl_->Stop(); }
 ClientStats Client::Stats() const {
   ClientStats s;
   {
+    std::vector<std::shared_ptr<ClientSession>> live;  // released after the lock (~ClientSession locks mu)
     std::lock_guard lock(impl_->mu);
     s.sessions = impl_->sessions.size();
+    s.bytes_received = impl_->bytes_received_closed;
+    s.bytes_sent = impl_->bytes_sent_closed;
+    for (auto& [ptr, weak] : impl_->sessions) {
+      if (auto session = weak.lock()) {
+        s.bytes_received += session->received_.load(std::memory_order_relaxed);
+        s.bytes_sent += session->sent_.load(std::memory_order_relaxed);
+        live.push_back(std::move(session));
+      }
+    }
   }
   s.accepted = impl_->accepted.load(std::memory_order_relaxed);
   if (impl_->cache) {
@@ -1433,6 +1566,39 @@ ClientStats Client::Stats() const {
     s.cache_entries = c.tier.entries;
   }
   return s;
+}
+
+std::vector<ClientSessionInfo> Client::Sessions() const {
+  std::vector<std::shared_ptr<ClientSession>> live;  // released after the lock (~ClientSession locks mu)
+  std::vector<ClientSessionInfo> out;
+  std::lock_guard lock(impl_->mu);
+  for (auto& [ptr, weak] : impl_->sessions) {
+    auto s = weak.lock();
+    if (!s) continue;
+    out.push_back(s->info());
+    out.back().state = s->shown_state();
+    live.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
+}
+
+bool Client::Kill(uint64_t id) {
+  std::vector<std::shared_ptr<ClientSession>> live;  // released after the lock (~ClientSession locks mu)
+  std::shared_ptr<ClientSession> target;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (auto& [ptr, weak] : impl_->sessions) {
+      auto s = weak.lock();
+      if (!s) continue;
+      if (s->info().id == id) target = s;
+      live.push_back(std::move(s));
+    }
+  }
+  if (!target) return false;
+  asio::any_io_executor ex = target->executor();
+  asio::post(ex, [target] { target->Kill(target); });
+  return true;
 }
 
 std::string Client::CacheReport() const {

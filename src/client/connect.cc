@@ -43,6 +43,15 @@ class ConnectionImpl final : public Connection {
     return client_ ? client_->Stats() : ClientStats{};
   }
 
+  Client* client() override {
+    std::lock_guard lock(mu_);
+    return client_.get();
+  }
+  Endpoint* endpoint() override {
+    std::lock_guard lock(mu_);
+    return endpoint_.get();
+  }
+
   std::string cache_report() const override {
     std::lock_guard lock(mu_);
     std::string out;

@@ -235,9 +235,15 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   // runs the same exchange against a mock verifier that always fails (the
   // client does the same PBKDF2 work, so the timing matches too); an
   // unknown database is reported only after a successful authentication.
+  // The admin console's database takes a listed user with its own
+  // verifier and any other name with the Client's password; the session
+  // then refuses non-admins with 42501, as PostgreSQL checks CONNECT
+  // privilege only after authentication.
+  const bool admin = !config_->admin_database.empty() && database_ == config_->admin_database;
   const auth::ScramVerifier* verifier = FindVerifier();
+  if (verifier == nullptr && admin) verifier = &config_->verifier;
   known_user_ = verifier != nullptr;
-  known_database_ = database_ == config_->database;
+  known_database_ = database_ == config_->database || admin;
   auth::ScramServer::Options options;
   if (known_user_) {
     options.verifier = *verifier;

@@ -52,6 +52,9 @@ struct HandshakeConfig {
   // database it serves.
   std::string user;
   std::string database;
+  // The admin console's database (ClientOptions::admin_database) when a
+  // console is configured, else empty.
+  std::string admin_database;
   // Of the Client's password, computed once per Client.
   auth::ScramVerifier verifier;
   // More app users (ClientOptions::users): name -> verifier. All of them

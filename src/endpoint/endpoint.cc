@@ -29,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <future>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -1666,6 +1667,57 @@ void Endpoint::Stop() {
   }
 }
 
+// The operator controls post to the executor the pool lives on (pool.h).
+void Endpoint::PausePool() {
+  asio::post(impl_->executor, [impl = impl_] { impl->pool->Pause(); });
+}
+void Endpoint::ResumePool() {
+  asio::post(impl_->executor, [impl = impl_] { impl->pool->Resume(); });
+}
+void Endpoint::ReconnectPool() {
+  asio::post(impl_->executor, [impl = impl_] { impl->pool->Reconnect(); });
+}
+absl::Status Endpoint::UpdatePool(PoolOptions options) {
+  if (options.max_size < 1 || options.min_idle > options.max_size) {
+    return absl::InvalidArgumentError("pool size must be at least 1 and at least min_idle");
+  }
+  asio::post(impl_->executor, [impl = impl_, options] { (void)impl->pool->Update(options); });
+  return absl::OkStatus();
+}
+
+std::vector<OriginServerInfo> Endpoint::Servers() const {
+  std::shared_ptr<Impl> impl = impl_;
+  auto collect = [impl] {
+    std::vector<OriginServerInfo> out;
+    const auto steady_now = std::chrono::steady_clock::now();
+    const auto system_now = std::chrono::system_clock::now();
+    for (const PoolServerInfo& p : impl->pool->Servers()) {
+      OriginServerInfo info;
+      info.state = p.state;
+      info.backend_pid = p.backend_pid;
+      if (p.opened_at != std::chrono::steady_clock::time_point{}) {
+        info.connect_time = system_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                             steady_now - p.opened_at);
+      }
+      info.pinned = p.pinned;
+      info.retired = p.retired;
+      out.push_back(std::move(info));
+    }
+    return out;
+  };
+  // On the executor's own thread the pool can be read at once (and a post
+  // would wait for ourselves).
+  if (impl->executor_thread.load() == std::this_thread::get_id()) return collect();
+  auto promise = std::make_shared<std::promise<std::vector<OriginServerInfo>>>();
+  std::future<std::vector<OriginServerInfo>> future = promise->get_future();
+  asio::post(impl->executor, [impl, promise, collect] {
+    impl->NoteThread();
+    promise->set_value(collect());
+  });
+  if (future.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return {};
+  return future.get();
+}
+
 EndpointStats Endpoint::Stats() const {
   EndpointStats s;
   const PoolStats pool = impl_->pool->Stats();
@@ -1673,6 +1725,10 @@ EndpointStats Endpoint::Stats() const {
   s.origin_open = pool.open;
   s.origin_idle = pool.idle;
   s.waiting = pool.waiting;
+  s.origin_lent = pool.lent;
+  s.pool_max_size = pool.max_size;
+  s.pool_paused = pool.paused;
+  s.max_wait_us = static_cast<std::size_t>(std::chrono::duration_cast<std::chrono::microseconds>(pool.max_wait).count());
   s.transactions = impl_->transactions.load();
   s.acquire_timeouts = impl_->acquire_timeouts.load();
   s.discarded = impl_->discarded.load();

@@ -132,6 +132,7 @@ class OriginConnection final : public PooledConnection {
   const BackendKey& backend_key() const { return backend_key_; }
   // Close() then logs origin_close with the backend pid (log_disconnections).
   void set_logger(std::shared_ptr<const Logger> logger) { logger_ = std::move(logger); }
+  std::int32_t backend_pid() const override { return backend_key_.process_id; }
   // 'I', 'T' or 'E' from the most recent ReadyForQuery.
   char transaction_status() const { return transaction_status_; }
   // True once an I/O or protocol error occurred or CloseNow() was called: the

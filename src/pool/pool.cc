@@ -65,6 +65,8 @@ struct PoolEntry {
   Clock::time_point idle_since{};  // entered kIdle (idle list order is by this time)
   std::list<PoolEntry>::iterator self;  // position in the list of `state`
   bool outside_cap = false;  // kLent only: Lease::MoveOutOfCap (not counted towards max_size)
+  // PoolImpl::epoch_ when it was opened: older ones are retired (Reconnect).
+  std::uint64_t epoch = 0;
   // Bumped whenever the entry leaves kIdle: an idle-watch report carrying an
   // older generation is stale (the connection was lent or closed since).
   std::uint64_t idle_generation = 0;
@@ -100,7 +102,8 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
       : executor_(std::move(executor)),
         options_(options),
         callbacks_(std::move(callbacks)),
-        maintenance_timer_(executor_) {}
+        maintenance_timer_(executor_),
+        max_size_gauge_(options.max_size) {}
 
   void Start() { asio::co_spawn(executor_, Maintain(shared_from_this()), asio::detached); }
 
@@ -110,8 +113,42 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   void Stop();
   void Release(PoolEntry* entry, ReleaseDecision decision);
   void MoveOutOfCap(PoolEntry* entry);
+  // Whether `entry` must close rather than be lent again: older than
+  // max_lifetime, opened before a Reconnect(), or beyond a max_size that
+  // Update() lowered.
   bool LifetimeExceeded(const PoolEntry& entry) const {
-    return Clock::now() - entry.opened_at >= options_.max_lifetime;
+    return Clock::now() - entry.opened_at >= options_.max_lifetime || entry.epoch != epoch_ ||
+           Counted() > options_.max_size;
+  }
+  void Pause() {
+    paused_ = true;
+    paused_gauge_.store(true, std::memory_order_relaxed);
+  }
+  void Resume() {
+    paused_ = false;
+    paused_gauge_.store(false, std::memory_order_relaxed);
+    Pump();
+  }
+  void Reconnect();
+  void Update(const PoolOptions& options);
+  std::vector<PoolServerInfo> Servers() const {
+    std::vector<PoolServerInfo> out;
+    auto add = [&](ConnState state, const char* name) {
+      for (const PoolEntry& e : lists_[Index(state)]) {
+        PoolServerInfo info;
+        info.state = name;
+        if (e.connection) info.backend_pid = e.connection->backend_pid();
+        info.opened_at = e.opened_at;
+        info.pinned = e.outside_cap;
+        info.retired = state != ConnState::kOpening && LifetimeExceeded(e);
+        out.push_back(info);
+      }
+    };
+    add(ConnState::kLent, "active");
+    add(ConnState::kIdle, "idle");
+    add(ConnState::kChecking, "used");
+    add(ConnState::kOpening, "login");
+    return out;
   }
 
   PoolStats Stats() const {
@@ -130,6 +167,10 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
     s.opened = opened_.load(std::memory_order_relaxed);
     s.open_failures = open_failures_.load(std::memory_order_relaxed);
     s.closed = closed_.load(std::memory_order_relaxed);
+    s.max_size = max_size_gauge_.load(std::memory_order_relaxed);
+    s.paused = paused_gauge_.load(std::memory_order_relaxed);
+    const Clock::rep since = front_since_.load(std::memory_order_relaxed);
+    if (since != 0) s.max_wait = std::max(Clock::duration::zero(), Clock::now() - Clock::time_point(Clock::duration(since)));
     return s;
   }
 
@@ -146,6 +187,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
       if (queued) pool.Dequeue(*this);
     }
     PoolImpl& pool;
+    Clock::time_point queued_at = Clock::now();
     asio::steady_timer timer;
     std::optional<absl::StatusOr<Lease>> result;
     bool queued = false;
@@ -199,9 +241,11 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   void Kick() { maintenance_timer_.cancel(); }
 
   asio::any_io_executor executor_;
-  const PoolOptions options_;
+  PoolOptions options_;  // changed only by Update()
   const PoolCallbacks callbacks_;
   bool stopped_ = false;
+  bool paused_ = false;        // Pause(): nothing is lent
+  std::uint64_t epoch_ = 0;    // bumped by Reconnect()
 
   std::array<std::list<PoolEntry>, kListedStates> lists_;
   std::size_t outside_cap_ = 0;  // lent entries with outside_cap set
@@ -219,6 +263,14 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   std::atomic<std::uint64_t> opened_{0};
   std::atomic<std::uint64_t> open_failures_{0};
   std::atomic<std::uint64_t> closed_{0};
+  std::atomic<std::size_t> max_size_gauge_{0};
+  std::atomic<bool> paused_gauge_{false};
+  // When the front waiter queued (steady clock ticks), 0 when none waits.
+  std::atomic<Clock::rep> front_since_{0};
+  void PublishFront() {
+    front_since_.store(waiters_.empty() ? 0 : waiters_.front()->queued_at.time_since_epoch().count(),
+                       std::memory_order_relaxed);
+  }
 };
 
 PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
@@ -252,7 +304,8 @@ PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
       if (auto self = weak.lock()) self->OnIdleActivity(e, generation);
     });
   }
-  HYPERPOOL_POOL_CHECK(Counted() <= options_.max_size);
+  // No cap check here: after Update() lowered max_size, Counted() stays
+  // above it until the excess is released (NewOpeningEntry checks the cap).
   return &entry;
 }
 
@@ -261,6 +314,7 @@ PoolEntry& PoolImpl::NewOpeningEntry() {
   auto& list = List(ConnState::kOpening);
   list.emplace_back();
   list.back().self = std::prev(list.end());
+  list.back().epoch = epoch_;
   gauges_[Index(ConnState::kOpening)].fetch_add(1, std::memory_order_relaxed);
   return list.back();
 }
@@ -291,6 +345,7 @@ asio::awaitable<absl::StatusOr<Lease>> PoolImpl::Acquire(std::shared_ptr<PoolImp
   waiter.position = self->waiters_.insert(self->waiters_.end(), &waiter);
   waiter.queued = true;
   self->waiting_.store(self->waiters_.size(), std::memory_order_relaxed);
+  self->PublishFront();
   struct CancelScope {
     AcquireCancel* cancel;
     ~CancelScope() {
@@ -328,6 +383,7 @@ void PoolImpl::Dequeue(Waiter& waiter) {
   waiters_.erase(waiter.position);
   waiter.queued = false;
   waiting_.store(waiters_.size(), std::memory_order_relaxed);
+  PublishFront();
 }
 
 void PoolImpl::Serve(Waiter& waiter, absl::StatusOr<Lease> result) {
@@ -348,7 +404,7 @@ void PoolImpl::LendToFront(PoolEntry& entry) {
 void PoolImpl::Offer(PoolEntry& entry) {
   if (stopped_) {
     StartClose(entry);
-  } else if (!waiters_.empty()) {
+  } else if (!waiters_.empty() && !paused_) {
     LendToFront(entry);
   } else {
     Transition(entry, ConnState::kIdle);
@@ -356,7 +412,7 @@ void PoolImpl::Offer(PoolEntry& entry) {
 }
 
 void PoolImpl::Pump() {
-  while (!stopped_ && !waiters_.empty()) {
+  while (!stopped_ && !paused_ && !waiters_.empty()) {
     auto& idle = List(ConnState::kIdle);
     if (!idle.empty()) {
       // Most recently used first: the rest stay idle long enough to time out
@@ -507,6 +563,26 @@ void PoolImpl::Stop() {
   Kick();
 }
 
+void PoolImpl::Reconnect() {
+  if (stopped_) return;
+  ++epoch_;
+  auto& idle = List(ConnState::kIdle);
+  while (!idle.empty()) StartClose(idle.front());
+  Kick();  // min_idle is warmed up again with connections of the new epoch
+  Pump();
+}
+
+void PoolImpl::Update(const PoolOptions& options) {
+  const PoolMode mode = options_.mode;
+  options_ = options;
+  options_.mode = mode;
+  max_size_gauge_.store(options_.max_size, std::memory_order_relaxed);
+  auto& idle = List(ConnState::kIdle);
+  while (!idle.empty() && Counted() > options_.max_size) StartClose(idle.front());
+  Kick();
+  Pump();  // a larger pool serves waiters at once
+}
+
 asio::awaitable<void> PoolImpl::Maintain(std::shared_ptr<PoolImpl> self) {
   while (!self->stopped_) {
     self->maintenance_timer_.expires_at(self->RunMaintenance());
@@ -623,6 +699,24 @@ asio::awaitable<absl::StatusOr<Lease>> Pool::Acquire(AcquireCancel* cancel) {
 void Pool::Stop() { impl_->Stop(); }
 
 PoolStats Pool::Stats() const { return impl_->Stats(); }
+
+void Pool::Pause() { impl_->Pause(); }
+void Pool::Resume() { impl_->Resume(); }
+void Pool::Reconnect() { impl_->Reconnect(); }
+std::vector<PoolServerInfo> Pool::Servers() const { return impl_->Servers(); }
+
+absl::Status Pool::Update(PoolOptions options) {
+  using std::chrono::milliseconds;
+  if (options.max_size < 1) return absl::InvalidArgumentError("pool max_size must be at least 1");
+  if (options.min_idle > options.max_size) return absl::InvalidArgumentError("pool min_idle must not exceed max_size");
+  if (options.acquire_timeout <= milliseconds::zero() || options.idle_timeout <= milliseconds::zero() ||
+      options.max_lifetime <= milliseconds::zero() || options.health_check_after < milliseconds::zero() ||
+      options.connect_timeout <= milliseconds::zero()) {
+    return absl::InvalidArgumentError("pool timeouts must be positive");
+  }
+  impl_->Update(options);
+  return absl::OkStatus();
+}
 
 const PoolOptions& Pool::options() const { return impl_->options(); }
 

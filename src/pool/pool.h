@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -72,6 +73,17 @@ class PooledConnection {
   // when used).
   virtual void WatchIdle(std::function<void()> on_activity) { (void)on_activity; }
   virtual void StopWatchingIdle() {}
+  // The origin's process id for this connection (SHOW SERVERS); 0 if unknown.
+  virtual std::int32_t backend_pid() const { return 0; }
+};
+
+// One connection as SHOW SERVERS lists it (Pool::Servers()).
+struct PoolServerInfo {
+  const char* state = "";  // "login" (opening), "idle", "active" (lent), "used" (check or reset running)
+  std::int32_t backend_pid = 0;
+  std::chrono::steady_clock::time_point opened_at;  // unset while opening
+  bool pinned = false;   // lent outside the cap (Lease::MoveOutOfCap)
+  bool retired = false;  // closes at release (Reconnect, lifetime, a lowered max_size)
 };
 
 // Opens a new origin connection (TCP, TLS, login, up to the first
@@ -113,6 +125,12 @@ struct PoolStats {
   std::uint64_t opened = 0;         // successful factory calls
   std::uint64_t open_failures = 0;  // failed factory calls
   std::uint64_t closed = 0;         // connections whose Close() completed
+  // The live settings (Update()) and Pause() state.
+  std::size_t max_size = 0;
+  bool paused = false;
+  // How long the longest-waiting Acquire() has waited (zero when none waits):
+  // SHOW POOLS' maxwait.
+  std::chrono::steady_clock::duration max_wait{};
 };
 
 class PoolImpl;
@@ -216,6 +234,26 @@ class Pool {
 
   // Thread-safe snapshot (relaxed atomics; the gauges may be mid-update).
   PoolStats Stats() const;
+
+  // Operator controls (the admin console's PAUSE, RESUME, RECONNECT and a
+  // reload). Call on the pool's executor.
+  //
+  // Pause: no connection is lent until Resume(); Acquire() calls queue (and
+  // still end in 53300 after acquire_timeout). Leases already held are
+  // untouched, so units of work in flight finish.
+  void Pause();
+  void Resume();
+  // Replaces every connection gracefully: idle ones are closed now, lent,
+  // opening and checking ones when they are next released (they are never
+  // lent again); min_idle is warmed up with new ones.
+  void Reconnect();
+  // New max_size, min_idle and timeouts for what happens from now on (the
+  // mode is kept: it cannot change under leases). Shrinking closes idle
+  // connections above the new max_size now and lent ones at release.
+  // Checks `options` as Create() does.
+  absl::Status Update(PoolOptions options);
+  // Every open connection (not those closing). Call on the pool's executor.
+  std::vector<PoolServerInfo> Servers() const;
 
   const PoolOptions& options() const;
 

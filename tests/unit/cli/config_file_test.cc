@@ -54,6 +54,8 @@ format = "json"
 level = "warn"
 connections = true
 disconnections = false
+[admin]
+users = ["ops"]
 )";
 
 TEST_CASE("every key of a full file maps to its flag") {
@@ -84,6 +86,7 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--log-level") == "warn");
   CHECK(ValueOf(*config, "--log-connections") == "true");
   CHECK(ValueOf(*config, "--log-disconnections") == "false");
+  CHECK(ValueOf(*config, "--admin-user") == "ops");
   // All but the two inline passwords and users.<name>.
   CHECK(config->settings.size() == ConfigKeys().size() - 3);
   CHECK(config->warnings.empty());

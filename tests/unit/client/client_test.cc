@@ -30,6 +30,7 @@
 #include <catch2/generators/catch_generators.hpp>
 
 #include "client/client_util.h"
+#include "hyperpool/admin.h"
 #include "hyperpool/client.h"
 #include "hyperpool/transport.h"
 #include "protocol/auth/scram.h"
@@ -895,6 +896,128 @@ TEST_CASE("a local handshake is fast (measured)") {
   WARN("local handshake (connect + SCRAM + ReadyForQuery): " << per.count() << " us, of which the app's PBKDF2 "
        << pbkdf2.count() << " us");
   CHECK(per.count() < 5000);  // generous bound for loaded CI machines; goal is < 330 us
+}
+
+// ---- The admin console hook (include/hyperpool/admin.h) and Kill ----
+
+class EchoAdminSession final : public AdminSession {
+ public:
+  void Greeting(std::string& out) override { pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out); }
+  bool OnMessage(char tag, std::string_view body, std::string& out) override {
+    if (tag != 'Q') return false;
+    auto q = pr::DecodeQuery(body);
+    pr::Encode(pr::CommandComplete{q.ok() ? q->query : "?"}, out);
+    pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out);
+    return true;
+  }
+};
+
+class FakeConsole final : public AdminConsole {
+ public:
+  bool IsAdmin(std::string_view user) const override { return user == "ops"; }
+  std::unique_ptr<AdminSession> Open(const AdminLogin& login) override {
+    std::lock_guard lock(mu);
+    logins.push_back(login);
+    return std::make_unique<EchoAdminSession>();
+  }
+  std::mutex mu;
+  std::vector<AdminLogin> logins;
+};
+
+ClientOptions ConsoleOptions(std::shared_ptr<FakeConsole> console) {
+  ClientOptions o = Harness::DefaultOptions();
+  o.admin = std::move(console);
+  return o;
+}
+
+TEST_CASE("the admin database: a non-admin gets 42501 after AuthenticationOk") {
+  auto console = std::make_shared<FakeConsole>();
+  Harness h(ConsoleOptions(console));
+  App app(h.port());
+  app.SendStartup({{"user", "app"}, {"database", "hyperpool"}});
+  auto ok = app.Scram("s3cret");
+  REQUIRE(ok);
+  REQUIRE(ok->tag == 'R');
+  auto m = app.Read();
+  REQUIRE(m);
+  REQUIRE(m->tag == 'E');
+  CHECK(SqlState(*m) == "42501");
+  CHECK(ErrorMessage(*m) == "permission denied for database \"hyperpool\"");
+  CHECK(app.Closed());
+  CHECK(console->logins.empty());
+}
+
+TEST_CASE("the admin database: an admin's frames go to the console, never to a link") {
+  auto console = std::make_shared<FakeConsole>();
+  Harness h(ConsoleOptions(console));
+  App app(h.port());
+  app.SendStartup({{"user", "ops"}, {"database", "hyperpool"}});
+  auto ok = app.Scram("s3cret");
+  REQUIRE(ok);
+  REQUIRE(ok->tag == 'R');
+  REQUIRE(app.Read()->tag == 'Z');  // the console's greeting
+  app.SendQuery("SHOW POOLS");
+  auto c = app.Read();
+  REQUIRE(c);
+  REQUIRE(c->tag == 'C');
+  CHECK(c->payload == std::string("SHOW POOLS\0", 11));
+  REQUIRE(app.Read()->tag == 'Z');
+  std::vector<ClientSessionInfo> sessions = h.client().Sessions();
+  REQUIRE(sessions.size() == 1);
+  CHECK(sessions[0].state == "admin");
+  CHECK(sessions[0].user == "ops");
+  {
+    std::lock_guard lock(console->mu);
+    REQUIRE(console->logins.size() == 1);
+    CHECK(console->logins[0].user == "ops");
+    CHECK(console->logins[0].client_id == sessions[0].id);
+  }
+  std::string terminate;
+  pr::Encode(pr::Terminate{}, terminate);
+  app.Send(terminate);
+  CHECK(app.Closed());
+  // (The Client's own probe link may exist: nothing of this session is on any link.)
+  for (const LinkRecord& r : h.endpoint().Records()) CHECK(r.all_bytes.find("SHOW POOLS") == std::string::npos);
+}
+
+TEST_CASE("a console whose database is the application's is refused at Create") {
+  ClientOptions o = ConsoleOptions(std::make_shared<FakeConsole>());
+  o.admin_database = o.database;
+  asio::io_context io;
+  FakeEndpoint endpoint(io.get_executor());
+  std::unique_ptr<Transport> t = MakeInProcessTransport(endpoint);
+  CHECK_FALSE(Client::Create({io.get_executor()}, *t, o).ok());
+}
+
+TEST_CASE("Kill ends a session with FATAL 57P01, with or without a link; Sessions lists it first") {
+  const bool with_link = GENERATE(false, true);
+  Harness h;
+  App app(h.port());
+  app.Login();
+  if (with_link) {
+    app.SendQuery("SELECT 1");
+    REQUIRE(app.Read()->tag == 'C');
+    REQUIRE(app.Read()->tag == 'Z');
+  }
+  std::vector<ClientSessionInfo> sessions = h.client().Sessions();
+  REQUIRE(sessions.size() == 1);
+  CHECK(sessions[0].user == "app");
+  CHECK(sessions[0].database == "appdb");
+  CHECK(sessions[0].state == "idle");
+  CHECK(sessions[0].address.rfind("127.0.0.1:", 0) == 0);
+  CHECK(h.client().Stats().bytes_received > 0);
+  CHECK(h.client().Stats().bytes_sent > 0);
+  CHECK_FALSE(h.client().Kill(sessions[0].id + 1000));
+  REQUIRE(h.client().Kill(sessions[0].id));
+  auto m = app.Read();
+  REQUIRE(m);
+  REQUIRE(m->tag == 'E');
+  CHECK(SqlState(*m) == "57P01");
+  CHECK(ErrorMessage(*m) == "terminating connection due to administrator command");
+  CHECK(app.Closed());
+  if (with_link) {
+    CHECK(h.endpoint().WaitFor([](const std::vector<LinkRecord>& r) { return !r.empty() && r.back().saw_terminate; }));
+  }
 }
 
 }  // namespace

@@ -226,6 +226,36 @@ TEST_CASE("an unknown database is reported only after authentication") {
   }
 }
 
+TEST_CASE("the admin console's database authenticates any user name with the Client's password") {
+  HandshakeConfig config = Config();
+  config.admin_database = "hyperpool";
+  SECTION("an admin name (who is an admin is the session's decision, after authentication)") {
+    Driver d(config);
+    REQUIRE(d.Feed(Startup({{"user", "ops"}, {"database", "hyperpool"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kAuthenticated);
+    CHECK(d.hs.user() == "ops");
+    CHECK(d.hs.database() == "hyperpool");
+  }
+  SECTION("a wrong password is still 28P01") {
+    Driver d(config);
+    REQUIRE(d.Feed(Startup({{"user", "ops"}, {"database", "hyperpool"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "nope") == Event::kClose);
+    CHECK(SqlStateOf(*d.LastWritten()) == "28P01");
+  }
+  SECTION("other databases keep the user check") {
+    Driver d(config);
+    REQUIRE(d.Feed(Startup({{"user", "ops"}, {"database", "appdb"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kClose);
+    CHECK(SqlStateOf(*d.LastWritten()) == "28P01");
+  }
+  SECTION("without a console the name is an unknown database") {
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "hyperpool"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kClose);
+    CHECK(SqlStateOf(*d.LastWritten()) == "3D000");
+  }
+}
+
 TEST_CASE("during SASL any message that is not 'p' fails at once with 08P01, from its tag alone") {
   const std::string first_byte = GENERATE(std::string(1, '\0'), std::string("X"), std::string("Q"), std::string("S"));
   Driver d;
