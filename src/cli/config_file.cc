@@ -45,6 +45,8 @@ constexpr KeySpec kKeys[] = {
     {"cache.enabled", Type::kBool, "--no-cache"},
     {"cache.max_age_s", Type::kInteger, "--cache-max-age"},
     {"cache.swr_s", Type::kInteger, "--cache-swr"},
+    {"cache.redis", Type::kString, "--redis-url"},
+    {"cache.stale_if_error_s", Type::kInteger, "--stale-if-error"},
 };
 
 const KeySpec* FindKey(std::string_view key) {

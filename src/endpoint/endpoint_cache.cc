@@ -1,6 +1,7 @@
 #include "endpoint/endpoint_cache.h"
 
 #include <algorithm>
+#include <random>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -8,6 +9,7 @@
 #include <asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "cache/redis_store.h"
 #include "endpoint/origin_connection.h"
 #include "protocol/codec.h"
 
@@ -44,14 +46,69 @@ MemoryCacheLimits LimitsOf(const CacheOptions& o) {
 // ---------------------------------------------------------------------------
 
 EndpointCache::EndpointCache(asio::any_io_executor executor, CacheOptions options, std::string database,
-                             std::string role, std::size_t pool_max_size, Acquire acquire)
+                             std::string role, std::size_t pool_max_size, Acquire acquire,
+                             std::shared_ptr<cache::SharedCache> shared)
     : executor_(std::move(executor)),
       options_(options),
       database_(std::move(database)),
       role_(std::move(role)),
       max_tracked_connections_(pool_max_size * 8 + 1024),
       acquire_(std::move(acquire)),
-      tier_(LimitsOf(options)) {}
+      tier_(options.factory ? options.factory(LimitsOf(options)) : MakeMemoryCache(LimitsOf(options))),
+      shared_(std::move(shared)) {
+  if (!tier_) tier_ = MakeMemoryCache(LimitsOf(options));  // a factory that made nothing
+  counters_.shared_configured = shared_ != nullptr;
+  if (shared_) {
+    // Cleared by the destructor and Stop(); runs on executor_.
+    shared_->SetInvalidationHandler([this](const cache::SharedInvalidation& inv) { OnSharedInvalidation(inv); });
+  }
+}
+
+EndpointCache::~EndpointCache() {
+  if (shared_) shared_->SetInvalidationHandler(nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<cache::SharedCache>> EndpointCache::MakeSharedTier(asio::any_io_executor executor,
+                                                                                  const CacheOptions& options,
+                                                                                  std::string origin_id) {
+  if (options.redis_url.empty() || !options.enabled) return std::shared_ptr<cache::SharedCache>();
+  absl::StatusOr<cache::RedisAddress> address = cache::ParseRedisUrl(options.redis_url);
+  if (!address.ok()) return address.status();
+  cache::RedisStoreOptions o;
+  o.address = *address;
+  o.timeout = options.redis_timeout;
+  o.ns = std::move(origin_id);
+    std::random_device random;
+  o.instance = fmt::format("{:08x}{:08x}{:08x}", random(), random(), random());
+  std::shared_ptr<cache::SharedCache> store = cache::RedisStore::Create(std::move(executor), std::move(o));
+  return store;
+}
+
+void EndpointCache::Stop() {
+  if (!shared_) return;
+  shared_->SetInvalidationHandler(nullptr);
+  shared_->Stop();
+}
+
+void EndpointCache::OnSharedInvalidation(const cache::SharedInvalidation& inv) {
+  // Another Endpoint's write (or a gap in the subscription): the same as a
+  // local write, minus publishing it again.
+  cache::InvalidateControl c;
+  if (inv.all || inv.database != database_) {
+    // A database of our origin we do not serve cannot hold our entries;
+    // all=true (or the gap marker, database "") drops everything.
+    if (!inv.all) return;
+    tier_->InvalidateAll(database_);
+    c.all = true;
+  } else {
+    tier_->InvalidateTables(database_, inv.tables);
+    c.tables = inv.tables;
+  }
+  c.generation = ++generation_;
+  ++counters_.invalidations;
+  Publish();
+  Broadcast(c, std::string(), /*remote=*/true);
+}
 
 void EndpointCache::WantCatalog() {
   auto now = std::chrono::steady_clock::now();
@@ -167,20 +224,24 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
 cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& effect) {
   cache::InvalidateControl c;
   if (effect.all) {
-    tier_.InvalidateAll(database_);
+    tier_->InvalidateAll(database_);
     c.all = true;
   } else {
-    tier_.InvalidateTables(database_, effect.tables);
+    tier_->InvalidateTables(database_, effect.tables);
     c.tables = effect.tables;
   }
+  if (shared_) shared_->Invalidate(cache::SharedInvalidation{database_, c.all, c.tables});
   c.generation = ++generation_;
   ++counters_.invalidations;
   Publish();
   return c;
 }
 
-void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std::string& except_client) {
-  if (sessions_.size() <= 1) return;
+void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std::string& except_client,
+                              bool remote) {
+  // A local write's own session tells its Client in its batch; a remote
+  // one reaches every Client.
+  if (!remote && sessions_.size() <= 1) return;
   std::string bytes;
   cache::AppendControl(bytes, control);
   std::unordered_set<std::string> reached{except_client};
@@ -230,7 +291,8 @@ void EndpointCache::NoteBypassed() { ++counters_.bypassed; }
 void EndpointCache::Publish() {
   std::lock_guard lock(report_mu_);
   published_ = counters_;
-  published_.tier = tier_.Stats();
+  published_.tier = tier_->Stats();
+  if (shared_) published_.shared = shared_->Stats();
 }
 
 EndpointCacheReport EndpointCache::Report(std::size_t top) const {
@@ -265,6 +327,7 @@ SessionCache::SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_ex
 }
 
 SessionCache::~SessionCache() {
+  if (shared_wait_) shared_wait_->alive = false;
   if (leader_ && !leader_->done && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
   cache_->Unregister(this);
@@ -334,12 +397,17 @@ void SessionCache::EndLeader(bool abandon) {
 
 bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit,
                          uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  return Serve(entry, unit.form, unit.replay, digest, local_out, skip_until_sync, skip_status);
+}
+
+bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form,
+                         cache::ReplayRequest r, uint64_t digest, std::string& local_out, bool& skip_until_sync,
+                         char& skip_status) {
   std::string out;
   cache::AppendControl(out, cache::BeginControl{digest});
-  cache::ReplayRequest r = unit.replay;
-  if (unit.form == cache::ProtocolForm::kExtended) r.sync = false;
+  if (form == cache::ProtocolForm::kExtended) r.sync = false;
   if (!cache::AppendReplay(entry->messages, r, out).ok()) return false;
-  if (unit.form == cache::ProtocolForm::kSimple) {
+  if (form == cache::ProtocolForm::kSimple) {
     if (out.size() < kReadyIdle.size() || std::string_view(out).substr(out.size() - kReadyIdle.size()) != kReadyIdle) {
       return false;
     }
@@ -353,7 +421,7 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const c
   store.generation = cache_->generation();
   store.tables = entry->tables;
   cache::AppendControl(out, store);
-  if (unit.form == cache::ProtocolForm::kSimple) {
+  if (form == cache::ProtocolForm::kSimple) {
     out.append(kReadyIdle);
   } else {
     // The unit's remaining frames are discarded up to its Sync, which the
@@ -493,11 +561,33 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
         // The stale entry's refresh runs as this unit's own origin query
         // (while others are served the stale entry).
         leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-        leader_->key = std::move(key);
+        leader_->key = key;
         leader_->digest = digest;
         leader_->generation = cache_->generation();
         leader_->tables = std::move(d.tables);
         leader_->ttl = Ttl();
+        leader_->replay = unit.replay;
+        leader_->form = unit.form;
+        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(key);
+        if (cache_->shared() != nullptr && cache_->shared()->up()) {
+          // Second level: another Endpoint may have fetched it. The local
+          // flight stays led by this session meanwhile (followers wait).
+          std::shared_ptr<const CacheEntry> e = co_await LookupShared(key, leader_->tables);
+          if (!leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
+          if (e && std::chrono::steady_clock::now() < e->expires) {
+            cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
+            leader_->done = true;
+            EndLeader(/*abandon=*/false);
+            bool served = Serve(e, unit, digest, local_out, skip_until_sync, skip_status);
+            if (served) {
+              cache_->NoteServed(waited);
+              cache_->NoteSharedServed();
+            }
+            cache_->Publish();
+            co_return served;
+          }
+          if (e && !leader_->fallback) leader_->fallback = e;  // past max age: for stale-if-error only
+        }
         cache_->Publish();
         co_return false;
       }
@@ -565,6 +655,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       }
       NoteStateChange(e);
       if (e.write.any()) {
+        wrote_ = true;
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
       }
@@ -611,6 +702,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       }
       NoteStateChange(e);
       if (e.write.any()) {
+        wrote_ = true;
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
       }
@@ -636,6 +728,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       e.write.all = true;
       e.changes_state = true;
       state_changed_ = true;
+      wrote_ = true;
       cache_->Invalidate(e.write);
       txn_written_.Merge(e.write);
       pending_.push_back(std::move(e));
@@ -719,9 +812,13 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
         entry.messages = l.capture.TakeMessages();
         entry.expires = now + l.ttl;
         entry.stale_until = entry.expires + cache_->options().stale_while_revalidate;
+        if (cache_->options().stale_if_error > std::chrono::milliseconds(0)) {
+          entry.keep_until = entry.expires + cache_->options().stale_if_error;  // stale-if-error's bound
+        }
         entry.database = cache_->database();
         entry.tables = l.tables;
         const auto expires = entry.expires;
+        if (cache_->shared() != nullptr && l.token.valid) cache_->shared()->Put(l.key, entry, l.token);
         if (l.owns_key) {
           cache_->tier().Complete(l.key, std::move(entry));
         } else {
@@ -770,6 +867,56 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
     }
     if (leader_ && pending_.empty()) EndLeader(/*abandon=*/true);
   }
+}
+
+asio::awaitable<std::shared_ptr<const CacheEntry>> SessionCache::LookupShared(
+    const std::string& key, const std::vector<std::string>& tables) {
+  auto wait = std::make_shared<SharedWait>();
+  wait->timer = &wait_timer_;
+  shared_wait_ = wait;
+  cache_->shared()->Get(key, cache_->database(), tables,
+                        [wait](std::shared_ptr<const CacheEntry> e, cache::SharedToken token) {
+                          if (!wait->alive) return;
+                          wait->done = true;
+                          wait->entry = std::move(e);
+                          wait->token = std::move(token);
+                          wait->timer->cancel();
+                        });
+  if (!wait->done) {
+    // The store answers (or fails) within its own timeout; this bound only
+    // guards against a store that never calls back.
+    wait_timer_.expires_after(cache_->options().redis_timeout * 4 + std::chrono::milliseconds(10));
+    (void)co_await wait_timer_.async_wait(kAsTuple);
+  }
+  wait->alive = false;
+  shared_wait_.reset();
+  if (leader_) leader_->token = std::move(wait->token);
+  co_return std::move(wait->entry);
+}
+
+bool SessionCache::ServeStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
+                                     char& skip_status) {
+  if (cache_->options().stale_if_error <= std::chrono::milliseconds(0)) return false;
+  if (!leader_ || leader_->begun || !leader_->fallback || wrote_ || state_changed_) return false;
+  // Only "the origin cannot be reached": not a full pool (53300), a
+  // shutdown, a cancel or the origin's own error.
+  if (status.code() != absl::StatusCode::kUnavailable && status.code() != absl::StatusCode::kDeadlineExceeded) {
+    return false;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::shared_ptr<const CacheEntry> e = leader_->fallback;
+  if (now >= std::max(e->keep_until, e->stale_until)) return false;
+  const uint64_t digest = leader_->digest;
+  const cache::ProtocolForm form = leader_->form;
+  const cache::ReplayRequest replay = leader_->replay;
+  EndLeader(/*abandon=*/true);  // followers try the origin themselves
+  if (!Serve(e, form, replay, digest, local_out, skip_until_sync, skip_status)) return false;
+  cache_->NoteStaleIfError();
+  cache_->Publish();
+  Log(fmt::format("origin unreachable ({}): served a result {} ms past its max age (stale-if-error)",
+                  std::string(status.message()),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - e->expires).count()));
+  return true;
 }
 
 }  // namespace hyperpool::endpoint
