@@ -265,11 +265,19 @@ void RedisStore::Stop() {
   auto pending = std::move(pending_);
   for (auto& p : pending) p->Finish(nullptr);
   cmd_up_ = sub_up_ = false;
+  stats_.up.store(false, std::memory_order_relaxed);
 }
 
 SharedCacheStats RedisStore::Stats() const {
-  SharedCacheStats s = stats_;
-  s.up = up();
+  SharedCacheStats s;
+  s.up = stats_.up.load(std::memory_order_relaxed);
+  s.errors = stats_.errors.load(std::memory_order_relaxed);
+  s.hits = stats_.hits.load(std::memory_order_relaxed);
+  s.misses = stats_.misses.load(std::memory_order_relaxed);
+  s.stores = stats_.stores.load(std::memory_order_relaxed);
+  s.published = stats_.published.load(std::memory_order_relaxed);
+  s.received = stats_.received.load(std::memory_order_relaxed);
+  s.reconnects = stats_.reconnects.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -365,6 +373,7 @@ void RedisStore::OnConnLost(bool subscriber) {
 
 void RedisStore::NoteState() {
   const bool now = up();
+  stats_.up.store(now, std::memory_order_relaxed);
   if (now == logged_up_) return;
   logged_up_ = now;
   logged_once_ = true;

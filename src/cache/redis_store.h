@@ -21,6 +21,7 @@
 #ifndef HYPERPOOL_CACHE_REDIS_STORE_H_
 #define HYPERPOOL_CACHE_REDIS_STORE_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -83,6 +84,7 @@ class RedisStore final : public SharedCache, public std::enable_shared_from_this
   void SetInvalidationHandler(std::function<void(const SharedInvalidation&)> handler) override {
     on_invalidation_ = std::move(handler);
   }
+  // Thread-safe.
   SharedCacheStats Stats() const override;
   void Stop() override;
 
@@ -121,7 +123,12 @@ class RedisStore final : public SharedCache, public std::enable_shared_from_this
   asio::steady_timer cmd_retry_;
   asio::steady_timer sub_retry_;
   std::function<void(const SharedInvalidation&)> on_invalidation_;
-  SharedCacheStats stats_;
+  // Counters: written on the executor, read by Stats() from any thread.
+  struct Counters {
+    std::atomic<bool> up{false};
+    std::atomic<uint64_t> errors{0}, hits{0}, misses{0}, stores{0}, published{0}, received{0}, reconnects{0};
+  };
+  Counters stats_;
 };
 
 }  // namespace hyperpool::cache

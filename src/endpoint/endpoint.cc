@@ -589,6 +589,7 @@ class Session : public std::enable_shared_from_this<Session> {
         // A failed settings replay leaves it in an unknown state: close it.
         ReleaseLease(cancelled && !conn_->broken() && conn_->transaction_status() == 'I' ? ReleaseAtIdle()
                                                                                           : ReleaseDecision::kClose);
+        cache_.AbandonUnit();
         AnswerAcquireFailure(prepared, frame, offset);
         co_return Next::kRestOfInputConsumed;
       }

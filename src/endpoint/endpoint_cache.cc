@@ -292,12 +292,12 @@ void EndpointCache::Publish() {
   std::lock_guard lock(report_mu_);
   published_ = counters_;
   published_.tier = tier_->Stats();
-  if (shared_) published_.shared = shared_->Stats();
 }
 
 EndpointCacheReport EndpointCache::Report(std::size_t top) const {
   std::lock_guard lock(report_mu_);
   EndpointCacheReport r = published_;
+  if (shared_) r.shared = shared_->Stats();  // thread-safe, and live (no Publish() needed)
   r.top = decisions_.Top(top);
   return r;
 }
@@ -628,6 +628,19 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
   absl::StatusOr<cache::StatementAnalysis> own;
   if (!shared) own = cache::AnalyzeStatement(sql);
   const absl::StatusOr<cache::StatementAnalysis>& a = shared ? shared->analysis : own;
+  // The session's own write (no stale-if-error for it after): anything the
+  // write tracker invalidates for, except a plain read it judged
+  // conservatively (no catalog yet) -- a SELECT that calls no function.
+  bool plain_read = a.ok() && a->functions.empty();
+  if (a.ok()) {
+    for (cache::StatementKind k : a->kinds) {
+      using K = cache::StatementKind;
+      if (k != K::kSelect && k != K::kEmpty && k != K::kShow && k != K::kTransaction && k != K::kCopyTo) {
+        plain_read = false;
+      }
+    }
+  }
+  e.own_write = e.write.any() && !plain_read;
   if (!a.ok()) {
     e.ddl = true;
   } else {
@@ -654,8 +667,8 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
         e = EffectOf(q->query, /*apply_settings=*/true);
       }
       NoteStateChange(e);
+      if (e.own_write) wrote_ = true;
       if (e.write.any()) {
-        wrote_ = true;
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
       }
@@ -701,8 +714,8 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
         }
       }
       NoteStateChange(e);
+      if (e.own_write) wrote_ = true;
       if (e.write.any()) {
-        wrote_ = true;
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
       }
@@ -896,6 +909,15 @@ asio::awaitable<std::shared_ptr<const CacheEntry>> SessionCache::LookupShared(
 
 bool SessionCache::ServeStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
                                      char& skip_status) {
+  const bool served = TryStaleOnError(status, local_out, skip_until_sync, skip_status);
+  // Either way the unit's fetch is over: followers waiting on it go to the
+  // origin themselves now, not when this session next starts a unit.
+  EndLeader(/*abandon=*/true);
+  return served;
+}
+
+bool SessionCache::TryStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
+                                   char& skip_status) {
   if (cache_->options().stale_if_error <= std::chrono::milliseconds(0)) return false;
   if (!leader_ || leader_->begun || !leader_->fallback || wrote_ || state_changed_) return false;
   // Only "the origin cannot be reached": not a full pool (53300), a

@@ -217,8 +217,11 @@ class SessionCache {
   // max age answers it into `local_out` (as Intercept would); false when
   // the error should be reported. Never inside a transaction (a leader
   // exists only for units that start idle) or after the session's own write.
+  // Ends the unit's fetch either way (its followers go to the origin).
   bool ServeStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
                          char& skip_status);
+  // The unit failed before reaching the origin: ends its fetch.
+  void AbandonUnit() { EndLeader(/*abandon=*/true); }
 
   const std::string& client_id() const { return client_id_; }
   void Deliver(std::string bytes) {
@@ -231,8 +234,10 @@ class SessionCache {
     bool changes_state = false;
     bool settings_only = false;  // every state change is an ordinary SET/RESET
     bool ddl = false;
+    bool own_write = false;  // may write (not just a read judged conservatively)
     void Merge(const Effect& o) {
       write.Merge(o.write);
+      own_write = own_write || o.own_write;
       settings_only = (!changes_state || settings_only) && (!o.changes_state || o.settings_only);
       changes_state = changes_state || o.changes_state;
       settings_only = settings_only && changes_state;
@@ -270,6 +275,8 @@ class SessionCache {
   void RefreshSettingsKey();
   bool Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit, uint64_t digest,
              std::string& local_out, bool& skip_until_sync, char& skip_status);
+  bool TryStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
+                       char& skip_status);
   bool Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form, cache::ReplayRequest replay,
              uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status);
   // The shared tier's answer for `key` (the leader's look-up, bounded by
