@@ -99,6 +99,9 @@ class RedisServer {
     }
     pid_ = 0;
   }
+  // SIGSTOP / SIGCONT: a Redis that accepts connections and answers nothing.
+  void Pause() { REQUIRE(::kill(pid_, SIGSTOP) == 0); }
+  void Resume() { REQUIRE(::kill(pid_, SIGCONT) == 0); }
   // Entries stored under the shared tier's prefix.
   size_t Entries() const {
     auto r = RunCommand({"redis-cli", "-p", std::to_string(port_), "--scan", "--pattern", "hp1:e:*"});
@@ -233,6 +236,37 @@ TEST_CASE("two Endpoints share results through Redis; writes through either reac
   CHECK(Value(io2, *s2, q3) == "three");
   CHECK(ep2->Stats().queries == origin2);
   CHECK(ep2->Stats().shared_served == served2 + 1);
+}
+
+TEST_CASE("a Redis that stops answering costs at most its timeout, then is left alone until it answers") {
+  const PgCluster& c = SharedPgCluster();
+  Admin(c, "DROP TABLE IF EXISTS h9_slow; CREATE TABLE h9_slow(id int, v text); "
+           "INSERT INTO h9_slow SELECT g, 'v' || g FROM generate_series(1, 20) g");
+  RedisServer redis;
+  IoThread io;
+  auto ep = MakeShared(io, Origin(c, "h9_slow"), redis.url());  // redis_timeout 200 ms
+  REQUIRE(PollUntil([&] { return ep->Stats().redis_up; }));
+  auto s = Session(io, *ep);
+  WarmCatalog(io, *s, *ep, "h9_slow");
+  redis.Pause();
+  // The first miss waits for Redis at most its timeout, then goes to the origin.
+  auto started = Clock::now();
+  CHECK(Value(io, *s, "SELECT v FROM h9_slow WHERE id = 1") == "v1");
+  const auto first = Clock::now() - started;
+  CHECK(first < 2s);
+  REQUIRE(PollUntil([&] { return !ep->Stats().redis_up; }));
+  CHECK(ep->Stats().redis_errors > 0);
+  // While it is down, misses do not wait for it at all.
+  started = Clock::now();
+  for (int id = 2; id <= 11; ++id) CHECK(Value(io, *s, fmt::format("SELECT v FROM h9_slow WHERE id = {}", id)) == fmt::format("v{}", id));
+  const auto ten = Clock::now() - started;
+  WARN("first miss with Redis stopped: " << std::chrono::duration_cast<std::chrono::milliseconds>(first).count()
+       << " ms; ten more misses: " << std::chrono::duration_cast<std::chrono::milliseconds>(ten).count() << " ms");
+  CHECK(ten < 2s);
+  redis.Resume();
+  REQUIRE(PollUntil([&] { return ep->Stats().redis_up; }));
+  CHECK(Value(io, *s, "SELECT v FROM h9_slow WHERE id = 12") == "v12");
+  REQUIRE(PollUntil([&] { return redis.Entries() >= 1; }));
 }
 
 TEST_CASE("entries never cross roles through Redis") {
