@@ -208,8 +208,14 @@ TEST_CASE("two Endpoints share results through Redis; writes through either reac
   const auto delay = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - write_sent);
   WARN("the invalidation reached the other Endpoint within " << delay.count() << " us of sending the write");
   size_t origin1 = ep1->Stats().queries;
-  CHECK(Value(io1, *s1, q) == "uno");
+  Result fresh = Run(io1, *s1, q);
+  CHECK(fresh.Cell() == "uno");
   CHECK(ep1->Stats().queries == origin1 + 1);  // from the origin, not a stale copy in Redis
+  // ...and Endpoint 1 told its Client to drop the entry too (an 'I' link
+  // control message, pushed to the idle session before this answer).
+  bool told_client = false;
+  for (const Message& m : fresh.messages) told_client |= m.tag == 'h' && !m.payload.empty() && m.payload[0] == 'I';
+  CHECK(told_client);
   // ...and Endpoint 2 does not serve the old Redis entry either.
   CHECK(Value(io2, *s2, q) == "uno");
 
