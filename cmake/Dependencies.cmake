@@ -43,7 +43,8 @@ add_library(hyperpool::ssl ALIAS hyperpool_ssl)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HIREDIS REQUIRED hiredis)
 add_library(hyperpool_hiredis INTERFACE)
-target_include_directories(hyperpool_hiredis SYSTEM INTERFACE ${HIREDIS_INCLUDE_DIRS})
+# Not ${HIREDIS_INCLUDE_DIRS} (/usr/include/hiredis): its sds.h, dict.h, read.h
+# would shadow other headers; sources include <hiredis/...>.
 target_link_libraries(hyperpool_hiredis INTERFACE ${HIREDIS_LINK_LIBRARIES})
 add_library(hyperpool::hiredis ALIAS hyperpool_hiredis)
 
