@@ -38,6 +38,16 @@ endif()
 add_library(hyperpool::crypto ALIAS hyperpool_crypto)
 add_library(hyperpool::ssl ALIAS hyperpool_ssl)
 
+# hiredis (libhiredis-dev) for the shared cache tier on Redis
+# (src/cache/redis_store.cc): Debian ships only a pkg-config file.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HIREDIS REQUIRED hiredis)
+add_library(hyperpool_hiredis INTERFACE)
+# Not ${HIREDIS_INCLUDE_DIRS} (/usr/include/hiredis): its sds.h, dict.h, read.h
+# would shadow other headers; sources include <hiredis/...>.
+target_link_libraries(hyperpool_hiredis INTERFACE ${HIREDIS_LINK_LIBRARIES})
+add_library(hyperpool::hiredis ALIAS hyperpool_hiredis)
+
 if(HYPERPOOL_BUILD_TESTS)
   find_package(Catch2 3 REQUIRED)
 endif()

@@ -2,7 +2,7 @@
 # a CMake package so a host application can `find_package(hyperpool)` and
 # link hyperpool::hyperpool; an example config and a systemd unit go to
 # share/hyperpool/. The static library's private dependencies (the codec and
-# TLS libraries, fmt, BoringSSL) are part of its link interface, so they are
+# TLS libraries, fmt, BoringSSL, hiredis) are part of its link interface, so they are
 # exported too and found again by hyperpoolConfig.cmake.
 
 include(GNUInstallDirs)
@@ -15,8 +15,9 @@ set_target_properties(hyperpool_tls PROPERTIES EXPORT_NAME tls)
 set_target_properties(hyperpool_asio PROPERTIES EXPORT_NAME asio)
 set_target_properties(hyperpool_ssl PROPERTIES EXPORT_NAME ssl)
 set_target_properties(hyperpool_crypto PROPERTIES EXPORT_NAME crypto)
+set_target_properties(hyperpool_hiredis PROPERTIES EXPORT_NAME hiredis)
 
-install(TARGETS hyperpool hyperpool_protocol hyperpool_tls hyperpool_asio hyperpool_ssl hyperpool_crypto
+install(TARGETS hyperpool hyperpool_protocol hyperpool_tls hyperpool_asio hyperpool_ssl hyperpool_crypto hyperpool_hiredis
   EXPORT hyperpoolTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -10,6 +10,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ pkg-config git ca-certificates
   libasio-dev android-libboringssl-dev libabsl-dev libfmt-dev libssl-dev
   libtomlplusplus-dev  # hyperpool serve --config (src/cli/config_file.cc)
+  libhiredis-dev redis-server  # the shared cache tier (src/cache/redis_store.cc) and its test
   # fuzzing: clang with libFuzzer
   clang libclang-rt-14-dev
   # integration tests and benchmarks

@@ -33,6 +33,11 @@ struct CacheEntry {
   std::string messages;                           // RowDescription, DataRow..., CommandComplete
   std::chrono::steady_clock::time_point expires;  // fresh until then
   std::chrono::steady_clock::time_point stale_until;  // servable while revalidating until then
+  // Kept (not served by Lookup, returned by Get) until then, for
+  // stale-if-error: an origin that cannot be reached is answered from an
+  // entry past its max age but within this bound. Unset or earlier than
+  // stale_until: removed at stale_until.
+  std::chrono::steady_clock::time_point keep_until{};
   // For invalidation: the database the result was read from, and the base
   // tables it read (schema-qualified "schema.table", views resolved to their
   // tables). InvalidateTables() removes the entries that read any of them.
@@ -129,5 +134,10 @@ struct MemoryCacheLimits {
 std::unique_ptr<Cache> MakeMemoryCache(
     MemoryCacheLimits limits,
     std::function<std::chrono::steady_clock::time_point()> clock = nullptr);
+
+// How a tier makes its Cache (EndpointOptions::cache.factory,
+// ClientOptions::cache.factory): the plug-in point. Empty: MakeMemoryCache.
+// Called once per tier, with the limits from the tier's CacheOptions.
+using CacheFactory = std::function<std::unique_ptr<Cache>(const MemoryCacheLimits&)>;
 
 }  // namespace hyperpool

@@ -79,6 +79,18 @@ struct EndpointStats {
   std::size_t cache_write_invalidations = 0;  // writes seen
   std::size_t cache_bytes = 0;
   std::size_t cache_entries = 0;
+  // The shared tier on Redis (CacheOptions::redis_url; docs/architecture.md,
+  // "Shared cache tier").
+  bool redis_configured = false;
+  bool redis_up = false;               // connected and subscribed
+  std::size_t redis_errors = 0;        // failed or timed-out commands, lost connections
+  std::size_t shared_hits = 0;         // look-ups Redis answered with a current entry
+  std::size_t shared_misses = 0;
+  std::size_t shared_served = 0;       // units answered from Redis (filling the local tier)
+  std::size_t shared_invalidations_received = 0;  // other Endpoints' writes applied here
+  // Units answered past max age because the origin could not be reached
+  // (CacheOptions::stale_if_error).
+  std::size_t cache_stale_if_error = 0;
   // Units of work the origin answered (one ReadyForQuery each: a simple
   // Query, an extended-query Sync, a FunctionCall).
   std::size_t queries = 0;

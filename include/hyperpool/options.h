@@ -10,6 +10,8 @@
 
 #include "hyperpool/log.h"
 
+#include "hyperpool/cache.h"
+
 namespace hyperpool {
 
 class AdminConsole;
@@ -54,6 +56,21 @@ struct CacheOptions {
   std::size_t max_entry_bytes = 50u << 20;
   // Queries longer than this are not considered for caching.
   std::size_t max_query_bytes = 16u << 10;
+  // Makes the tier's Cache (the plug-in, hyperpool/cache.h). Empty: the
+  // in-memory LRU cache with the limits above.
+  CacheFactory factory;
+  // Endpoint only. A shared tier on Redis behind the local one
+  // (docs/architecture.md, "Shared cache tier"): "redis://host:port[/db]".
+  // Empty: none. Local first, then Redis, then the origin; both are filled.
+  std::string redis_url;
+  // Endpoint only. A Redis command not answered within this counts as an
+  // error: the tier works without Redis until it answers again.
+  std::chrono::milliseconds redis_timeout{50};
+  // Endpoint only. stale-if-error: when the origin cannot be reached, a
+  // result past max_age but at most this much older is served instead of
+  // the error (never inside a transaction or after the session's own
+  // write). Zero: off.
+  std::chrono::milliseconds stale_if_error{0};
 };
 
 struct EndpointOptions {

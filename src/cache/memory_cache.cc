@@ -1,5 +1,6 @@
 #include "cache/memory_cache.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace hyperpool::cache {
@@ -45,8 +46,12 @@ CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
       StartFlight(key);
       return CacheLookup{CacheLookupStatus::kStaleRefresh, node->entry, 0};
     }
-    ++stats_.expirations;
-    Remove(node);
+    // Past stale_until: a miss, but an entry kept for stale-if-error stays
+    // (Get returns it) until keep_until or until the refetch replaces it.
+    if (now >= e.keep_until) {
+      ++stats_.expirations;
+      Remove(node);
+    }
   }
   ++stats_.misses;
   auto f = flights_.find(key);
@@ -121,7 +126,8 @@ void MemoryCache::CancelWait(const std::string& key, uint64_t wait_id) {
 std::shared_ptr<const CacheEntry> MemoryCache::Get(const std::string& key) {
   auto it = index_.find(std::string_view(key));
   if (it == index_.end()) return nullptr;
-  if (Now() >= it->second->entry->stale_until) {
+  const CacheEntry& e = *it->second->entry;
+  if (Now() >= std::max(e.stale_until, e.keep_until)) {
     ++stats_.expirations;
     Remove(it->second);
     return nullptr;

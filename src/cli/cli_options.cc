@@ -162,6 +162,16 @@ std::optional<std::string> ApplyEndpointOption(std::string_view name, const std:
     } else {
       return "--pool-mode is transaction or session";
     }
+  } else if (name == "--redis-url") {
+    // Checked (redis://host[:port][/db]) when the Endpoint is created.
+    if (!value.starts_with("redis://")) return "--redis-url needs redis://HOST:PORT";
+    options.cache.redis_url = value;
+  } else if (name == "--redis-timeout") {
+    if (!numeric || number == 0 || number > 10000) return "--redis-timeout needs milliseconds (1 to 10000)";
+    options.cache.redis_timeout = std::chrono::milliseconds(number);
+  } else if (name == "--stale-if-error") {
+    if (!numeric || number > 86400) return "--stale-if-error needs seconds (0: off, at most 86400)";
+    options.cache.stale_if_error = std::chrono::seconds(number);
   } else {
     return ApplyCacheOption(name, value, options.cache);
   }

@@ -55,6 +55,8 @@ constexpr KeySpec kKeys[] = {
     // The admin console (docs/architecture.md, "Admin console"): one
     // --admin-user setting per name.
     {"admin.users", Type::kStringArray, "--admin-user"},
+    {"cache.redis", Type::kString, "--redis-url"},
+    {"cache.stale_if_error_s", Type::kInteger, "--stale-if-error"},
 };
 
 // [users]: any name, so not in kKeys.

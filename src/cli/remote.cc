@@ -87,6 +87,11 @@ Options:
                           event logs as for serve (origin_connect/origin_close with the backend pid)
   --cache-max-age S       seconds a cached result is served fresh (default 60, at most 3600)
   --cache-swr S           seconds a stale result is served while one refresh runs (default 15)
+  --redis-url URL         a shared cache tier on Redis (redis://HOST:PORT[/DB]) behind the local
+                          one, shared with every Endpoint of the same origin (default: none)
+  --redis-timeout MS      a Redis command slower than this counts as Redis down (default 50)
+  --stale-if-error S      serve a cached result up to S seconds past its max age when the origin
+                          cannot be reached (default 0 = off)
   --help                  print this help
 )";
 

@@ -93,6 +93,11 @@ Options:
   --cache-swr S           seconds a stale result is served while one refresh runs (default 15)
   --admin-user NAME       may use the admin console (database "hyperpool"; repeatable; the
                           same password as --user); [admin] users in the config file
+  --redis-url URL         a shared cache tier on Redis (redis://HOST:PORT[/DB]) behind the local
+                          one, shared with every Endpoint of the same origin (default: none)
+  --redis-timeout MS      a Redis command slower than this counts as Redis down (default 50)
+  --stale-if-error S      serve a cached result up to S seconds past its max age when the origin
+                          cannot be reached (default 0 = off)
   --help                  print this help
 
 Signals: SIGHUP re-reads --config FILE (pool size and timeouts and admin users take effect

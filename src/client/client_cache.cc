@@ -14,11 +14,15 @@ MemoryCacheLimits LimitsOf(const CacheOptions& o) {
 }
 }  // namespace
 
-ClientTier::ClientTier(const CacheOptions& options) : options_(options), tier_(LimitsOf(options)) {}
+ClientTier::ClientTier(const CacheOptions& options)
+    : options_(options),
+      tier_(options.factory ? options.factory(LimitsOf(options)) : MakeMemoryCache(LimitsOf(options))) {
+  if (!tier_) tier_ = MakeMemoryCache(LimitsOf(options));  // a factory that made nothing
+}
 
 std::shared_ptr<const CacheEntry> ClientTier::GetFresh(const std::string& key) {
   std::lock_guard lock(mu_);
-  std::shared_ptr<const CacheEntry> e = tier_.Get(key);
+  std::shared_ptr<const CacheEntry> e = tier_->Get(key);
   if (!e || std::chrono::steady_clock::now() >= e->expires) return nullptr;
   ++stats_.local_hits;
   return e;
@@ -41,7 +45,7 @@ void ClientTier::Store(const std::string& key, std::string messages, const cache
   entry.expires = std::chrono::steady_clock::now() + control.ttl;
   entry.stale_until = entry.expires;
   entry.tables = control.tables;
-  tier_.Put(key, std::move(entry));
+  tier_->Put(key, std::move(entry));
 }
 
 void ClientTier::Invalidate(const cache::InvalidateControl& control) {
@@ -50,7 +54,7 @@ void ClientTier::Invalidate(const cache::InvalidateControl& control) {
   max_generation_ = std::max(max_generation_, control.generation);
   if (control.all) {
     all_generation_ = std::max(all_generation_, control.generation);
-    tier_.InvalidateAll("");
+    tier_->InvalidateAll("");
     return;
   }
   for (const std::string& t : control.tables) {
@@ -61,13 +65,13 @@ void ClientTier::Invalidate(const cache::InvalidateControl& control) {
     table_generation_.clear();
     all_generation_ = max_generation_;
   }
-  tier_.InvalidateTables("", control.tables);
+  tier_->InvalidateTables("", control.tables);
 }
 
 ClientTierStats ClientTier::Stats() {
   std::lock_guard lock(mu_);
   ClientTierStats s = stats_;
-  s.tier = tier_.Stats();
+  s.tier = tier_->Stats();
   return s;
 }
 

@@ -56,7 +56,7 @@ class ClientTier {
 
   CacheOptions options_;
   std::mutex mu_;
-  cache::MemoryCache tier_;
+  std::unique_ptr<Cache> tier_;  // options.factory's, else a MemoryCache
   std::unordered_map<std::string, uint64_t> table_generation_;
   uint64_t all_generation_ = 0;
   uint64_t max_generation_ = 0;

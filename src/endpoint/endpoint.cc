@@ -573,6 +573,10 @@ class Session : public std::enable_shared_from_this<Session> {
       if (stopping_) co_return Next::kEnd;
       if (!lease.ok()) {
         starting_unit_ = cancel_requested_ = false;
+        if (cache_.ServeStaleOnError(lease.status(), local_out_, skip_until_sync_, skip_status_)) {
+          pump_wake_.Notify();  // stale-if-error (endpoint_cache.h): answered like a hit
+          co_return Next::kContinue;
+        }
         AnswerAcquireFailure(lease.status(), frame, offset);
         co_return Next::kRestOfInputConsumed;
       }
@@ -586,6 +590,7 @@ class Session : public std::enable_shared_from_this<Session> {
         // A failed settings replay leaves it in an unknown state: close it.
         ReleaseLease(cancelled && !conn_->broken() && conn_->transaction_status() == 'I' ? ReleaseAtIdle()
                                                                                           : ReleaseDecision::kClose);
+        cache_.AbandonUnit();
         AnswerAcquireFailure(prepared, frame, offset);
         co_return Next::kRestOfInputConsumed;
       }
@@ -1606,13 +1611,18 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
         if (it != self->listen_sessions.end()) it->second->DeliverNotification(raw);
       },
       endpoint::ListenerConnection::Options{});
+  const std::string cache_db = cfg->dbname.empty() ? cfg->user : cfg->dbname;
+  auto shared_tier = endpoint::EndpointCache::MakeSharedTier(
+      executor, impl->options.cache, fmt::format("{}:{}/{}", cfg->host, cfg->port, cache_db));
+  if (!shared_tier.ok()) return shared_tier.status();
   impl->cache = std::make_shared<endpoint::EndpointCache>(
-      executor, impl->options.cache, cfg->dbname.empty() ? cfg->user : cfg->dbname, cfg->user,
-      impl->options.pool.max_size, [weak]() -> asio::awaitable<absl::StatusOr<Lease>> {
+      executor, impl->options.cache, cache_db, cfg->user, impl->options.pool.max_size,
+      [weak]() -> asio::awaitable<absl::StatusOr<Lease>> {
         auto self = weak.lock();
         if (!self || self->stopped.load()) co_return absl::CancelledError("endpoint stopped");
         co_return co_await self->pool->Acquire();
-      });
+      },
+      std::move(*shared_tier));
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }
 
@@ -1644,6 +1654,7 @@ void Endpoint::Stop() {
     asio::post(impl->executor, [impl] {
       impl->pool->Stop();
       impl->listener->Stop();
+      if (impl->cache) impl->cache->Stop();
       std::vector<Session*> sessions;
       {
         std::lock_guard<std::mutex> lock(impl->mutex);
@@ -1768,6 +1779,14 @@ EndpointStats Endpoint::Stats() const {
     s.cache_write_invalidations = c.invalidations;
     s.cache_bytes = c.tier.bytes;
     s.cache_entries = c.tier.entries;
+    s.redis_configured = c.shared_configured;
+    s.redis_up = c.shared.up;
+    s.redis_errors = c.shared.errors;
+    s.shared_hits = c.shared.hits;
+    s.shared_misses = c.shared.misses;
+    s.shared_served = c.shared_served;
+    s.shared_invalidations_received = c.shared.received;
+    s.cache_stale_if_error = c.stale_if_error;
   }
   return s;
 }

@@ -44,14 +44,27 @@ MemoryCacheLimits LimitsOf(const CacheOptions& o) {
 // ---------------------------------------------------------------------------
 
 EndpointCache::EndpointCache(asio::any_io_executor executor, CacheOptions options, std::string database,
-                             std::string role, std::size_t pool_max_size, Acquire acquire)
+                             std::string role, std::size_t pool_max_size, Acquire acquire,
+                             std::shared_ptr<cache::SharedCache> shared)
     : executor_(std::move(executor)),
       options_(options),
       database_(std::move(database)),
       role_(std::move(role)),
       max_tracked_connections_(pool_max_size * 8 + 1024),
       acquire_(std::move(acquire)),
-      tier_(LimitsOf(options)) {}
+      tier_(options.factory ? options.factory(LimitsOf(options)) : MakeMemoryCache(LimitsOf(options))),
+      shared_(std::move(shared)) {
+  if (!tier_) tier_ = MakeMemoryCache(LimitsOf(options));  // a factory that made nothing
+  counters_.shared_configured = shared_ != nullptr;
+  if (shared_) {
+    // Cleared by the destructor and Stop(); runs on executor_.
+    shared_->SetInvalidationHandler([this](const cache::SharedInvalidation& inv) { OnSharedInvalidation(inv); });
+  }
+}
+
+EndpointCache::~EndpointCache() {
+  if (shared_) shared_->SetInvalidationHandler(nullptr);
+}
 
 void EndpointCache::WantCatalog() {
   auto now = std::chrono::steady_clock::now();
@@ -167,20 +180,24 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
 cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& effect) {
   cache::InvalidateControl c;
   if (effect.all) {
-    tier_.InvalidateAll(database_);
+    tier_->InvalidateAll(database_);
     c.all = true;
   } else {
-    tier_.InvalidateTables(database_, effect.tables);
+    tier_->InvalidateTables(database_, effect.tables);
     c.tables = effect.tables;
   }
+  if (shared_) shared_->Invalidate(cache::SharedInvalidation{database_, c.all, c.tables});
   c.generation = ++generation_;
   ++counters_.invalidations;
   Publish();
   return c;
 }
 
-void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std::string& except_client) {
-  if (sessions_.size() <= 1) return;
+void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std::string& except_client,
+                              bool remote) {
+  // A local write's own session tells its Client in its batch; a remote
+  // one reaches every Client.
+  if (!remote && sessions_.size() <= 1) return;
   std::string bytes;
   cache::AppendControl(bytes, control);
   std::unordered_set<std::string> reached{except_client};
@@ -230,12 +247,13 @@ void EndpointCache::NoteBypassed() { ++counters_.bypassed; }
 void EndpointCache::Publish() {
   std::lock_guard lock(report_mu_);
   published_ = counters_;
-  published_.tier = tier_.Stats();
+  published_.tier = tier_->Stats();
 }
 
 EndpointCacheReport EndpointCache::Report(std::size_t top) const {
   std::lock_guard lock(report_mu_);
   EndpointCacheReport r = published_;
+  if (shared_) r.shared = shared_->Stats();  // thread-safe, and live (no Publish() needed)
   r.top = decisions_.Top(top);
   return r;
 }
@@ -265,6 +283,7 @@ SessionCache::SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_ex
 }
 
 SessionCache::~SessionCache() {
+  if (shared_wait_) shared_wait_->alive = false;
   if (leader_ && !leader_->done && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
   cache_->Unregister(this);
@@ -334,12 +353,17 @@ void SessionCache::EndLeader(bool abandon) {
 
 bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit,
                          uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  return Serve(entry, unit.form, unit.replay, digest, local_out, skip_until_sync, skip_status);
+}
+
+bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form,
+                         cache::ReplayRequest r, uint64_t digest, std::string& local_out, bool& skip_until_sync,
+                         char& skip_status) {
   std::string out;
   cache::AppendControl(out, cache::BeginControl{digest});
-  cache::ReplayRequest r = unit.replay;
-  if (unit.form == cache::ProtocolForm::kExtended) r.sync = false;
+  if (form == cache::ProtocolForm::kExtended) r.sync = false;
   if (!cache::AppendReplay(entry->messages, r, out).ok()) return false;
-  if (unit.form == cache::ProtocolForm::kSimple) {
+  if (form == cache::ProtocolForm::kSimple) {
     if (out.size() < kReadyIdle.size() || std::string_view(out).substr(out.size() - kReadyIdle.size()) != kReadyIdle) {
       return false;
     }
@@ -353,7 +377,7 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const c
   store.generation = cache_->generation();
   store.tables = entry->tables;
   cache::AppendControl(out, store);
-  if (unit.form == cache::ProtocolForm::kSimple) {
+  if (form == cache::ProtocolForm::kSimple) {
     out.append(kReadyIdle);
   } else {
     // The unit's remaining frames are discarded up to its Sync, which the
@@ -493,11 +517,33 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
         // The stale entry's refresh runs as this unit's own origin query
         // (while others are served the stale entry).
         leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-        leader_->key = std::move(key);
+        leader_->key = key;
         leader_->digest = digest;
         leader_->generation = cache_->generation();
         leader_->tables = std::move(d.tables);
         leader_->ttl = Ttl();
+        leader_->replay = unit.replay;
+        leader_->form = unit.form;
+        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(key);
+        if (cache_->shared() != nullptr && cache_->shared()->up()) {
+          // Second level: another Endpoint may have fetched it. The local
+          // flight stays led by this session meanwhile (followers wait).
+          std::shared_ptr<const CacheEntry> e = co_await LookupShared(key, leader_->tables);
+          if (!leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
+          if (e && std::chrono::steady_clock::now() < e->expires) {
+            cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
+            leader_->done = true;
+            EndLeader(/*abandon=*/false);
+            bool served = Serve(e, unit, digest, local_out, skip_until_sync, skip_status);
+            if (served) {
+              cache_->NoteServed(waited);
+              cache_->NoteSharedServed();
+            }
+            cache_->Publish();
+            co_return served;
+          }
+          if (e && !leader_->fallback) leader_->fallback = e;  // past max age: for stale-if-error only
+        }
         cache_->Publish();
         co_return false;
       }
@@ -538,6 +584,19 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
   absl::StatusOr<cache::StatementAnalysis> own;
   if (!shared) own = cache::AnalyzeStatement(sql);
   const absl::StatusOr<cache::StatementAnalysis>& a = shared ? shared->analysis : own;
+  // The session's own write (no stale-if-error for it after): anything the
+  // write tracker invalidates for, except a plain read it judged
+  // conservatively (no catalog yet) -- a SELECT that calls no function.
+  bool plain_read = a.ok() && a->functions.empty();
+  if (a.ok()) {
+    for (cache::StatementKind k : a->kinds) {
+      using K = cache::StatementKind;
+      if (k != K::kSelect && k != K::kEmpty && k != K::kShow && k != K::kTransaction && k != K::kCopyTo) {
+        plain_read = false;
+      }
+    }
+  }
+  e.own_write = e.write.any() && !plain_read;
   if (!a.ok()) {
     e.ddl = true;
   } else {
@@ -564,6 +623,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
         e = EffectOf(q->query, /*apply_settings=*/true);
       }
       NoteStateChange(e);
+      if (e.own_write) wrote_ = true;
       if (e.write.any()) {
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
@@ -610,6 +670,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
         }
       }
       NoteStateChange(e);
+      if (e.own_write) wrote_ = true;
       if (e.write.any()) {
         cache_->Invalidate(e.write);
         txn_written_.Merge(e.write);
@@ -636,6 +697,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       e.write.all = true;
       e.changes_state = true;
       state_changed_ = true;
+      wrote_ = true;
       cache_->Invalidate(e.write);
       txn_written_.Merge(e.write);
       pending_.push_back(std::move(e));
@@ -719,9 +781,13 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
         entry.messages = l.capture.TakeMessages();
         entry.expires = now + l.ttl;
         entry.stale_until = entry.expires + cache_->options().stale_while_revalidate;
+        if (cache_->options().stale_if_error > std::chrono::milliseconds(0)) {
+          entry.keep_until = entry.expires + cache_->options().stale_if_error;  // stale-if-error's bound
+        }
         entry.database = cache_->database();
         entry.tables = l.tables;
         const auto expires = entry.expires;
+        if (cache_->shared() != nullptr && l.token.valid) cache_->shared()->Put(l.key, entry, l.token);
         if (l.owns_key) {
           cache_->tier().Complete(l.key, std::move(entry));
         } else {

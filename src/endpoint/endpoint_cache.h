@@ -44,6 +44,7 @@
 #include "cache/cacheability.h"
 #include "cache/memory_cache.h"
 #include "cache/result_store.h"
+#include "cache/shared_cache.h"
 #include "cache/tier.h"
 #include "endpoint/session_settings.h"
 #include "hyperpool/options.h"
@@ -65,6 +66,11 @@ struct EndpointCacheReport {
   uint64_t bypassed = 0;        // units not considered (disabled, session state, hint)
   uint64_t invalidations = 0;   // write invalidations (each bumps the generation)
   uint64_t catalog_refreshes = 0;
+  // The shared tier (shared_cache.h), when configured.
+  bool shared_configured = false;
+  cache::SharedCacheStats shared;
+  uint64_t shared_served = 0;    // units answered from the shared tier
+  uint64_t stale_if_error = 0;   // units answered stale because the origin was unreachable
   std::vector<cache::DecisionStats::Row> top;
 };
 
@@ -75,14 +81,27 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
  public:
   using Acquire = std::function<asio::awaitable<absl::StatusOr<Lease>>()>;
 
+  // `origin_id` names the origin (host, port, database) in a shared tier
+  // that several origins' Endpoints may use. `shared`: the shared tier
+  // (null: none; see MakeSharedTier).
   EndpointCache(asio::any_io_executor executor, CacheOptions options, std::string database, std::string role,
-                std::size_t pool_max_size, Acquire acquire);
+                std::size_t pool_max_size, Acquire acquire, std::shared_ptr<cache::SharedCache> shared = nullptr);
+  ~EndpointCache();
+
+  // The shared tier for options.redis_url (null when empty), on `executor`.
+  static absl::StatusOr<std::shared_ptr<cache::SharedCache>> MakeSharedTier(asio::any_io_executor executor,
+                                                                            const CacheOptions& options,
+                                                                            std::string origin_id);
+  // Closes the shared tier's connections (Endpoint::Stop, on the executor).
+  void Stop();
 
   bool enabled() const { return options_.enabled; }
   const CacheOptions& options() const { return options_; }
   const std::string& database() const { return database_; }
   const std::string& role() const { return role_; }
-  cache::MemoryCache& tier() { return tier_; }
+  Cache& tier() { return *tier_; }
+  // The shared tier, or null.
+  cache::SharedCache* shared() const { return shared_.get(); }
 
   // The catalog oracle for the origin's default search_path; nullptr until a
   // snapshot is loaded and after DDL until the refresh ends.
@@ -104,7 +123,10 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   cache::InvalidateControl Invalidate(const cache::WriteEffect& effect);
   // Sends `control` to one live session of every Client other than
   // `except_client`.
-  void Broadcast(const cache::InvalidateControl& control, const std::string& except_client);
+  void Broadcast(const cache::InvalidateControl& control, const std::string& except_client, bool remote = false);
+  // An invalidation another Endpoint published through the shared tier:
+  // drops the local entries and tells every Client.
+  void OnSharedInvalidation(const cache::SharedInvalidation& inv);
 
   // Whether a result computed on `conn` may be stored under a key built
   // for sessions with startup fingerprint `fingerprint` (the connection was
@@ -119,6 +141,8 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   void RecordDecision(uint64_t fingerprint, cache::Reason reason, std::string_view normalized);
   void NoteServed(bool coalesced);
   void NoteBypassed();
+  void NoteSharedServed() { ++counters_.shared_served; }
+  void NoteStaleIfError() { ++counters_.stale_if_error; }
   // Copies the counters for Report() (call after each tier operation).
   void Publish();
   // Thread-safe.
@@ -135,7 +159,8 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::string role_;
   std::size_t max_tracked_connections_;
   Acquire acquire_;
-  cache::MemoryCache tier_;
+  std::unique_ptr<Cache> tier_;  // options.factory's, else a MemoryCache
+  std::shared_ptr<cache::SharedCache> shared_;
 
   std::unique_ptr<cache::CatalogSnapshot> snapshot_;
   std::unique_ptr<cache::VolatilityOracle> oracle_;
@@ -187,6 +212,16 @@ class SessionCache {
                                   std::string& local_out, bool& skip_until_sync, char& skip_status);
   void OnForward(const protocol::Frame& frame);
   void OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn);
+  // The unit this session leads could not get an origin connection
+  // (`status`, from the pool): with stale-if-error on, a kept entry past its
+  // max age answers it into `local_out` (as Intercept would); false when
+  // the error should be reported. Never inside a transaction (a leader
+  // exists only for units that start idle) or after the session's own write.
+  // Ends the unit's fetch either way (its followers go to the origin).
+  bool ServeStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
+                         char& skip_status);
+  // The unit failed before reaching the origin: ends its fetch.
+  void AbandonUnit() { EndLeader(/*abandon=*/true); }
 
   const std::string& client_id() const { return client_id_; }
   void Deliver(std::string bytes) {
@@ -199,8 +234,10 @@ class SessionCache {
     bool changes_state = false;
     bool settings_only = false;  // every state change is an ordinary SET/RESET
     bool ddl = false;
+    bool own_write = false;  // may write (not just a read judged conservatively)
     void Merge(const Effect& o) {
       write.Merge(o.write);
+      own_write = own_write || o.own_write;
       settings_only = (!changes_state || settings_only) && (!o.changes_state || o.settings_only);
       changes_state = changes_state || o.changes_state;
       settings_only = settings_only && changes_state;
@@ -221,6 +258,13 @@ class SessionCache {
     // cached (it creates a named statement): its result is Put, not
     // Complete()d, and nothing is abandoned.
     bool owns_key = true;
+    // The shared tier's generations read before the fetch (Put with them).
+    cache::SharedToken token;
+    // stale-if-error: an entry past its max age kept within the bound, and
+    // how to replay it.
+    std::shared_ptr<const CacheEntry> fallback;
+    cache::ReplayRequest replay;
+    cache::ProtocolForm form = cache::ProtocolForm::kSimple;
     explicit Leader(std::size_t max) : capture(max) {}
   };
 
@@ -231,6 +275,14 @@ class SessionCache {
   void RefreshSettingsKey();
   bool Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit, uint64_t digest,
              std::string& local_out, bool& skip_until_sync, char& skip_status);
+  bool TryStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
+                       char& skip_status);
+  bool Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form, cache::ReplayRequest replay,
+             uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // The shared tier's answer for `key` (the leader's look-up, bounded by
+  // its timeout): a current entry, or null with leader_->token set.
+  asio::awaitable<std::shared_ptr<const CacheEntry>> LookupShared(const std::string& key,
+                                                                  const std::vector<std::string>& tables);
   void EndLeader(bool abandon);
   // A frontend frame of a Parse/Describe flight ('P', 'D' statement; 'x'
   // anything else closes the window).
@@ -251,6 +303,16 @@ class SessionCache {
   std::string client_id_;
   cache::SessionCacheSettings settings_;
   bool state_changed_ = false;
+  bool wrote_ = false;  // the session sent a write (no stale-if-error for it)
+  // A shared-tier look-up in flight (alive=false once this object is gone).
+  struct SharedWait {
+    bool alive = true;
+    bool done = false;
+    std::shared_ptr<const CacheEntry> entry;
+    cache::SharedToken token;
+    asio::steady_timer* timer = nullptr;
+  };
+  std::shared_ptr<SharedWait> shared_wait_;
   // TrackSettings: the source, and the capture count hello_fp_ was built at.
   const SessionSettings* tracked_settings_ = nullptr;
   std::function<bool()> settings_tracked_;

@@ -82,6 +82,21 @@ void WriteCache(ExpositionWriter& w, const ProcessMetrics& m) {
               e->cache_uncacheable, kEndpoint);
     w.Counter("hyperpool_cache_bypassed_total", "Units not considered for caching (off, session state, hint).",
               e->cache_bypassed, kEndpoint);
+    w.Counter("hyperpool_cache_stale_if_error_total",
+              "Units answered past max age because the origin could not be reached (--stale-if-error).",
+              e->cache_stale_if_error, kEndpoint);
+  }
+  if (e && e->redis_configured) {
+    // The shared tier on Redis (--redis-url): docs/architecture.md, "Shared cache tier".
+    w.Gauge("hyperpool_redis_up", "1 while the shared cache tier's Redis is connected and subscribed.",
+            e->redis_up ? 1.0 : 0.0);
+    w.Counter("hyperpool_redis_errors_total", "Failed or timed-out Redis commands and lost Redis connections.",
+              e->redis_errors);
+    w.Counter("hyperpool_cache_shared_hits_total", "Shared-tier look-ups answered with a current entry.",
+              e->shared_hits);
+    w.Counter("hyperpool_cache_shared_misses_total", "Shared-tier look-ups answered without one.", e->shared_misses);
+    w.Counter("hyperpool_cache_shared_invalidations_received_total",
+              "Invalidations from other Endpoints' writes applied here.", e->shared_invalidations_received);
   }
   if (c) {
     w.Counter("hyperpool_cache_refused_stale_total", "Results refused as older than an invalidation, by tier.",

@@ -263,5 +263,27 @@ TEST_CASE("MakeMemoryCache returns a working cache") {
   CHECK(c->Lookup("k", nullptr).status == CacheLookupStatus::kHit);
 }
 
+TEST_CASE("an entry kept for stale-if-error misses but stays gettable until keep_until") {
+  Fixture f;
+  CacheEntry e = f.Entry("v", {"public.t"}, "db", 60s, 15s);
+  e.keep_until = f.now + 60s + 300s;
+  f.cache.Put("k", std::move(e));
+  f.now += 100s;  // past stale_until, within keep_until
+  CHECK(f.Status("k") == CacheLookupStatus::kMissLeader);
+  REQUIRE(f.cache.Get("k") != nullptr);  // the miss did not remove it
+  f.cache.Abandon("k");
+  CHECK(f.cache.Get("k") != nullptr);
+  f.now += 300s;  // past keep_until
+  CHECK(f.cache.Get("k") == nullptr);
+}
+
+TEST_CASE("without keep_until an entry goes at stale_until") {
+  Fixture f;
+  f.cache.Put("k", f.Entry("v"));
+  f.now += 100s;
+  CHECK(f.Status("k") == CacheLookupStatus::kMissLeader);
+  CHECK(f.cache.Get("k") == nullptr);
+}
+
 }  // namespace
 }  // namespace hyperpool::cache

@@ -45,6 +45,8 @@ max_lifetime_s = 120
 enabled = false
 max_age_s = 30
 swr_s = 5
+redis = "redis://10.0.0.5:6379"
+stale_if_error_s = 300
 [tls]
 cert = "/etc/hyperpool/app.crt"
 key = "/etc/hyperpool/app.key"
@@ -79,6 +81,8 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--no-cache") == "");
   CHECK(ValueOf(*config, "--cache-max-age") == "30");
   CHECK(ValueOf(*config, "--cache-swr") == "5");
+  CHECK(ValueOf(*config, "--redis-url") == "redis://10.0.0.5:6379");
+  CHECK(ValueOf(*config, "--stale-if-error") == "300");
   CHECK(ValueOf(*config, "--ssl-cert") == "/etc/hyperpool/app.crt");
   CHECK(ValueOf(*config, "--ssl-key") == "/etc/hyperpool/app.key");
   CHECK(ValueOf(*config, "--ssl-mode") == "require");
