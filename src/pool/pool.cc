@@ -130,6 +130,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
     s.opened = opened_.load(std::memory_order_relaxed);
     s.open_failures = open_failures_.load(std::memory_order_relaxed);
     s.closed = closed_.load(std::memory_order_relaxed);
+    s.maintenance_runs = maintenance_runs_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -196,7 +197,18 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   // max_lifetime, opens connections up to min_idle; returns when to run next.
   Clock::time_point RunMaintenance();
   // Makes the maintenance coroutine re-run now.
-  void Kick() { maintenance_timer_.cancel(); }
+  void Kick() {
+    maintenance_due_ = Clock::time_point::min();  // already kicked: nothing can be earlier
+    maintenance_timer_.cancel();
+  }
+  // Kick() only if `deadline` comes before the pass already scheduled. A
+  // release makes a connection idle once per transaction; waking the
+  // maintenance coroutine and re-arming its timer each time (a timerfd
+  // syscall) was measurable per-transaction work for a deadline that is
+  // almost never the next one.
+  void KickIfEarlier(Clock::time_point deadline) {
+    if (deadline < maintenance_due_) Kick();
+  }
 
   asio::any_io_executor executor_;
   const PoolOptions options_;
@@ -207,6 +219,8 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   std::size_t outside_cap_ = 0;  // lent entries with outside_cap set
   std::list<Waiter*> waiters_;  // FIFO: front waited longest
   asio::steady_timer maintenance_timer_;
+  // When the maintenance coroutine runs next (min(): it is about to run).
+  Clock::time_point maintenance_due_ = Clock::time_point::min();
   Clock::time_point warm_retry_at_{};  // no background opens before this
 
   // Mirrors of the list sizes and the counters, readable from any thread.
@@ -219,6 +233,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   std::atomic<std::uint64_t> opened_{0};
   std::atomic<std::uint64_t> open_failures_{0};
   std::atomic<std::uint64_t> closed_{0};
+  std::atomic<std::uint64_t> maintenance_runs_{0};
 };
 
 PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
@@ -246,7 +261,13 @@ PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
   gauges_[Index(to)].fetch_add(1, std::memory_order_relaxed);
   if (to == ConnState::kIdle) {
     entry.idle_since = Clock::now();
-    Kick();  // a new idle deadline
+    // New deadlines: this entry's max_lifetime, and the idle_timeout of the
+    // longest idle entry when the pool is above min_idle (RunMaintenance).
+    Clock::time_point deadline = entry.opened_at + options_.max_lifetime;
+    if (List(ConnState::kIdle).size() > options_.min_idle) {
+      deadline = std::min(deadline, List(ConnState::kIdle).front().idle_since + options_.idle_timeout);
+    }
+    KickIfEarlier(deadline);
     std::weak_ptr<PoolImpl> weak = weak_from_this();
     entry.connection->WatchIdle([weak, e = &entry, generation = entry.idle_generation] {
       if (auto self = weak.lock()) self->OnIdleActivity(e, generation);
@@ -509,8 +530,11 @@ void PoolImpl::Stop() {
 
 asio::awaitable<void> PoolImpl::Maintain(std::shared_ptr<PoolImpl> self) {
   while (!self->stopped_) {
-    self->maintenance_timer_.expires_at(self->RunMaintenance());
+    self->maintenance_due_ = self->RunMaintenance();
+    self->maintenance_runs_.fetch_add(1, std::memory_order_relaxed);
+    self->maintenance_timer_.expires_at(self->maintenance_due_);
     co_await self->maintenance_timer_.async_wait(kAsTuple);
+    self->maintenance_due_ = Clock::time_point::min();
   }
 }
 

@@ -113,6 +113,7 @@ struct PoolStats {
   std::uint64_t opened = 0;         // successful factory calls
   std::uint64_t open_failures = 0;  // failed factory calls
   std::uint64_t closed = 0;         // connections whose Close() completed
+  std::uint64_t maintenance_runs = 0;  // passes of the background maintenance (idle/lifetime/min_idle)
 };
 
 class PoolImpl;

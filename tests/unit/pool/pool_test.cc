@@ -176,6 +176,24 @@ TEST_CASE("a released connection is reused") {
   CHECK(s.idle == 0);
 }
 
+TEST_CASE("returning a connection does not wake the maintenance pass when no deadline moved earlier") {
+  // Per-transaction cost: a release used to cancel and re-arm the
+  // maintenance timer every time (issue 11).
+  Fixture f(Options(2));
+  Settle(f.io);
+  const std::uint64_t before = f.pool->Stats().maintenance_runs;
+  for (int i = 0; i < 50; ++i) {
+    Result a = f.AcquireNow();
+    REQUIRE(a->ok());
+    (*a)->Release(ReleaseDecision::kReturn);
+    Settle(f.io);
+  }
+  // The first idle connection brings the first idle/lifetime deadline; the
+  // 49 later releases bring none earlier than it.
+  CHECK(f.pool->Stats().maintenance_runs - before <= 2);
+  CHECK(f.pool->Stats().idle == 1);
+}
+
 TEST_CASE("kKeep leaves the lease holding its connection") {
   Fixture f(Options(1));
   Result a = f.AcquireNow();
