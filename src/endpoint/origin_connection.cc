@@ -3,6 +3,7 @@
 #include "endpoint/origin_connection.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -163,14 +164,14 @@ OriginConnection::~OriginConnection() {
 }
 
 bool OriginConnection::HasBufferedFrame() const {
-  std::string_view pending(buffer_.data() + consumed_, buffer_.size() - consumed_);
+  std::string_view pending(buffer_.data() + consumed_, end_ - consumed_);
   return reader_.Read(pending).is_frame();
 }
 
 asio::awaitable<absl::StatusOr<protocol::Frame>> OriginConnection::ReadFrame() {
   if (broken_) co_return absl::UnavailableError("the origin connection is closed");
   for (;;) {
-    std::string_view pending(buffer_.data() + consumed_, buffer_.size() - consumed_);
+    std::string_view pending(buffer_.data() + consumed_, end_ - consumed_);
     protocol::FrameReader::Result r = reader_.Read(pending);
     if (r.is_frame()) {
       consumed_ += r.frame().size();
@@ -184,18 +185,21 @@ asio::awaitable<absl::StatusOr<protocol::Frame>> OriginConnection::ReadFrame() {
     }
     // Need more: keep only the partial frame, then read after it.
     if (consumed_ > 0) {
-      buffer_.erase(0, consumed_);
+      std::memmove(buffer_.data(), buffer_.data() + consumed_, end_ - consumed_);
+      end_ -= consumed_;
       consumed_ = 0;
-      if (buffer_.empty() && buffer_.capacity() > kKeepBufferCapacity) {
+      if (end_ == 0 && buffer_.size() > kKeepBufferCapacity) {
         std::string().swap(buffer_);
       }
     }
-    const std::size_t have = buffer_.size();
+    const std::size_t have = end_;
     const std::size_t missing = r.bytes_needed() > have ? r.bytes_needed() - have : 0;
     const std::size_t want = std::clamp(missing, kReadChunk, std::max(kReadChunk, kMaxReadStep));
-    buffer_.resize(have + want);
+    // buffer_ keeps its size between reads (end_ marks the data): resizing
+    // it to the data and back zero-filled 16 KiB per read (issue 11).
+    if (buffer_.size() < have + want) buffer_.resize(have + want);
     auto n = co_await stream_->ReadSome(asio::buffer(buffer_.data() + have, want));
-    buffer_.resize(have + (n.ok() ? *n : 0));
+    if (n.ok()) end_ = have + *n;
     if (!n.ok()) {
       broken_ = true;
       co_return n.status();
@@ -246,7 +250,7 @@ void OriginConnection::SetParameter(std::string_view name, std::string_view valu
 
 void OriginConnection::WatchIdle(std::function<void()> on_activity) {
   if (!stream_) return;
-  if (broken_ || buffer_.size() > consumed_) {
+  if (broken_ || end_ > consumed_) {
     // Broken, or bytes arrived after the last ReadyForQuery: an idle backend
     // has nothing to say but goodbye.
     asio::post(stream_->executor(), std::move(on_activity));

@@ -167,8 +167,9 @@ class OriginConnection final : public PooledConnection {
 
   std::unique_ptr<Stream> stream_;
   protocol::FrameReader reader_;
-  std::string buffer_;       // bytes received; [consumed_, size) not yet handed out
+  std::string buffer_;       // read space; [0, end_) received, [consumed_, end_) not yet handed out
   std::size_t consumed_ = 0;
+  std::size_t end_ = 0;
   std::vector<std::pair<std::string, std::string>> parameters_;
   BackendKey backend_key_;
   char transaction_status_ = 'I';
