@@ -10,6 +10,8 @@
 #include <utility>
 #include <variant>
 
+#include <poll.h>
+
 #include <asio/connect.hpp>
 #include <asio/post.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -130,6 +132,21 @@ class OriginConnection::Stream {
     if (auto* t = std::get_if<tls::TlsStream>(&v_)) return t->socket().get_executor();
     if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) return s->get_executor();
     return std::get<asio::local::stream_protocol::socket>(v_).get_executor();
+  }
+  // Whether the socket is readable now (bytes or EOF), without reading or
+  // blocking: one poll(). Reads nothing, so TLS state is untouched.
+  bool ReadableNow() {
+    pollfd p{};
+    if (auto* t = std::get_if<tls::TlsStream>(&v_)) {
+      p.fd = t->socket().native_handle();
+    } else if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) {
+      p.fd = s->native_handle();
+    } else {
+      p.fd = std::get<asio::local::stream_protocol::socket>(v_).native_handle();
+    }
+    p.events = POLLIN;
+    const int n = ::poll(&p, 1, 0);
+    return n != 0;  // readable, hung up, or poll failed: treat as spoken
   }
   // Cancels a pending AsyncWaitReadable (nothing else is pending while idle).
   void CancelWait() {
@@ -262,6 +279,11 @@ void OriginConnection::WatchIdle(std::function<void()> on_activity) {
   stream_->AsyncWaitReadable([cb = std::move(on_activity)](std::error_code ec) {
     if (ec != asio::error::operation_aborted) cb();
   });
+}
+
+bool OriginConnection::IdleActivity() {
+  if (!stream_ || broken_ || end_ > consumed_) return true;
+  return stream_->ReadableNow();
 }
 
 void OriginConnection::StopWatchingIdle() {

@@ -126,6 +126,7 @@ class OriginConnection final : public PooledConnection {
   // through) without reading.
   void WatchIdle(std::function<void()> on_activity) override;
   void StopWatchingIdle() override;
+  bool IdleActivity() override;
 
   // Origin run-time parameters (ParameterStatus), as of the last message read.
   const std::vector<std::pair<std::string, std::string>>& parameters() const { return parameters_; }

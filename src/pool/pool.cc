@@ -68,6 +68,7 @@ struct PoolEntry {
   // Bumped whenever the entry leaves kIdle: an idle-watch report carrying an
   // older generation is stale (the connection was lent or closed since).
   std::uint64_t idle_generation = 0;
+  bool watched = false;  // kIdle only: WatchIdle was called for this idle period
 };
 
 namespace {
@@ -182,6 +183,10 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   }
 
   void StartOpen();
+  // Starts the idle watch of `entry` (kIdle).
+  void WatchIdle(PoolEntry& entry);
+  // The origin spoke to (or closed) an idle connection: check or close it.
+  void OnIdleSpoke(PoolEntry& entry);
   // The origin spoke to (or closed) an idle connection: close it.
   void OnIdleActivity(PoolEntry* entry, std::uint64_t generation);
   void StartCheck(PoolEntry& entry);
@@ -267,14 +272,24 @@ PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
     if (List(ConnState::kIdle).size() > options_.min_idle) {
       deadline = std::min(deadline, List(ConnState::kIdle).front().idle_since + options_.idle_timeout);
     }
+    entry.watched = false;
+    if (options_.idle_watch_delay.count() == 0) {
+      WatchIdle(entry);
+    } else {
+      deadline = std::min(deadline, entry.idle_since + options_.idle_watch_delay);
+    }
     KickIfEarlier(deadline);
-    std::weak_ptr<PoolImpl> weak = weak_from_this();
-    entry.connection->WatchIdle([weak, e = &entry, generation = entry.idle_generation] {
-      if (auto self = weak.lock()) self->OnIdleActivity(e, generation);
-    });
   }
   HYPERPOOL_POOL_CHECK(Counted() <= options_.max_size);
   return &entry;
+}
+
+void PoolImpl::WatchIdle(PoolEntry& entry) {
+  entry.watched = true;
+  std::weak_ptr<PoolImpl> weak = weak_from_this();
+  entry.connection->WatchIdle([weak, e = &entry, generation = entry.idle_generation] {
+    if (auto self = weak.lock()) self->OnIdleActivity(e, generation);
+  });
 }
 
 PoolEntry& PoolImpl::NewOpeningEntry() {
@@ -292,17 +307,21 @@ void PoolImpl::OnIdleActivity(PoolEntry* entry, std::uint64_t generation) {
   for (PoolEntry& idle : List(ConnState::kIdle)) {
     if (&idle != entry) continue;
     if (idle.idle_generation != generation) return;
-    if (callbacks_.health_check) {
-      // Readable is not always dead: over TLS 1.3 the origin's
-      // NewSessionTicket records can arrive after login. The health check
-      // reads through them and tells; a dead backend fails it and is closed.
-      StartCheck(idle);
-    } else {
-      discarded_.fetch_add(1, std::memory_order_relaxed);
-      StartClose(idle);
-    }
+    OnIdleSpoke(idle);
     Pump();
     return;
+  }
+}
+
+void PoolImpl::OnIdleSpoke(PoolEntry& entry) {
+  if (callbacks_.health_check) {
+    // Readable is not always dead: over TLS 1.3 the origin's
+    // NewSessionTicket records can arrive after login. The health check
+    // reads through them and tells; a dead backend fails it and is closed.
+    StartCheck(entry);
+  } else {
+    discarded_.fetch_add(1, std::memory_order_relaxed);
+    StartClose(entry);
   }
 }
 
@@ -383,6 +402,10 @@ void PoolImpl::Pump() {
       // Most recently used first: the rest stay idle long enough to time out
       // when demand drops.
       PoolEntry& entry = idle.back();
+      if (!entry.watched && entry.connection->IdleActivity()) {
+        OnIdleSpoke(entry);  // what the watch would have reported
+        continue;
+      }
       if (NeedsCheck(entry, Clock::now())) {
         StartCheck(entry);
       } else {
@@ -562,8 +585,16 @@ Clock::time_point PoolImpl::RunMaintenance() {
     }
   }
 
+  // Idle long enough to be worth watching (PoolOptions::idle_watch_delay).
+  for (PoolEntry& entry : idle) {
+    if (!entry.watched && now - entry.idle_since >= options_.idle_watch_delay) WatchIdle(entry);
+  }
+
   // The next moment something above can change.
   Clock::time_point next = Clock::time_point::max();
+  for (const PoolEntry& entry : idle) {
+    if (!entry.watched) next = std::min(next, entry.idle_since + options_.idle_watch_delay);
+  }
   for (const PoolEntry& entry : idle) next = std::min(next, entry.opened_at + options_.max_lifetime);
   if (idle.size() > options_.min_idle) next = std::min(next, idle.front().idle_since + options_.idle_timeout);
   if (warm_blocked && Count(ConnState::kIdle) + Count(ConnState::kOpening) < options_.min_idle) {
@@ -627,6 +658,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(asio::any_io_executor executo
   }
   if (options.acquire_timeout <= milliseconds::zero() || options.idle_timeout <= milliseconds::zero() ||
       options.max_lifetime <= milliseconds::zero() || options.health_check_after < milliseconds::zero() ||
+      options.idle_watch_delay < milliseconds::zero() ||
       options.connect_timeout <= milliseconds::zero()) {
     return absl::InvalidArgumentError("pool timeouts must be positive");
   }

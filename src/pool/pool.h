@@ -72,6 +72,10 @@ class PooledConnection {
   // when used).
   virtual void WatchIdle(std::function<void()> on_activity) { (void)on_activity; }
   virtual void StopWatchingIdle() {}
+  // Whether the origin has spoken on (or closed) this idle connection, checked
+  // now without blocking: for a connection lent again before its watch was
+  // armed (PoolOptions::idle_watch_delay). True is handled as a watch report.
+  virtual bool IdleActivity() { return false; }
 };
 
 // Opens a new origin connection (TCP, TLS, login, up to the first

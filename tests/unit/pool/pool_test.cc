@@ -45,6 +45,9 @@ struct FakeOrigin {
   // Idle watches in progress, by connection id (WatchIdle's callbacks).
   std::map<int, std::function<void()>> watches;
   int watch_stops = 0;
+  int watch_calls = 0;      // WatchIdle calls
+  int idle_polls = 0;       // IdleActivity calls
+  std::vector<int> spoken;  // ids whose IdleActivity() reports the origin spoke
 };
 
 class FakeConnection final : public PooledConnection {
@@ -56,7 +59,14 @@ class FakeConnection final : public PooledConnection {
     co_return;
   }
   int id() const { return id_; }
-  void WatchIdle(std::function<void()> on_activity) override { origin_.watches[id_] = std::move(on_activity); }
+  void WatchIdle(std::function<void()> on_activity) override {
+    ++origin_.watch_calls;
+    origin_.watches[id_] = std::move(on_activity);
+  }
+  bool IdleActivity() override {
+    ++origin_.idle_polls;
+    return std::find(origin_.spoken.begin(), origin_.spoken.end(), id_) != origin_.spoken.end();
+  }
   void StopWatchingIdle() override {
     ++origin_.watch_stops;
     origin_.watches.erase(id_);
@@ -98,6 +108,7 @@ PoolOptions Options(std::size_t max_size) {
   PoolOptions o;
   o.max_size = max_size;
   o.acquire_timeout = 60s;
+  o.idle_watch_delay = 0ms;  // watched at once; the tests of the delay set it
   return o;
 }
 
@@ -488,6 +499,60 @@ TEST_CASE("with a health check, an idle connection that became readable is check
   Settle(f.io);
   CHECK(f.origin.closed == std::vector<int>{id});
   CHECK(f.pool->Stats().discarded == 1);
+}
+
+TEST_CASE("with idle_watch_delay, a connection lent again soon is polled once at lend, never watched") {
+  // Arming the watch at every release and cancelling it at the next lend
+  // cost an epoll_ctl and two completions per transaction (issue 11).
+  PoolOptions options = Options(2);
+  options.idle_watch_delay = 1h;
+  Fixture f(options);
+  for (int i = 0; i < 20; ++i) {
+    Result a = f.AcquireNow();
+    REQUIRE(a->ok());
+    (*a)->Release(ReleaseDecision::kReturn);
+    Settle(f.io);
+  }
+  CHECK(f.origin.watch_calls == 0);
+  CHECK(f.origin.idle_polls == 19);  // every lend of an idle connection but the first (a new one)
+  CHECK(f.origin.open_calls == 1);
+}
+
+TEST_CASE("a connection lent before its watch is armed and the origin spoke on is closed, never lent") {
+  PoolOptions options = Options(2);
+  options.idle_watch_delay = 1h;
+  Fixture f(options);
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  const int dead = IdOf(a);
+  (*a)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  CHECK(f.origin.watches.empty());
+  f.origin.spoken.push_back(dead);  // e.g. pg_terminate_backend: a FATAL, then EOF
+  Result b = f.AcquireNow();
+  REQUIRE(b->ok());
+  CHECK(IdOf(b) != dead);
+  CHECK(f.origin.closed == std::vector<int>{dead});
+  CHECK(f.pool->Stats().discarded == 1);
+}
+
+TEST_CASE("the idle watch is armed once a connection has been idle for idle_watch_delay") {
+  PoolOptions options = Options(2);
+  options.idle_watch_delay = 20ms;
+  Fixture f(options);
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  const int id = IdOf(a);
+  (*a)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  CHECK(f.origin.watches.empty());
+  REQUIRE(RunUntil(f.io, [&] { return f.origin.watches.count(id) == 1; }));
+  // A watched connection needs no poll when lent.
+  const int polls = f.origin.idle_polls;
+  Result b = f.AcquireNow();
+  REQUIRE(b->ok());
+  CHECK(IdOf(b) == id);
+  CHECK(f.origin.idle_polls == polls);
 }
 
 TEST_CASE("an idle-watch report that arrives after the connection was lent is ignored") {
