@@ -770,6 +770,9 @@ TEST_CASE("Create rejects impossible options") {
   PoolOptions too_many_idle = Options(2);
   too_many_idle.min_idle = 3;
   CHECK_FALSE(Pool::Create(io.get_executor(), too_many_idle, callbacks).ok());
+  PoolOptions negative_watch_delay = Options(2);
+  negative_watch_delay.idle_watch_delay = -1ms;
+  CHECK_FALSE(Pool::Create(io.get_executor(), negative_watch_delay, callbacks).ok());
   CHECK_FALSE(Pool::Create(io.get_executor(), Options(2), PoolCallbacks{}).ok());
 }
 
