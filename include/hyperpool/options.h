@@ -36,6 +36,12 @@ struct PoolOptions {
   std::chrono::milliseconds max_lifetime{3600000};
   // A connection idle this long is checked (an empty query) before it is lent.
   std::chrono::milliseconds health_check_after{30000};
+  // An idle connection is watched for the origin speaking on it (a FATAL
+  // before it closes) once it has been idle this long; one lent again
+  // sooner is checked for that with a single poll() when lent. Arming the
+  // watch at every release and cancelling it at the next lend cost an
+  // epoll_ctl and two completions per transaction. 0: watch at once.
+  std::chrono::milliseconds idle_watch_delay{100};
   // Limit for opening one origin connection (TCP, TLS and login): the
   // server connect timeout. Shorter than acquire_timeout, so that a
   // transaction waiting on an unreachable origin hears why (08001 "timed

@@ -58,6 +58,7 @@
 #include "endpoint/session_timeouts.h"
 #include "endpoint/session_settings.h"
 #include "endpoint/settings_replay.h"
+#include "endpoint/signal.h"
 #include "endpoint/statement_session.h"
 #include "ops/latency_histogram.h"
 #include "placement/probe.h"
@@ -148,23 +149,7 @@ TransactionStatus ToPoolStatus(char status) {
   }
 }
 
-// A condition variable for one executor: Wait() suspends until Notify().
-// Callers re-check their condition in a loop (no lost wake-ups on a single
-// executor, since nothing runs between the check and the wait).
-class Signal {
- public:
-  explicit Signal(asio::any_io_executor ex) : timer_(std::move(ex)) {
-    timer_.expires_at(asio::steady_timer::time_point::max());
-  }
-  asio::awaitable<void> Wait() {
-    timer_.expires_at(asio::steady_timer::time_point::max());
-    (void)co_await timer_.async_wait(kAsTuple);
-  }
-  void Notify() { timer_.cancel(); }
-
- private:
-  asio::steady_timer timer_;
-};
+using endpoint::Signal;  // endpoint/signal.h
 
 }  // namespace
 

@@ -3,11 +3,14 @@
 #include "endpoint/origin_connection.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <variant>
+
+#include <poll.h>
 
 #include <asio/connect.hpp>
 #include <asio/post.hpp>
@@ -130,6 +133,21 @@ class OriginConnection::Stream {
     if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) return s->get_executor();
     return std::get<asio::local::stream_protocol::socket>(v_).get_executor();
   }
+  // Whether the socket is readable now (bytes or EOF), without reading or
+  // blocking: one poll(). Reads nothing, so TLS state is untouched.
+  bool ReadableNow() {
+    pollfd p{};
+    if (auto* t = std::get_if<tls::TlsStream>(&v_)) {
+      p.fd = t->socket().native_handle();
+    } else if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) {
+      p.fd = s->native_handle();
+    } else {
+      p.fd = std::get<asio::local::stream_protocol::socket>(v_).native_handle();
+    }
+    p.events = POLLIN;
+    const int n = ::poll(&p, 1, 0);
+    return n != 0;  // readable, hung up, or poll failed: treat as spoken
+  }
   // Cancels a pending AsyncWaitReadable (nothing else is pending while idle).
   void CancelWait() {
     std::error_code ignored;
@@ -163,14 +181,14 @@ OriginConnection::~OriginConnection() {
 }
 
 bool OriginConnection::HasBufferedFrame() const {
-  std::string_view pending(buffer_.data() + consumed_, buffer_.size() - consumed_);
+  std::string_view pending(buffer_.data() + consumed_, end_ - consumed_);
   return reader_.Read(pending).is_frame();
 }
 
 asio::awaitable<absl::StatusOr<protocol::Frame>> OriginConnection::ReadFrame() {
   if (broken_) co_return absl::UnavailableError("the origin connection is closed");
   for (;;) {
-    std::string_view pending(buffer_.data() + consumed_, buffer_.size() - consumed_);
+    std::string_view pending(buffer_.data() + consumed_, end_ - consumed_);
     protocol::FrameReader::Result r = reader_.Read(pending);
     if (r.is_frame()) {
       consumed_ += r.frame().size();
@@ -184,18 +202,21 @@ asio::awaitable<absl::StatusOr<protocol::Frame>> OriginConnection::ReadFrame() {
     }
     // Need more: keep only the partial frame, then read after it.
     if (consumed_ > 0) {
-      buffer_.erase(0, consumed_);
+      std::memmove(buffer_.data(), buffer_.data() + consumed_, end_ - consumed_);
+      end_ -= consumed_;
       consumed_ = 0;
-      if (buffer_.empty() && buffer_.capacity() > kKeepBufferCapacity) {
+      if (end_ == 0 && buffer_.size() > kKeepBufferCapacity) {
         std::string().swap(buffer_);
       }
     }
-    const std::size_t have = buffer_.size();
+    const std::size_t have = end_;
     const std::size_t missing = r.bytes_needed() > have ? r.bytes_needed() - have : 0;
     const std::size_t want = std::clamp(missing, kReadChunk, std::max(kReadChunk, kMaxReadStep));
-    buffer_.resize(have + want);
+    // buffer_ keeps its size between reads (end_ marks the data): resizing
+    // it to the data and back zero-filled 16 KiB per read (issue 11).
+    if (buffer_.size() < have + want) buffer_.resize(have + want);
     auto n = co_await stream_->ReadSome(asio::buffer(buffer_.data() + have, want));
-    buffer_.resize(have + (n.ok() ? *n : 0));
+    if (n.ok()) end_ = have + *n;
     if (!n.ok()) {
       broken_ = true;
       co_return n.status();
@@ -246,7 +267,7 @@ void OriginConnection::SetParameter(std::string_view name, std::string_view valu
 
 void OriginConnection::WatchIdle(std::function<void()> on_activity) {
   if (!stream_) return;
-  if (broken_ || buffer_.size() > consumed_) {
+  if (broken_ || end_ > consumed_) {
     // Broken, or bytes arrived after the last ReadyForQuery: an idle backend
     // has nothing to say but goodbye.
     asio::post(stream_->executor(), std::move(on_activity));
@@ -258,6 +279,11 @@ void OriginConnection::WatchIdle(std::function<void()> on_activity) {
   stream_->AsyncWaitReadable([cb = std::move(on_activity)](std::error_code ec) {
     if (ec != asio::error::operation_aborted) cb();
   });
+}
+
+bool OriginConnection::IdleActivity() {
+  if (!stream_ || broken_ || end_ > consumed_) return true;
+  return stream_->ReadableNow();
 }
 
 void OriginConnection::StopWatchingIdle() {

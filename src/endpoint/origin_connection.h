@@ -126,6 +126,7 @@ class OriginConnection final : public PooledConnection {
   // through) without reading.
   void WatchIdle(std::function<void()> on_activity) override;
   void StopWatchingIdle() override;
+  bool IdleActivity() override;
 
   // Origin run-time parameters (ParameterStatus), as of the last message read.
   const std::vector<std::pair<std::string, std::string>>& parameters() const { return parameters_; }
@@ -170,8 +171,9 @@ class OriginConnection final : public PooledConnection {
 
   std::unique_ptr<Stream> stream_;
   protocol::FrameReader reader_;
-  std::string buffer_;       // bytes received; [consumed_, size) not yet handed out
+  std::string buffer_;       // read space; [0, end_) received, [consumed_, end_) not yet handed out
   std::size_t consumed_ = 0;
+  std::size_t end_ = 0;
   std::vector<std::pair<std::string, std::string>> parameters_;
   BackendKey backend_key_;
   std::shared_ptr<const Logger> logger_;

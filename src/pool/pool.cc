@@ -70,6 +70,7 @@ struct PoolEntry {
   // Bumped whenever the entry leaves kIdle: an idle-watch report carrying an
   // older generation is stale (the connection was lent or closed since).
   std::uint64_t idle_generation = 0;
+  bool watched = false;  // kIdle only: WatchIdle was called for this idle period
 };
 
 namespace {
@@ -171,6 +172,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
     s.paused = paused_gauge_.load(std::memory_order_relaxed);
     const Clock::rep since = front_since_.load(std::memory_order_relaxed);
     if (since != 0) s.max_wait = std::max(Clock::duration::zero(), Clock::now() - Clock::time_point(Clock::duration(since)));
+    s.maintenance_runs = maintenance_runs_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -223,6 +225,10 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   }
 
   void StartOpen();
+  // Starts the idle watch of `entry` (kIdle).
+  void WatchIdle(PoolEntry& entry);
+  // The origin spoke to (or closed) an idle connection: check or close it.
+  void OnIdleSpoke(PoolEntry& entry);
   // The origin spoke to (or closed) an idle connection: close it.
   void OnIdleActivity(PoolEntry* entry, std::uint64_t generation);
   void StartCheck(PoolEntry& entry);
@@ -238,7 +244,18 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   // max_lifetime, opens connections up to min_idle; returns when to run next.
   Clock::time_point RunMaintenance();
   // Makes the maintenance coroutine re-run now.
-  void Kick() { maintenance_timer_.cancel(); }
+  void Kick() {
+    maintenance_due_ = Clock::time_point::min();  // already kicked: nothing can be earlier
+    maintenance_timer_.cancel();
+  }
+  // Kick() only if `deadline` comes before the pass already scheduled. A
+  // release makes a connection idle once per transaction; waking the
+  // maintenance coroutine and re-arming its timer each time (a timerfd
+  // syscall) was measurable per-transaction work for a deadline that is
+  // almost never the next one.
+  void KickIfEarlier(Clock::time_point deadline) {
+    if (deadline < maintenance_due_) Kick();
+  }
 
   asio::any_io_executor executor_;
   PoolOptions options_;  // changed only by Update()
@@ -251,6 +268,8 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   std::size_t outside_cap_ = 0;  // lent entries with outside_cap set
   std::list<Waiter*> waiters_;  // FIFO: front waited longest
   asio::steady_timer maintenance_timer_;
+  // When the maintenance coroutine runs next (min(): it is about to run).
+  Clock::time_point maintenance_due_ = Clock::time_point::min();
   Clock::time_point warm_retry_at_{};  // no background opens before this
 
   // Mirrors of the list sizes and the counters, readable from any thread.
@@ -271,6 +290,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
     front_since_.store(waiters_.empty() ? 0 : waiters_.front()->queued_at.time_since_epoch().count(),
                        std::memory_order_relaxed);
   }
+  std::atomic<std::uint64_t> maintenance_runs_{0};
 };
 
 PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
@@ -298,15 +318,31 @@ PoolEntry* PoolImpl::Transition(PoolEntry& entry, ConnState to) {
   gauges_[Index(to)].fetch_add(1, std::memory_order_relaxed);
   if (to == ConnState::kIdle) {
     entry.idle_since = Clock::now();
-    Kick();  // a new idle deadline
-    std::weak_ptr<PoolImpl> weak = weak_from_this();
-    entry.connection->WatchIdle([weak, e = &entry, generation = entry.idle_generation] {
-      if (auto self = weak.lock()) self->OnIdleActivity(e, generation);
-    });
+    // New deadlines: this entry's max_lifetime, and the idle_timeout of the
+    // longest idle entry when the pool is above min_idle (RunMaintenance).
+    Clock::time_point deadline = entry.opened_at + options_.max_lifetime;
+    if (List(ConnState::kIdle).size() > options_.min_idle) {
+      deadline = std::min(deadline, List(ConnState::kIdle).front().idle_since + options_.idle_timeout);
+    }
+    entry.watched = false;
+    if (options_.idle_watch_delay.count() == 0) {
+      WatchIdle(entry);
+    } else {
+      deadline = std::min(deadline, entry.idle_since + options_.idle_watch_delay);
+    }
+    KickIfEarlier(deadline);
   }
   // No cap check here: after Update() lowered max_size, Counted() stays
   // above it until the excess is released (NewOpeningEntry checks the cap).
   return &entry;
+}
+
+void PoolImpl::WatchIdle(PoolEntry& entry) {
+  entry.watched = true;
+  std::weak_ptr<PoolImpl> weak = weak_from_this();
+  entry.connection->WatchIdle([weak, e = &entry, generation = entry.idle_generation] {
+    if (auto self = weak.lock()) self->OnIdleActivity(e, generation);
+  });
 }
 
 PoolEntry& PoolImpl::NewOpeningEntry() {
@@ -325,17 +361,21 @@ void PoolImpl::OnIdleActivity(PoolEntry* entry, std::uint64_t generation) {
   for (PoolEntry& idle : List(ConnState::kIdle)) {
     if (&idle != entry) continue;
     if (idle.idle_generation != generation) return;
-    if (callbacks_.health_check) {
-      // Readable is not always dead: over TLS 1.3 the origin's
-      // NewSessionTicket records can arrive after login. The health check
-      // reads through them and tells; a dead backend fails it and is closed.
-      StartCheck(idle);
-    } else {
-      discarded_.fetch_add(1, std::memory_order_relaxed);
-      StartClose(idle);
-    }
+    OnIdleSpoke(idle);
     Pump();
     return;
+  }
+}
+
+void PoolImpl::OnIdleSpoke(PoolEntry& entry) {
+  if (callbacks_.health_check) {
+    // Readable is not always dead: over TLS 1.3 the origin's
+    // NewSessionTicket records can arrive after login. The health check
+    // reads through them and tells; a dead backend fails it and is closed.
+    StartCheck(entry);
+  } else {
+    discarded_.fetch_add(1, std::memory_order_relaxed);
+    StartClose(entry);
   }
 }
 
@@ -418,6 +458,10 @@ void PoolImpl::Pump() {
       // Most recently used first: the rest stay idle long enough to time out
       // when demand drops.
       PoolEntry& entry = idle.back();
+      if (!entry.watched && entry.connection->IdleActivity()) {
+        OnIdleSpoke(entry);  // what the watch would have reported
+        continue;
+      }
       if (NeedsCheck(entry, Clock::now())) {
         StartCheck(entry);
       } else {
@@ -585,8 +629,11 @@ void PoolImpl::Update(const PoolOptions& options) {
 
 asio::awaitable<void> PoolImpl::Maintain(std::shared_ptr<PoolImpl> self) {
   while (!self->stopped_) {
-    self->maintenance_timer_.expires_at(self->RunMaintenance());
+    self->maintenance_due_ = self->RunMaintenance();
+    self->maintenance_runs_.fetch_add(1, std::memory_order_relaxed);
+    self->maintenance_timer_.expires_at(self->maintenance_due_);
     co_await self->maintenance_timer_.async_wait(kAsTuple);
+    self->maintenance_due_ = Clock::time_point::min();
   }
 }
 
@@ -614,8 +661,16 @@ Clock::time_point PoolImpl::RunMaintenance() {
     }
   }
 
+  // Idle long enough to be worth watching (PoolOptions::idle_watch_delay).
+  for (PoolEntry& entry : idle) {
+    if (!entry.watched && now - entry.idle_since >= options_.idle_watch_delay) WatchIdle(entry);
+  }
+
   // The next moment something above can change.
   Clock::time_point next = Clock::time_point::max();
+  for (const PoolEntry& entry : idle) {
+    if (!entry.watched) next = std::min(next, entry.idle_since + options_.idle_watch_delay);
+  }
   for (const PoolEntry& entry : idle) next = std::min(next, entry.opened_at + options_.max_lifetime);
   if (idle.size() > options_.min_idle) next = std::min(next, idle.front().idle_since + options_.idle_timeout);
   if (warm_blocked && Count(ConnState::kIdle) + Count(ConnState::kOpening) < options_.min_idle) {
@@ -679,6 +734,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(asio::any_io_executor executo
   }
   if (options.acquire_timeout <= milliseconds::zero() || options.idle_timeout <= milliseconds::zero() ||
       options.max_lifetime <= milliseconds::zero() || options.health_check_after < milliseconds::zero() ||
+      options.idle_watch_delay < milliseconds::zero() ||
       options.connect_timeout <= milliseconds::zero()) {
     return absl::InvalidArgumentError("pool timeouts must be positive");
   }

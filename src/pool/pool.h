@@ -73,6 +73,10 @@ class PooledConnection {
   // when used).
   virtual void WatchIdle(std::function<void()> on_activity) { (void)on_activity; }
   virtual void StopWatchingIdle() {}
+  // Whether the origin has spoken on (or closed) this idle connection, checked
+  // now without blocking: for a connection lent again before its watch was
+  // armed (PoolOptions::idle_watch_delay). True is handled as a watch report.
+  virtual bool IdleActivity() { return false; }
   // The origin's process id for this connection (SHOW SERVERS); 0 if unknown.
   virtual std::int32_t backend_pid() const { return 0; }
 };
@@ -131,6 +135,7 @@ struct PoolStats {
   // How long the longest-waiting Acquire() has waited (zero when none waits):
   // SHOW POOLS' maxwait.
   std::chrono::steady_clock::duration max_wait{};
+  std::uint64_t maintenance_runs = 0;  // passes of the background maintenance (idle/lifetime/min_idle)
 };
 
 class PoolImpl;

@@ -144,6 +144,29 @@ TEST_CASE("a pooled connection whose idle backend was terminated is never lent: 
   ep->Stop();
 }
 
+TEST_CASE("a terminated idle backend lent again before its idle watch is armed is caught at lend (poll), never lent") {
+  const PgCluster& pg = SharedPgCluster();
+  IoThread io;
+  EndpointOptions options;
+  options.origin = Origin(pg, pg.scram, "sslmode=require&application_name=hp_idle_poll");
+  options.pool.max_size = 1;
+  options.pool.idle_watch_delay = std::chrono::hours(1);  // only the check at lend can see it
+  auto ep = MakeEndpoint(io, options);
+  auto client = OpenSession(io, *ep);
+  Result pid = Await(io, client->Query("SELECT pg_backend_pid()"));
+  REQUIRE(pid.status == 'I');
+  REQUIRE(ep->Stats().origin_idle == 1);
+  REQUIRE(RunPsql(pg, "SELECT pg_terminate_backend(" + pid.Cell() + ")").ok());
+  REQUIRE(PollPsql(pg, "SELECT count(*) FROM pg_stat_activity WHERE pid = " + pid.Cell(), "0") == "0");
+  Result next = Await(io, client->Query("SELECT pg_backend_pid()"));
+  INFO(next.error_message);
+  CHECK(next.sqlstate.empty());
+  CHECK(next.status == 'I');
+  CHECK(next.Cell() != pid.Cell());
+  CHECK(ep->Stats().discarded == 0);  // no session had to close it
+  ep->Stop();
+}
+
 TEST_CASE("an idle pooled connection the origin closes is dropped from the pool without any client") {
   const PgCluster& pg = SharedPgCluster();
   IoThread io;

@@ -45,6 +45,9 @@ struct FakeOrigin {
   // Idle watches in progress, by connection id (WatchIdle's callbacks).
   std::map<int, std::function<void()>> watches;
   int watch_stops = 0;
+  int watch_calls = 0;      // WatchIdle calls
+  int idle_polls = 0;       // IdleActivity calls
+  std::vector<int> spoken;  // ids whose IdleActivity() reports the origin spoke
 };
 
 class FakeConnection final : public PooledConnection {
@@ -56,7 +59,14 @@ class FakeConnection final : public PooledConnection {
     co_return;
   }
   int id() const { return id_; }
-  void WatchIdle(std::function<void()> on_activity) override { origin_.watches[id_] = std::move(on_activity); }
+  void WatchIdle(std::function<void()> on_activity) override {
+    ++origin_.watch_calls;
+    origin_.watches[id_] = std::move(on_activity);
+  }
+  bool IdleActivity() override {
+    ++origin_.idle_polls;
+    return std::find(origin_.spoken.begin(), origin_.spoken.end(), id_) != origin_.spoken.end();
+  }
   void StopWatchingIdle() override {
     ++origin_.watch_stops;
     origin_.watches.erase(id_);
@@ -98,6 +108,7 @@ PoolOptions Options(std::size_t max_size) {
   PoolOptions o;
   o.max_size = max_size;
   o.acquire_timeout = 60s;
+  o.idle_watch_delay = 0ms;  // watched at once; the tests of the delay set it
   return o;
 }
 
@@ -174,6 +185,24 @@ TEST_CASE("a released connection is reused") {
   CHECK(s.acquired == 2);
   CHECK(s.lent == 1);
   CHECK(s.idle == 0);
+}
+
+TEST_CASE("returning a connection does not wake the maintenance pass when no deadline moved earlier") {
+  // Per-transaction cost: a release used to cancel and re-arm the
+  // maintenance timer every time (issue 11).
+  Fixture f(Options(2));
+  Settle(f.io);
+  const std::uint64_t before = f.pool->Stats().maintenance_runs;
+  for (int i = 0; i < 50; ++i) {
+    Result a = f.AcquireNow();
+    REQUIRE(a->ok());
+    (*a)->Release(ReleaseDecision::kReturn);
+    Settle(f.io);
+  }
+  // The first idle connection brings the first idle/lifetime deadline; the
+  // 49 later releases bring none earlier than it.
+  CHECK(f.pool->Stats().maintenance_runs - before <= 2);
+  CHECK(f.pool->Stats().idle == 1);
 }
 
 TEST_CASE("kKeep leaves the lease holding its connection") {
@@ -472,6 +501,60 @@ TEST_CASE("with a health check, an idle connection that became readable is check
   CHECK(f.pool->Stats().discarded == 1);
 }
 
+TEST_CASE("with idle_watch_delay, a connection lent again soon is polled once at lend, never watched") {
+  // Arming the watch at every release and cancelling it at the next lend
+  // cost an epoll_ctl and two completions per transaction (issue 11).
+  PoolOptions options = Options(2);
+  options.idle_watch_delay = 1h;
+  Fixture f(options);
+  for (int i = 0; i < 20; ++i) {
+    Result a = f.AcquireNow();
+    REQUIRE(a->ok());
+    (*a)->Release(ReleaseDecision::kReturn);
+    Settle(f.io);
+  }
+  CHECK(f.origin.watch_calls == 0);
+  CHECK(f.origin.idle_polls == 19);  // every lend of an idle connection but the first (a new one)
+  CHECK(f.origin.open_calls == 1);
+}
+
+TEST_CASE("a connection lent before its watch is armed and the origin spoke on is closed, never lent") {
+  PoolOptions options = Options(2);
+  options.idle_watch_delay = 1h;
+  Fixture f(options);
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  const int dead = IdOf(a);
+  (*a)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  CHECK(f.origin.watches.empty());
+  f.origin.spoken.push_back(dead);  // e.g. pg_terminate_backend: a FATAL, then EOF
+  Result b = f.AcquireNow();
+  REQUIRE(b->ok());
+  CHECK(IdOf(b) != dead);
+  CHECK(f.origin.closed == std::vector<int>{dead});
+  CHECK(f.pool->Stats().discarded == 1);
+}
+
+TEST_CASE("the idle watch is armed once a connection has been idle for idle_watch_delay") {
+  PoolOptions options = Options(2);
+  options.idle_watch_delay = 20ms;
+  Fixture f(options);
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  const int id = IdOf(a);
+  (*a)->Release(ReleaseDecision::kReturn);
+  Settle(f.io);
+  CHECK(f.origin.watches.empty());
+  REQUIRE(RunUntil(f.io, [&] { return f.origin.watches.count(id) == 1; }));
+  // A watched connection needs no poll when lent.
+  const int polls = f.origin.idle_polls;
+  Result b = f.AcquireNow();
+  REQUIRE(b->ok());
+  CHECK(IdOf(b) == id);
+  CHECK(f.origin.idle_polls == polls);
+}
+
 TEST_CASE("an idle-watch report that arrives after the connection was lent is ignored") {
   Fixture f(Options(1));
   Result a = f.AcquireNow();
@@ -687,6 +770,9 @@ TEST_CASE("Create rejects impossible options") {
   PoolOptions too_many_idle = Options(2);
   too_many_idle.min_idle = 3;
   CHECK_FALSE(Pool::Create(io.get_executor(), too_many_idle, callbacks).ok());
+  PoolOptions negative_watch_delay = Options(2);
+  negative_watch_delay.idle_watch_delay = -1ms;
+  CHECK_FALSE(Pool::Create(io.get_executor(), negative_watch_delay, callbacks).ok());
   CHECK_FALSE(Pool::Create(io.get_executor(), Options(2), PoolCallbacks{}).ok());
 }
 

@@ -1,0 +1,43 @@
+#pragma once
+// A condition variable for coroutines on one executor: Wait() suspends until
+// the next Notify(). Callers re-check their condition in a loop (no lost
+// wake-ups on a single executor, since nothing runs between the check and
+// the wait); a Notify() with nobody waiting is not remembered.
+//
+// Why a zero-capacity channel and not a steady_timer set to max() and
+// cancelled (what this replaced): the Endpoint notifies once per frame and
+// waits once per unit of work, and a timer takes the reactor's mutex and its
+// timer heap on every wait and cancel. A channel on one executor takes no
+// lock; its completion is posted to the waiter's executor (never run inside
+// Notify), as a cancelled timer's was.
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/channel.hpp>
+#include <asio/use_awaitable.hpp>
+#include <utility>
+
+namespace hyperpool::endpoint {
+
+class Signal {
+ public:
+  explicit Signal(asio::any_io_executor executor) : channel_(std::move(executor), 0) {}
+
+  asio::awaitable<void> Wait() {
+    (void)co_await channel_.async_receive(asio::experimental::as_tuple(asio::use_awaitable));
+  }
+
+  // Wakes every coroutine waiting now (each try_send hands the message to
+  // one waiter; with capacity 0 it fails once nobody waits).
+  void Notify() {
+    while (channel_.try_send(asio::error_code{}, true)) {
+    }
+  }
+
+ private:
+  // (void(error_code) alone is ambiguous in Asio 1.22's channel_traits.)
+  asio::experimental::channel<void(asio::error_code, bool)> channel_;
+};
+
+}  // namespace hyperpool::endpoint
