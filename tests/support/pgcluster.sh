@@ -78,6 +78,8 @@ ssl_key_file = '$dir/certs/server.key'
 ssl_ca_file = '$dir/certs/ca.crt'
 ssl_min_protocol_version = 'TLSv1.2'
 password_encryption = 'scram-sha-256'
+# Tests prove where an answer came from by the origin's own counts.
+shared_preload_libraries = 'pg_stat_statements'
 log_connections = on
 log_disconnections = on
 log_line_prefix = '%m [%p] %u@%d '
