@@ -310,6 +310,35 @@ std::vector<EndpointMeasurement> MeasureAll(const std::vector<std::pair<std::str
   return measured;
 }
 
+// The options `client` and `place` share: which Endpoints and how to reach
+// them. nullopt: not one of them; "": applied; else the usage error.
+std::optional<std::string> ApplyLinkOption(std::string_view name, const std::string& value,
+                                           std::vector<std::pair<std::string, uint16_t>>& endpoints,
+                                           SocketTransportOptions& link, std::string& secret_file,
+                                           std::string& region) {
+  uint64_t number = 0;
+  if (name == "--endpoint") {
+    std::string host;
+    uint16_t port = 0;
+    if (!ParseHostPort(value, host, port) || host.empty() || port == 0) return "--endpoint needs HOST:PORT";
+    endpoints.emplace_back(std::move(host), port);
+  } else if (name == "--tls-ca") {
+    link.tls_ca_file = value;
+  } else if (name == "--tls-server-name") {
+    link.tls_server_name = value;
+  } else if (name == "--link-secret-file") {
+    secret_file = value;
+  } else if (name == "--region") {
+    region = value;
+  } else if (name == "--connect-timeout") {
+    if (!ParseNumber(value, number) || number == 0) return "--connect-timeout needs milliseconds";
+    link.connect_timeout = std::chrono::milliseconds(number);
+  } else {
+    return std::nullopt;
+  }
+  return std::string();
+}
+
 }  // namespace
 
 int RunEndpoint(int argc, char** argv) {
@@ -499,13 +528,8 @@ int RunClient(int argc, char** argv) {
     if (!args.Value(value)) return usage_error(fmt::format("option {} needs a value", std::string(name)));
     uint64_t number = 0;
     const bool numeric = ParseNumber(value, number);
-    if (name == "--endpoint") {
-      std::string host;
-      uint16_t port = 0;
-      if (!ParseHostPort(value, host, port) || host.empty() || port == 0) {
-        return usage_error("--endpoint needs HOST:PORT");
-      }
-      endpoints.emplace_back(std::move(host), port);
+    if (auto linked = ApplyLinkOption(name, value, endpoints, options.endpoint, secret_file, failover.region)) {
+      if (!linked->empty()) return usage_error(*linked);
     } else if (name == "--metrics-listen") {
       metrics_listen = value;
     } else if (name == "--probe-interval") {
@@ -515,23 +539,12 @@ int RunClient(int argc, char** argv) {
     } else if (name == "--settle-probes") {
       if (!numeric || number == 0 || number > 1000) return usage_error("--settle-probes needs a number (1 to 1000)");
       failover.settle_probes = static_cast<int>(number);
-    } else if (name == "--region") {
-      failover.region = value;
-    } else if (name == "--tls-ca") {
-      options.endpoint.tls_ca_file = value;
-    } else if (name == "--tls-server-name") {
-      options.endpoint.tls_server_name = value;
-    } else if (name == "--link-secret-file") {
-      secret_file = value;
     } else if (name == "--preopen") {
       if (!numeric || number > 1000) return usage_error("--preopen needs a number (at most 1000)");
       options.endpoint.preopen = number;
     } else if (name == "--preopen-max-idle") {
       if (!numeric || number == 0) return usage_error("--preopen-max-idle needs seconds");
       options.endpoint.preopen_max_idle = std::chrono::seconds(number);
-    } else if (name == "--connect-timeout") {
-      if (!numeric || number == 0) return usage_error("--connect-timeout needs milliseconds");
-      options.endpoint.connect_timeout = std::chrono::milliseconds(number);
     } else if (auto applied = ApplyClientOption(name, value, options.client, options.threads)) {
       if (!applied->empty()) return usage_error(*applied);
     } else if (auto log_applied = ApplyLogOption(name, value, log)) {
@@ -617,28 +630,9 @@ int RunPlace(int argc, char** argv) {
     }
     std::string value;
     if (!args.Value(value)) return usage_error(fmt::format("option {} needs a value", std::string(name)));
-    uint64_t number = 0;
-    if (name == "--endpoint") {
-      std::string host;
-      uint16_t port = 0;
-      if (!ParseHostPort(value, host, port) || host.empty() || port == 0) {
-        return usage_error("--endpoint needs HOST:PORT");
-      }
-      endpoints.emplace_back(std::move(host), port);
-    } else if (name == "--tls-ca") {
-      base.tls_ca_file = value;
-    } else if (name == "--tls-server-name") {
-      base.tls_server_name = value;
-    } else if (name == "--link-secret-file") {
-      secret_file = value;
-    } else if (name == "--region") {
-      region = value;
-    } else if (name == "--connect-timeout") {
-      if (!ParseNumber(value, number) || number == 0) return usage_error("--connect-timeout needs milliseconds");
-      base.connect_timeout = std::chrono::milliseconds(number);
-    } else {
-      return usage_error(fmt::format("unknown option {}", std::string(name)));
-    }
+    std::optional<std::string> linked = ApplyLinkOption(name, value, endpoints, base, secret_file, region);
+    if (!linked) return usage_error(fmt::format("unknown option {}", std::string(name)));
+    if (!linked->empty()) return usage_error(*linked);
   }
   if (endpoints.empty()) return usage_error("--endpoint is required");
   if (base.tls_ca_file.empty()) return usage_error("--tls-ca is required (the Endpoint's certificate is always verified)");
