@@ -74,8 +74,6 @@ constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 // Longest statement text the Client lexes for the cache (ClassifyStatements);
 // a session that sends a longer one bypasses the Client tier from then on.
 constexpr size_t kMaxClassifiedSql = 1 << 20;
-// Bytes requested per socket read.
-constexpr size_t kReadSize = 16 * 1024;
 
 constexpr std::string_view kSqlStateProtocolViolation = "08P01";
 constexpr std::string_view kSqlStateConnectionFailure = "08006";
@@ -410,7 +408,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Reads once, so that (when possible) `needed` bytes in total are buffered.
   asio::awaitable<bool> Fill(size_t needed) {
     size_t want = needed > in_.size() ? needed - in_.size() : 1;
-    auto [space, space_size] = in_.Prepare(std::clamp(want, kReadSize, client::InBuffer::kMaxReadChunk));
+    auto [space, space_size] = in_.Prepare(in_.ReadSize(want));
     auto buffer = asio::buffer(space, space_size);
     auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
     if (ec || n == 0) co_return false;

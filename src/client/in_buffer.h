@@ -5,7 +5,10 @@
 // Prepare() for at most kMaxReadChunk more bytes whatever a header says, and
 // a buffer that grew past kKeepCapacity for one large message is freed (and
 // the allocator asked to return the pages) as soon as it is empty again, so
-// an idle session holds no more than kKeepCapacity.
+// an idle session holds no more than kKeepCapacity. ReadSize() keeps an idle
+// session's buffer small: a read into an empty buffer asks for kIdleRead
+// only, and an empty buffer above kIdleKeep is given back unless the last
+// read filled all the space it had (a stream in progress).
 #ifndef HYPERPOOL_CLIENT_IN_BUFFER_H_
 #define HYPERPOOL_CLIENT_IN_BUFFER_H_
 
@@ -25,6 +28,24 @@ class InBuffer {
   static constexpr size_t kMaxReadChunk = 1 << 20;
   // A buffer this large is kept for reuse; a larger one is released when empty.
   static constexpr size_t kKeepCapacity = 256 << 10;
+  // Space for a read while data is buffered (a message or stream under way).
+  static constexpr size_t kReadChunk = 16 << 10;
+  // Space for a read into an empty buffer (the next message of an idle
+  // session: most are far smaller), and the most an empty buffer keeps
+  // while its app is not streaming.
+  static constexpr size_t kIdleRead = 1 << 10;
+  static constexpr size_t kIdleKeep = 4 << 10;
+
+  // How much space to Prepare() for the next read when `want` more bytes are
+  // known to be needed (1 when nothing is known). May give back an empty
+  // buffer's storage.
+  size_t ReadSize(size_t want) {
+    if (size() == 0) {
+      if (data_.size() > kIdleKeep && !last_read_filled_) Release();
+      return want < kIdleRead ? kIdleRead : (want > kMaxReadChunk ? kMaxReadChunk : want);
+    }
+    return want < kReadChunk ? kReadChunk : (want > kMaxReadChunk ? kMaxReadChunk : want);
+  }
 
   // Frames found in it are views that stay valid until Prepare() or Take().
   std::string_view view() const { return {data_.data() + begin_, end_ - begin_}; }
@@ -61,25 +82,32 @@ class InBuffer {
       begin_ = 0;
     }
     if (data_.size() - end_ < n) data_.resize(end_ + n);
-    return {data_.data() + end_, data_.size() - end_};
+    prepared_ = data_.size() - end_;
+    return {data_.data() + end_, prepared_};
   }
   // `n` bytes were written into Prepare()'s space.
-  void Commit(size_t n) { end_ += n; }
+  void Commit(size_t n) {
+    last_read_filled_ = n == prepared_;
+    end_ += n;
+  }
 
  private:
   void Reset() {
     begin_ = end_ = 0;
     if (data_.capacity() > kKeepCapacity) {
-      // swap, not assignment: moving an empty string into a std::string
-      // keeps the target's allocation.
-      std::string().swap(data_);
+      Release();
       ReleaseFreedMemory();
     }
   }
+  // swap, not assignment: moving an empty string into a std::string keeps
+  // the target's allocation.
+  void Release() { std::string().swap(data_); }
 
   std::string data_;
   size_t begin_ = 0;
   size_t end_ = 0;
+  size_t prepared_ = 0;            // space the last Prepare() gave
+  bool last_read_filled_ = false;  // the last Commit() used all of it
 };
 
 }  // namespace hyperpool::client

@@ -62,5 +62,48 @@ TEST_CASE("small messages reuse the buffer and keep the rest in order") {
   CHECK(in.capacity() == capacity);
 }
 
+
+// Reads the way ClientSession::Fill does: ReadSize, Prepare, copy, Commit.
+size_t Read(InBuffer& in, std::string_view bytes, size_t want = 1) {
+  auto [space, size] = in.Prepare(in.ReadSize(want));
+  const size_t n = std::min(size, bytes.size());
+  std::memcpy(space, bytes.data(), n);
+  in.Commit(n);
+  return n;
+}
+
+TEST_CASE("an idle session's read into an empty buffer holds about 1 KiB, not a 16 KiB read buffer") {
+  InBuffer in;
+  Read(in, std::string(60, 'q'));
+  CHECK(in.capacity() < 2 * InBuffer::kIdleRead);
+  in.Consume(60);
+  Read(in, std::string(200, 'q'));  // the next message of an idle session
+  CHECK(in.capacity() < 2 * InBuffer::kIdleRead);
+}
+
+TEST_CASE("a partial frame reads in 16 KiB chunks; once empty and quiet the buffer shrinks back") {
+  InBuffer in;
+  Read(in, std::string(5, 'h'));                      // a header
+  Read(in, std::string(9000, 'b'), 9000);             // the rest of its message
+  CHECK(in.capacity() >= InBuffer::kReadChunk);
+  in.Consume(in.size());
+  Read(in, std::string(50, 's'));                     // the app went quiet: a short read
+  in.Consume(in.size());
+  Read(in, std::string(50, 's'));
+  CHECK(in.capacity() < 2 * InBuffer::kIdleRead);
+}
+
+TEST_CASE("a stream that fills every read keeps its buffer between messages") {
+  InBuffer in;
+  Read(in, std::string(5, 'h'));
+  const std::string chunk(InBuffer::kReadChunk, 'c');
+  CHECK(Read(in, chunk, 8000) == chunk.size());  // filled all it was given
+  in.Consume(in.size());
+  const size_t before = in.capacity();
+  CHECK(before >= InBuffer::kReadChunk);
+  Read(in, chunk);
+  CHECK(in.capacity() == before);
+}
+
 }  // namespace
 }  // namespace hyperpool::client
