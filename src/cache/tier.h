@@ -141,8 +141,13 @@ struct StatementEffects {
   // The cache-control hint comment /* hyperpool:nocache */ is present.
   bool nocache_hint = false;
 };
+// Whether `sql` is one plain SELECT that ClassifyStatements can classify
+// without lexing it (no effects at all). Conservative: false for anything
+// it cannot tell from the bytes (several statements, set_config, quoted
+// identifiers, comments, dollar quotes, ...), which then goes to the lexer.
+bool IsPlainSelect(std::string_view sql);
 // Applies hyperpool.* SETs/RESETs found in `sql` to `settings` and reports
-// the effects.
+// the effects (plain SELECTs without lexing: IsPlainSelect).
 StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* settings);
 
 // The startup parameters that make up the session part of a key: the result

@@ -1042,9 +1042,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       }
       buf.erase(0, pos);
     }
+    std::string out;  // reused: its capacity outlives each batch
     for (;;) {
       if (!buf.empty()) {
-        std::string out;
+        out.clear();
         size_t consumed = 0;
         bool ok = ProcessLinkBytes(buf, out, consumed);
         if (!out.empty()) {
@@ -1072,6 +1073,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
         buf.erase(0, consumed);
         // A large chunk (a big result) is not kept for the session's life.
         if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
+        if (out.capacity() > (256u << 10)) std::string().swap(out);
       }
       absl::StatusOr<size_t> n = co_await link_->Receive(buf);
       if (!n.ok()) {

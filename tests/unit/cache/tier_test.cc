@@ -332,5 +332,44 @@ TEST_CASE("the Client tier refuses results older than an invalidation, in either
   CHECK(tier.GetFresh("e") == nullptr);
 }
 
+TEST_CASE("plain SELECTs are classified without the lexer, anything doubtful with it") {
+  // The fast path must cover the common case...
+  CHECK(IsPlainSelect("SELECT abalance FROM pgbench_accounts WHERE aid = 4711;"));
+  CHECK(IsPlainSelect("  select * from t where a = $1 and b = 'it''s'  ;\n"));
+  CHECK(IsPlainSelect("SELECT(1)"));
+  // ...and leave everything it cannot judge from the bytes to the lexer.
+  for (std::string_view sql : {
+           "SELECT 1; SET search_path = b",
+           "SELECT 1;DISCARD ALL",
+           "SELECT set_config('search_path', 'a', false)",
+           "SELECT SET_CONFIG('search_path', 'a', false)",
+           "SELECT pg_catalog.\"set_config\"('search_path', 'a', false)",
+           "SELECT U&\"\\0073et_config\"('search_path', 'a', false)",
+           "SELECT 1 /* hyperpool:nocache */",
+           "SELECT 1 -- hyperpool:nocache",
+           "SELECT 'unterminated",
+           "SELECT 1 -- it's\n'",
+           "SELECT $$;$$; DISCARD ALL",
+           "SELECT E'\\'; DISCARD ALL'",
+           "selectx FROM t",
+           "SELECT",
+           "WITH a AS (SELECT 1) SELECT * FROM a",
+           "SET search_path = a",
+       }) {
+    CAPTURE(sql);
+    CHECK_FALSE(IsPlainSelect(sql));
+  }
+  // What the fast path answers is what the lexer answers.
+  for (std::string_view sql : {"SELECT abalance FROM pgbench_accounts WHERE aid = 4711;", "select 1", "SELECT(1)"}) {
+    StatementEffects fx = ClassifyStatements(sql, nullptr);
+    CHECK_FALSE(fx.changes_session_state);
+    CHECK_FALSE(fx.only_cache_settings);
+    CHECK_FALSE(fx.only_setting_changes);
+    CHECK_FALSE(fx.nocache_hint);
+  }
+  CHECK(ClassifyStatements("SELECT 1;DISCARD ALL", nullptr).changes_session_state);
+  CHECK(ClassifyStatements("SELECT SET_CONFIG('search_path', 'a', false)", nullptr).changes_session_state);
+}
+
 }  // namespace
 }  // namespace hyperpool::cache
