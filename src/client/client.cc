@@ -1492,16 +1492,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
     if (!client_id.ok()) return client_id.status();
     impl->client_id = *client_id;
   }
-  if (watched) {
-    client::InvalidationWatchOptions w;
-    w.client_id = impl->client_id;
-    w.heartbeat = impl->options.cache_watch_heartbeat;
-    w.logger = impl->logger;
-    w.on_invalidate = [metadata = impl->metadata](const cache::InvalidateControl& c) {
-      if (c.all) metadata->InvalidateAll();  // as OnControl: DDL may change statement shapes
-    };
-    impl->watch = client::InvalidationWatch::Start(impl->executors[0], impl->transport, impl->cache, std::move(w));
-  }
 
   asio::error_code ec;
   asio::ip::address address = asio::ip::make_address(impl->options.listen_host, ec);
@@ -1540,6 +1530,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
     // Learn the origin's parameters early so the first app need not wait long.
     std::lock_guard lock(impl->mu);
     impl->StartProbeLocked();
+  }
+  if (watched) {
+    // Last: nothing below can fail, so the watch never outlives a failed Create.
+    client::InvalidationWatchOptions w;
+    w.client_id = impl->client_id;
+    w.heartbeat = impl->options.cache_watch_heartbeat;
+    w.logger = impl->logger;
+    w.on_invalidate = [metadata = impl->metadata](const cache::InvalidateControl& c) {
+      if (c.all) metadata->InvalidateAll();  // as OnControl: DDL may change statement shapes
+    };
+    impl->watch = client::InvalidationWatch::Start(impl->executors[0], impl->transport, impl->cache, std::move(w));
   }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
