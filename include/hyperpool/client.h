@@ -32,6 +32,13 @@ struct ClientStats {
   std::size_t cache_evictions = 0;
   std::size_t cache_invalidations = 0;  // invalidation messages applied
   std::size_t cache_refused_stale = 0;  // results older than an invalidation, refused
+  // The invalidation watch (ClientOptions::cache_watch): subscribed now; how
+  // often it subscribed (each time after the first, the tier was dropped);
+  // results refused because it was not subscribed, or came from another
+  // Endpoint or from before the subscription.
+  bool cache_watch_subscribed = false;
+  std::size_t cache_watch_subscriptions = 0;
+  std::size_t cache_refused_unwatched = 0;
   std::size_t cache_bytes = 0;
   std::size_t cache_entries = 0;
 };

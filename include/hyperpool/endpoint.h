@@ -20,7 +20,8 @@
 namespace hyperpool {
 
 struct EndpointStats {
-  std::size_t sessions = 0;          // links currently open
+  std::size_t sessions = 0;          // links currently open (invalidation watches not included)
+  std::size_t cache_watches = 0;     // Clients' invalidation watch links open now
   std::size_t origin_open = 0;       // origin connections open (idle + lent + opening)
   std::size_t origin_idle = 0;       // idle in the pool
   std::size_t waiting = 0;           // transactions waiting for a connection

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,20 @@ struct ClientOptions {
   // body is buffered. PostgreSQL's own limit is 1 GiB.
   std::size_t max_message_size = 64u << 20;
   CacheOptions cache;
+  // The invalidation watch (docs/architecture.md, "Invalidation"): with the
+  // cache tier on, one long-lived link to the Endpoint in use over which it
+  // sends every invalidation it broadcasts (other Clients' writes, and other
+  // Endpoints' through the shared tier), so the tier hears of them with no
+  // app session open. The tier then serves and stores only while the watch
+  // is subscribed; it is dropped whenever the watch breaks, stops answering
+  // or moves with the Endpoint in use. Unset: on for connect_remote(), on
+  // for connect() when its Endpoint has a shared tier (the only way another
+  // Client's write reaches it), off for Client::Create called directly.
+  std::optional<bool> cache_watch;
+  // How often the watch sends a heartbeat (a Sync the Endpoint answers after
+  // every invalidation sent before it); one unanswered by the next beat ends
+  // the link (the tier is dropped, the watch opens again).
+  std::chrono::milliseconds cache_watch_heartbeat{2000};
   // Each executor given to Client::Create runs on exactly one thread (as
   // hyperpool's own workers do; connect() sets this): a session then runs on
   // the executor itself rather than on a strand of it, which saves a lock

@@ -66,6 +66,22 @@ class Transport {
   // end completes its operations.
   virtual asio::awaitable<absl::StatusOr<std::unique_ptr<Link>>> Open(asio::any_io_executor executor,
                                                                        std::string initial_bytes) = 0;
+
+  // Which Endpoint new links go to, for a transport that chooses among
+  // several (failover, placement): a number that changes whenever that
+  // choice changes. A transport to one Endpoint keeps 0. The Client's
+  // invalidation watch follows it (docs/architecture.md, "Invalidation").
+  virtual std::uint64_t route() const { return 0; }
+  // Calls `changed` after each change of route(), on any thread, with no
+  // lock of the transport held; returns an id for RemoveRouteListener.
+  // Thread-safe. A transport that never changes route never calls it.
+  virtual std::uint64_t AddRouteListener(std::function<void()> changed) {
+    (void)changed;
+    return 0;
+  }
+  // After it returns, the listener is not called again (unless a call is
+  // running on another thread right now). Thread-safe.
+  virtual void RemoveRouteListener(std::uint64_t id) { (void)id; }
 };
 
 // A transport that connects Clients to an Endpoint in the same process.

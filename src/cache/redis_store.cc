@@ -245,7 +245,8 @@ RedisStore::RedisStore(asio::any_io_executor executor, RedisStoreOptions options
       options_(std::move(options)),
       watchdog_(executor_),
       cmd_retry_(executor_),
-      sub_retry_(executor_) {}
+      sub_retry_(executor_),
+      sub_connect_timer_(executor_) {}
 
 RedisStore::~RedisStore() { Stop(); }
 
@@ -255,6 +256,7 @@ void RedisStore::Stop() {
   watchdog_.cancel();
   cmd_retry_.cancel();
   sub_retry_.cancel();
+  sub_connect_timer_.cancel();
   for (std::shared_ptr<Conn>* c : {&cmd_, &sub_}) {
     std::shared_ptr<Conn> conn = std::move(*c);
     if (conn && conn->ctx != nullptr) {
@@ -328,6 +330,17 @@ void RedisStore::Connect(bool subscriber) {
           owner->OnMessage(static_cast<redisReply*>(r));
         },
         nullptr, 2, argv, lens);
+    // The same bound as the command connection's (its PING is a command,
+    // under the watchdog): a Redis that does not confirm the subscription
+    // in time (a black-holed address, a stopped server) is dropped and
+    // retried, rather than waited for as long as TCP keeps trying.
+    sub_connect_timer_.expires_after(options_.timeout);
+    sub_connect_timer_.async_wait([weak = weak_from_this(), conn](std::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->stopped_ || self->sub_ != conn || self->sub_up_ || conn->ctx == nullptr) return;
+      ++self->stats_.errors;
+      redisAsyncFree(conn->ctx);  // Cleanup posts OnConnLost: reconnects
+    });
     return;
   }
   auto on_ready = [weak = weak_from_this(), conn](redisReply* r) {
@@ -549,6 +562,7 @@ void RedisStore::OnMessage(redisReply* r) {
     // drop everything local that another Endpoint's write could have made
     // stale.
     const bool gap = sub_was_up_;
+    sub_connect_timer_.cancel();
     sub_up_ = sub_was_up_ = true;
     NoteState();
     if (gap && on_invalidation_) on_invalidation_(SharedInvalidation{"", true, {}});

@@ -122,6 +122,7 @@ class RedisStore final : public SharedCache, public std::enable_shared_from_this
   bool watchdog_armed_ = false;
   asio::steady_timer cmd_retry_;
   asio::steady_timer sub_retry_;
+  asio::steady_timer sub_connect_timer_;  // the subscription's confirmation is due (options_.timeout)
   std::function<void(const SharedInvalidation&)> on_invalidation_;
   // Counters: written on the executor, read by Stats() from any thread.
   struct Counters {

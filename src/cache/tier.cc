@@ -107,6 +107,7 @@ void AppendControl(std::string& out, const StoreControl& c) {
   PutU32(p, static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
   PutU64(p, c.generation);
   PutTables(p, c.tables);
+  if (c.source != 0) PutU64(p, c.source);
   Frame(out, p);
 }
 
@@ -115,6 +116,7 @@ void AppendControl(std::string& out, const InvalidateControl& c) {
   PutU64(p, c.generation);
   p.push_back(c.all ? 1 : 0);
   PutTables(p, c.tables);
+  if (c.source != 0) PutU64(p, c.source);
   Frame(out, p);
 }
 
@@ -133,12 +135,14 @@ std::optional<Control> DecodeControl(std::string_view payload) {
     c.ttl = std::chrono::milliseconds(r.U(4));
     c.generation = r.U(8);
     c.tables = r.Tables();
+    if (r.ok && r.s.size() == 8) c.source = r.U(8);
     out = std::move(c);
   } else if (kind == 'I') {
     InvalidateControl c;
     c.generation = r.U(8);
     c.all = r.U(1) != 0;
     c.tables = r.Tables();
+    if (r.ok && r.s.size() == 8) c.source = r.U(8);
     out = std::move(c);
   } else {
     return std::nullopt;

@@ -42,27 +42,49 @@ struct BeginControl {
 // 'S': right before that unit's ReadyForQuery: the Endpoint stored (or
 // served) the result; keep it `ttl` fresh (the remaining TTL for an Endpoint
 // hit). `generation` is the Endpoint's invalidation generation when the
-// result's origin fetch started; `tables` are its base tables.
+// result's origin fetch started; `tables` are its base tables. `source`
+// names the Endpoint instance whose generations these are (random per
+// Endpoint start; 0 from a sender that does not say): generations of two
+// Endpoints are not comparable.
 struct StoreControl {
   uint64_t digest = 0;
   std::chrono::milliseconds ttl{0};
   uint64_t generation = 0;
   std::vector<std::string> tables;
+  uint64_t source = 0;
 };
 // 'I': a write was seen; drop entries that read `tables` (or every entry when
-// `all`). `generation` is the Endpoint's generation after the invalidation.
+// `all`). `generation` is the Endpoint's generation after the invalidation,
+// `source` as for StoreControl.
 struct InvalidateControl {
   uint64_t generation = 0;
   bool all = false;
   std::vector<std::string> tables;
+  uint64_t source = 0;
 };
 using Control = std::variant<BeginControl, StoreControl, InvalidateControl>;
 
 void AppendControl(std::string& out, const BeginControl& c);
 void AppendControl(std::string& out, const StoreControl& c);
 void AppendControl(std::string& out, const InvalidateControl& c);
-// Decodes a control frame's payload; nullopt if malformed.
+// Decodes a control frame's payload; nullopt if malformed. The trailing
+// `source` of 'S' and 'I' is optional (0 when absent).
 std::optional<Control> DecodeControl(std::string_view payload);
+
+// ---------------------------------------------------------------------------
+// The invalidation watch (docs/architecture.md, "Invalidation"): a link whose
+// hello carries kWatchParam=1 and hyperpool.client_id. The Endpoint answers
+// ParameterStatus kWatchSourceParam (its `source`, decimal) and
+// kWatchGenerationParam (its generation now, decimal), then ReadyForQuery
+// 'I'; from then on it sends every invalidation it broadcasts to Clients on
+// it ('h' 'I' control frames), and answers each Sync (the Client's
+// heartbeat) with ReadyForQuery 'I' after everything sent before. Terminate
+// ends it.
+// ---------------------------------------------------------------------------
+
+inline constexpr char kWatchParam[] = "hyperpool.cache_watch";
+inline constexpr char kWatchSourceParam[] = "hyperpool.cache_source";
+inline constexpr char kWatchGenerationParam[] = "hyperpool.cache_generation";
 
 // ---------------------------------------------------------------------------
 // Units of work.

@@ -143,6 +143,11 @@ Options:
   --max-message-size N    largest message an application may send, in bytes (suffix K, M,
                           G; default 64M); larger ones get FATAL 54000
   --no-cache              turn the Client's query-cache tier off
+  --no-cache-watch        no invalidation watch: the Client tier then hears of other
+                          Clients' writes only over a session open at the time (it
+                          keeps its copies up to --cache-max-age otherwise)
+  --cache-watch-heartbeat S  how often the invalidation watch checks its link (default 2;
+                          or Nms); one unanswered by the next beat drops the Client tier
   --ssl-cert FILE, --ssl-key FILE, --ssl-mode allow|require
                           TLS towards applications (as for serve)
   --log-format, --log-level, --log-connections, --log-disconnections
@@ -520,6 +525,10 @@ int RunClient(int argc, char** argv) {
       options.client.cache.enabled = false;
       continue;
     }
+    if (name == "--no-cache-watch") {
+      options.client.cache_watch = false;
+      continue;
+    }
     if (IsBareLogFlag(name)) {
       (void)ApplyLogOption(name, "", log);
       continue;
@@ -530,6 +539,10 @@ int RunClient(int argc, char** argv) {
     const bool numeric = ParseNumber(value, number);
     if (auto linked = ApplyLinkOption(name, value, endpoints, options.endpoint, secret_file, failover.region)) {
       if (!linked->empty()) return usage_error(*linked);
+    } else if (name == "--cache-watch-heartbeat") {
+      std::optional<std::chrono::milliseconds> d = ParseDuration(value);
+      if (!d || d->count() <= 0) return usage_error("--cache-watch-heartbeat needs seconds (or Nms)");
+      options.client.cache_watch_heartbeat = *d;
     } else if (name == "--metrics-listen") {
       metrics_listen = value;
     } else if (name == "--probe-interval") {

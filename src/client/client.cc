@@ -55,6 +55,7 @@
 #include "client/in_buffer.h"
 #include "client/server_handshake.h"
 #include "client/extended_session.h"
+#include "client/invalidation_watch.h"
 #include "client/link_trace.h"
 #include "client/session_key.h"
 #include "client/statement_metadata.h"
@@ -179,6 +180,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
   // The Client cache tier (client_cache.h); null when caching is off.
   std::shared_ptr<client::ClientTier> cache;
+  // Its invalidation watch (invalidation_watch.h); null when off.
+  std::shared_ptr<client::InvalidationWatch> watch;
   // Statement metadata answered locally (statement_metadata.h): protocol
   // work, kept with the cache on or off.
   std::shared_ptr<client::StatementMetadataStore> metadata;
@@ -1417,6 +1420,7 @@ void Client::Impl::FailParams(std::string error_frame) {
 
 void Client::Impl::Stop() {
   if (stopping.exchange(true)) return;
+  if (watch) watch->Stop();
   auto self = shared_from_this();
   asio::post(accept_strand, [self] {
     asio::error_code ec;
@@ -1477,7 +1481,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
     return s;
   }
   impl->logger = impl->options.logger ? impl->options.logger : Logger::Default();
-  if (impl->options.cache.enabled) impl->cache = std::make_shared<client::ClientTier>(impl->options.cache);
+  const bool watched = impl->options.cache.enabled && impl->options.cache_watch.value_or(false);
+  if (impl->options.cache.enabled) impl->cache = std::make_shared<client::ClientTier>(impl->options.cache, watched);
   impl->metadata = std::make_shared<client::StatementMetadataStore>();
   impl->trace_link = client::LinkTraceEnabled();
   {
@@ -1526,6 +1531,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
     std::lock_guard lock(impl->mu);
     impl->StartProbeLocked();
   }
+  if (watched) {
+    // Last: nothing below can fail, so the watch never outlives a failed Create.
+    client::InvalidationWatchOptions w;
+    w.client_id = impl->client_id;
+    w.heartbeat = impl->options.cache_watch_heartbeat;
+    w.logger = impl->logger;
+    w.on_invalidate = [metadata = impl->metadata](const cache::InvalidateControl& c) {
+      if (c.all) metadata->InvalidateAll();  // as OnControl: DDL may change statement shapes
+    };
+    impl->watch = client::InvalidationWatch::Start(impl->executors[0], impl->transport, impl->cache, std::move(w));
+  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -1562,6 +1578,9 @@ ClientStats Client::Stats() const {
     s.cache_evictions = c.tier.evictions;
     s.cache_invalidations = c.invalidations;
     s.cache_refused_stale = c.refused_stale;
+    s.cache_watch_subscribed = c.subscribed;
+    s.cache_watch_subscriptions = c.subscriptions;
+    s.cache_refused_unwatched = c.refused_unwatched;
     s.cache_bytes = c.tier.bytes;
     s.cache_entries = c.tier.entries;
   }

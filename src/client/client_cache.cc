@@ -14,14 +14,16 @@ MemoryCacheLimits LimitsOf(const CacheOptions& o) {
 }
 }  // namespace
 
-ClientTier::ClientTier(const CacheOptions& options)
+ClientTier::ClientTier(const CacheOptions& options, bool watched)
     : options_(options),
+      watched_(watched),
       tier_(options.factory ? options.factory(LimitsOf(options)) : MakeMemoryCache(LimitsOf(options))) {
   if (!tier_) tier_ = MakeMemoryCache(LimitsOf(options));  // a factory that made nothing
 }
 
 std::shared_ptr<const CacheEntry> ClientTier::GetFresh(const std::string& key) {
   std::lock_guard lock(mu_);
+  if (watched_ && !subscribed_) return nullptr;
   std::shared_ptr<const CacheEntry> e = tier_->Get(key);
   if (!e || std::chrono::steady_clock::now() >= e->expires) return nullptr;
   ++stats_.local_hits;
@@ -31,6 +33,10 @@ std::shared_ptr<const CacheEntry> ClientTier::GetFresh(const std::string& key) {
 void ClientTier::Store(const std::string& key, std::string messages, const cache::StoreControl& control) {
   if (control.ttl <= std::chrono::milliseconds(0)) return;
   std::lock_guard lock(mu_);
+  if (watched_ && (!subscribed_ || control.source != source_ || control.generation < subscribed_generation_)) {
+    ++stats_.refused_unwatched;
+    return;
+  }
   bool stale = all_generation_ > control.generation;
   for (const std::string& t : control.tables) {
     auto it = table_generation_.find(t);
@@ -51,6 +57,16 @@ void ClientTier::Store(const std::string& key, std::string messages, const cache
 void ClientTier::Invalidate(const cache::InvalidateControl& control) {
   std::lock_guard lock(mu_);
   ++stats_.invalidations;
+  if (watched_ && (!subscribed_ || control.source != source_)) {
+    // Another Endpoint's generations (a session still on the one the watch
+    // left) do not compare with ours: drop the entries, remember nothing.
+    if (control.all) {
+      tier_->InvalidateAll("");
+    } else {
+      tier_->InvalidateTables("", control.tables);
+    }
+    return;
+  }
   max_generation_ = std::max(max_generation_, control.generation);
   if (control.all) {
     all_generation_ = std::max(all_generation_, control.generation);
@@ -68,9 +84,33 @@ void ClientTier::Invalidate(const cache::InvalidateControl& control) {
   tier_->InvalidateTables("", control.tables);
 }
 
+void ClientTier::ResetLocked() {
+  tier_->InvalidateAll("");
+  table_generation_.clear();
+  all_generation_ = 0;
+  max_generation_ = 0;
+}
+
+void ClientTier::Subscribe(uint64_t source, uint64_t generation) {
+  std::lock_guard lock(mu_);
+  ResetLocked();
+  subscribed_ = true;
+  source_ = source;
+  subscribed_generation_ = generation;
+  max_generation_ = generation;
+  ++stats_.subscriptions;
+}
+
+void ClientTier::Unsubscribe() {
+  std::lock_guard lock(mu_);
+  ResetLocked();
+  subscribed_ = false;
+}
+
 ClientTierStats ClientTier::Stats() {
   std::lock_guard lock(mu_);
   ClientTierStats s = stats_;
+  s.subscribed = subscribed_;
   s.tier = tier_->Stats();
   return s;
 }

@@ -14,6 +14,14 @@
 // fetch started. Results and invalidations arrive on different links (of
 // different sessions) in any order; a result older than an invalidation of a
 // table it read is refused, so the order does not matter.
+//
+// With the invalidation watch (invalidation_watch.h; docs/architecture.md,
+// "Invalidation"), the tier is "watched": it serves and stores only while
+// the watch is subscribed to an Endpoint, and only results of that Endpoint
+// instance (the `source` of its control messages) whose fetch began at or
+// after the generation it reported when the subscription started, so no
+// invalidation a result could have missed was sent before the subscription.
+// Losing the watch (or moving it) drops every entry.
 #ifndef HYPERPOOL_CLIENT_CLIENT_CACHE_H_
 #define HYPERPOOL_CLIENT_CLIENT_CACHE_H_
 
@@ -34,11 +42,19 @@ struct ClientTierStats {
   uint64_t local_hits = 0;       // units answered with no link traffic
   uint64_t refused_stale = 0;    // results refused: older than an invalidation seen
   uint64_t invalidations = 0;    // invalidation messages applied
+  // The watch: whether it is subscribed now, how often it subscribed, how
+  // many results were refused because it was not (or from another
+  // Endpoint, or fetched before the subscription).
+  bool subscribed = false;
+  uint64_t subscriptions = 0;
+  uint64_t refused_unwatched = 0;
 };
 
 class ClientTier {
  public:
-  explicit ClientTier(const CacheOptions& options);
+  // `watched`: an invalidation watch keeps the tier (Subscribe/Unsubscribe);
+  // nothing is served or stored before the first Subscribe.
+  explicit ClientTier(const CacheOptions& options, bool watched = false);
 
   const CacheOptions& options() const { return options_; }
   // A fresh entry for `key`, or nullptr (stale entries go to the Endpoint,
@@ -47,6 +63,13 @@ class ClientTier {
   // Stores a result the Endpoint declared cacheable for `control.ttl`.
   void Store(const std::string& key, std::string messages, const cache::StoreControl& control);
   void Invalidate(const cache::InvalidateControl& control);
+  // The watch is subscribed to Endpoint instance `source`, whose generation
+  // was `generation` then: drops every entry and the generations seen so far
+  // (they were another Endpoint's, or messages may have been missed).
+  void Subscribe(uint64_t source, uint64_t generation);
+  // The watch lost its link (or is moving): drops every entry; nothing is
+  // served or stored until the next Subscribe.
+  void Unsubscribe();
   ClientTierStats Stats();
 
  private:
@@ -54,12 +77,21 @@ class ClientTier {
   // the map is folded into all_generation_ (conservative).
   static constexpr size_t kMaxTrackedTables = 10000;
 
+  // Under mu_: drops every entry and generation.
+  void ResetLocked();
+
   CacheOptions options_;
+  const bool watched_;
   std::mutex mu_;
   std::unique_ptr<Cache> tier_;  // options.factory's, else a MemoryCache
   std::unordered_map<std::string, uint64_t> table_generation_;
   uint64_t all_generation_ = 0;
   uint64_t max_generation_ = 0;
+  // Watched: subscribed now, to `source_`, which was at generation
+  // `subscribed_generation_` then.
+  bool subscribed_ = false;
+  uint64_t source_ = 0;
+  uint64_t subscribed_generation_ = 0;
   ClientTierStats stats_;
 };
 

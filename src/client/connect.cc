@@ -96,6 +96,9 @@ class ConnectionImpl final : public Connection {
     // which several threads may run, that is a strand of it.
     asio::any_io_executor endpoint_executor =
         ios_.empty() ? asio::any_io_executor(asio::make_strand(executors[0])) : executors[0];
+    // Without a shared tier every write reaches this Endpoint through this
+    // Client itself (inline on the writer's link): no watch needed.
+    if (!options.client.cache_watch) options.client.cache_watch = !options.endpoint.cache.redis_url.empty();
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
         Endpoint::Create(std::move(endpoint_executor), std::move(options.endpoint));
     if (!endpoint.ok()) return endpoint.status();
@@ -113,6 +116,7 @@ class ConnectionImpl final : public Connection {
     if (!transport.ok()) return transport.status();
     socket_transport_ = transport->get();
     transport_ = *std::move(transport);
+    if (!options.client.cache_watch) options.client.cache_watch = true;
     return StartClient(std::move(executors), std::move(options.client));
   }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <string>
@@ -132,6 +133,19 @@ class Core : public std::enable_shared_from_this<Core> {
     asio::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
   }
 
+  std::uint64_t route() const { return route_.load(); }
+
+  std::uint64_t AddRouteListener(std::function<void()> changed) {
+    std::lock_guard lock(listeners_mu_);
+    const std::uint64_t id = ++last_listener_;
+    listeners_.emplace_back(id, std::move(changed));
+    return id;
+  }
+  void RemoveRouteListener(std::uint64_t id) {
+    std::lock_guard lock(listeners_mu_);
+    std::erase_if(listeners_, [id](const auto& l) { return l.first == id; });
+  }
+
   SocketTransportStats Stats() const {
     std::lock_guard lock(mu_);
     SocketTransportStats sum = retired_stats_;
@@ -189,6 +203,20 @@ class Core : public std::enable_shared_from_this<Core> {
     if (options_.log) options_.log(line);
   }
 
+  // Outside mu_: tells the route listeners when route_ moved since the
+  // last call (a listener may call route(), Open() or RemoveRouteListener).
+  void NotifyRoute() {
+    std::vector<std::function<void()>> call;
+    {
+      std::lock_guard lock(listeners_mu_);
+      const std::uint64_t now = route_.load();
+      if (now == notified_route_) return;
+      notified_route_ = now;
+      for (const auto& l : listeners_) call.push_back(l.second);
+    }
+    for (const auto& f : call) f();
+  }
+
   void OnLinkFailure(std::size_t i, const absl::Status& status) {
     std::vector<std::string> lines;
     {
@@ -199,11 +227,13 @@ class Core : public std::enable_shared_from_this<Core> {
       }
       if (ranking_.RecordLinkFailure(i)) {
         OpenAheadLocked(ranking_.in_use());
+        route_.fetch_add(1);
         lines.push_back(
             fmt::format("placement: chose endpoint {} ({})", ranking_.address(ranking_.in_use()), ranking_.reason()));
       }
     }
     for (const auto& line : lines) Log(line);
+    NotifyRoute();
     wake_.store(true);
     asio::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
   }
@@ -268,13 +298,17 @@ class Core : public std::enable_shared_from_this<Core> {
         }
       }
       const bool changed = ranking_.EndRound();
-      if (changed) OpenAheadLocked(ranking_.in_use());
+      if (changed) {
+        OpenAheadLocked(ranking_.in_use());
+        route_.fetch_add(1);
+      }
       if (changed || !first_round_done_) {
         lines.push_back(
             fmt::format("placement: chose endpoint {} ({})", ranking_.address(ranking_.in_use()), ranking_.reason()));
       }
     }
     for (const auto& line : lines) Log(line);
+    NotifyRoute();
     if (!first_round_done_) {
       first_round_done_ = true;
       first_round_.set_value();
@@ -317,6 +351,12 @@ class Core : public std::enable_shared_from_this<Core> {
   std::atomic<bool> stopped_{false};
   std::atomic<bool> wake_{false};           // a link failed: probe again soon
   std::atomic<std::size_t> failovers_{0};  // Open()s served by another than the first tried
+  std::atomic<std::uint64_t> route_{0};    // Transport::route(): bumped whenever in_use changes
+
+  std::mutex listeners_mu_;  // listeners_, last_listener_, notified_route_
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> listeners_;
+  std::uint64_t last_listener_ = 0;
+  std::uint64_t notified_route_ = 0;
 
   // Strand only.
   asio::strand<asio::any_io_executor> strand_;
@@ -337,6 +377,11 @@ class EndpointSet final : public SocketTransport {
   }
   void Stop() override { core_->Stop(); }
   SocketTransportStats Stats() const override { return core_->Stats(); }
+  std::uint64_t route() const override { return core_->route(); }
+  std::uint64_t AddRouteListener(std::function<void()> changed) override {
+    return core_->AddRouteListener(std::move(changed));
+  }
+  void RemoveRouteListener(std::uint64_t id) override { core_->RemoveRouteListener(id); }
 
  private:
   std::shared_ptr<Core> core_;

@@ -187,6 +187,7 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<bool> stopped{false};
   std::atomic<std::thread::id> executor_thread{};
   std::atomic<std::size_t> session_count{0};
+  std::atomic<std::size_t> watch_count{0};  // invalidation watch links (not sessions)
   std::atomic<std::size_t> transactions{0};
   std::atomic<std::size_t> queries{0};
   ops::LatencyHistogram transaction_time;  // observed at each ReadyForQuery 'I'
@@ -275,8 +276,10 @@ class Session : public std::enable_shared_from_this<Session> {
         changed_(endpoint_->executor),
         reader_(protocol::FrameReader::Mode::kStartup),
         cache_(endpoint_->cache, endpoint_->executor, [this](std::string control) {
+          if (watch_ && stopping_) return;
           local_out_ += control;  // a broadcast invalidation for this session's Client
           pump_wake_.Notify();
+          if (watch_ && local_out_.size() > kMaxLocalBacklog) Shutdown();  // a Client not reading its watch
         }),
         listen_id_(++endpoint_->next_listen_id) {
     endpoint_->listen_sessions[listen_id_] = this;
@@ -287,7 +290,7 @@ class Session : public std::enable_shared_from_this<Session> {
     endpoint_->listen_sessions.erase(listen_id_);
     std::lock_guard<std::mutex> lock(endpoint_->mutex);
     endpoint_->sessions.erase(this);
-    endpoint_->session_count.fetch_sub(1);
+    (watch_ ? endpoint_->watch_count : endpoint_->session_count).fetch_sub(1);
     endpoint_->sessions_done.notify_all();
   }
 
@@ -336,6 +339,8 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool hello = co_await ReadHello();
     if (hello && probe_) {
       co_await AnswerProbe();
+    } else if (hello && watch_) {
+      co_await RunWatch();
     } else if (hello && co_await SendLinkReady()) {
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Pump(); }, asio::detached);
       pump_started_ = true;
@@ -434,6 +439,39 @@ class Session : public std::enable_shared_from_this<Session> {
                      out);
     AppendReadyForQuery(out, 'I');
     (void)co_await link_->Send(std::move(out));
+  }
+
+  // An invalidation watch (cache/tier.h, kWatchParam): the answer, then
+  // every invalidation broadcast to its Client (SessionCache::StartWatch,
+  // through local_out_ and the Pump), each Sync answered in order; no origin
+  // connection, no unit of work. Ends at Terminate, a closed link, anything
+  // else (FATAL 08P01), or a Client that lets more than kMaxLocalBacklog
+  // pile up (it then drops its tier and subscribes again).
+  asio::awaitable<void> RunWatch() {
+    local_out_ = cache_.StartWatch(hello_parameters_);
+    QueueReadyForQuery('I');
+    asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Pump(); }, asio::detached);
+    pump_started_ = true;
+    while (!stopping_) {
+      auto r = reader_.Read(in_);
+      if (r.is_need_more()) {
+        auto n = co_await link_->Receive(in_);
+        if (!n.ok()) co_return;
+        continue;
+      }
+      if (r.is_error() || (r.frame().tag != 'S' && r.frame().tag != 'X')) {
+        QueueError("FATAL", kSqlStateProtocolViolation, "hyperpool: a cache watch link takes only Sync and Terminate");
+        end_after_flush_ = true;
+        co_return;
+      }
+      const char tag = r.frame().tag;
+      in_.erase(0, r.frame().size());
+      if (tag == 'X') {
+        terminated_ = true;
+        co_return;
+      }
+      QueueReadyForQuery('I');  // the heartbeat: after every invalidation queued before it
+    }
   }
 
   // Sends an ErrorResponse with severity FATAL before the pump runs (or after
@@ -675,7 +713,16 @@ class Session : public std::enable_shared_from_this<Session> {
       if (name == "hyperpool.session_id") session_id_ = value;
       if (name == endpoint::kBackendPidParam) app_pid_ = endpoint::ParseBackendPid(value).value_or(0);
       if (name == placement::kProbeParam) probe_ = true;
+      if (name == cache::kWatchParam && value == "1") watch_ = true;
     }
+    if (watch_ && !probe_) {
+      // Not a session: counted as a watch (EndpointStats::cache_watches).
+      session_id_.clear();
+      endpoint_->session_count.fetch_sub(1);
+      endpoint_->watch_count.fetch_add(1);
+      return true;  // served by RunWatch
+    }
+    watch_ = false;
     if (probe_) {
       session_id_.clear();
       return true;  // answered by AnswerProbe
@@ -1493,6 +1540,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   bool pump_started_ = false;
   bool probe_ = false;                // a placement probe link
+  bool watch_ = false;                // an invalidation watch link (RunWatch)
   bool cancel_sent_ = false;          // a CancelRequest went out for this session's connection
   bool terminated_ = false;           // Terminate received
   bool session_done_ = false;         // Run has finished
@@ -1718,6 +1766,7 @@ EndpointStats Endpoint::Stats() const {
   EndpointStats s;
   const PoolStats pool = impl_->pool->Stats();
   s.sessions = impl_->session_count.load();
+  s.cache_watches = impl_->watch_count.load();
   s.origin_open = pool.open;
   s.origin_idle = pool.idle;
   s.waiting = pool.waiting;

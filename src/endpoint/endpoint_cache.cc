@@ -1,6 +1,7 @@
 #include "endpoint/endpoint_cache.h"
 
 #include <algorithm>
+#include <random>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -55,6 +56,9 @@ EndpointCache::EndpointCache(asio::any_io_executor executor, CacheOptions option
       tier_(options.factory ? options.factory(LimitsOf(options)) : MakeMemoryCache(LimitsOf(options))),
       shared_(std::move(shared)) {
   if (!tier_) tier_ = MakeMemoryCache(LimitsOf(options));  // a factory that made nothing
+  std::random_device random;
+  source_ = (static_cast<uint64_t>(random()) << 32) | random();
+  if (source_ == 0) source_ = 1;  // 0 means "not said"
   counters_.shared_configured = shared_ != nullptr;
   if (shared_) {
     // Cleared by the destructor and Stop(); runs on executor_.
@@ -188,6 +192,7 @@ cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& eff
   }
   if (shared_) shared_->Invalidate(cache::SharedInvalidation{database_, c.all, c.tables});
   c.generation = ++generation_;
+  c.source = source_;
   ++counters_.invalidations;
   Publish();
   return c;
@@ -201,12 +206,35 @@ void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std
   std::string bytes;
   cache::AppendControl(bytes, control);
   std::unordered_set<std::string> reached{except_client};
-  // Copy: delivering may not change the registry, but be safe.
+  // A Client's invalidation watch first (it hears every invalidation,
+  // whether or not the Client has a session open), then one session of
+  // each Client without one. Copies: delivering may end a watch that
+  // falls too far behind (it unregisters).
+  std::vector<SessionCache*> watches(watches_.begin(), watches_.end());
+  std::vector<SessionCache*> reached_watches;
+  for (SessionCache* s : watches) {
+    if (s->client_id() == except_client) continue;
+    reached_watches.push_back(s);
+  }
+  for (SessionCache* s : reached_watches) reached.insert(s->client_id());
+  for (SessionCache* s : reached_watches) s->Deliver(bytes);
   std::vector<SessionCache*> all(sessions_.begin(), sessions_.end());
   for (SessionCache* s : all) {
+    if (s->watch() || !sessions_.contains(s)) continue;
     if (!reached.insert(s->client_id()).second) continue;
     s->Deliver(bytes);
   }
+}
+
+std::string SessionCache::StartWatch(const std::vector<std::pair<std::string, std::string>>& hello) {
+  Start(hello);
+  watch_ = true;
+  cache_->AddWatch(this);
+  std::string out;
+  protocol::Encode(protocol::ParameterStatus{cache::kWatchSourceParam, std::to_string(cache_->source())}, out);
+  protocol::Encode(protocol::ParameterStatus{cache::kWatchGenerationParam, std::to_string(cache_->generation())},
+                   out);
+  return out;
 }
 
 std::string EndpointCache::ConnKey(const OriginConnection& conn) {
@@ -286,6 +314,7 @@ SessionCache::~SessionCache() {
   if (shared_wait_) shared_wait_->alive = false;
   if (leader_ && !leader_->done && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
+  if (watch_) cache_->RemoveWatch(this);
   cache_->Unregister(this);
   cache_->Publish();
 }
@@ -376,6 +405,7 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::
                                    : std::chrono::milliseconds(0);
   store.generation = cache_->generation();
   store.tables = entry->tables;
+  store.source = cache_->source();
   cache::AppendControl(out, store);
   if (form == cache::ProtocolForm::kSimple) {
     out.append(kReadyIdle);
@@ -801,6 +831,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
           store.ttl = l.ttl;
           store.generation = l.generation;
           store.tables = l.tables;
+          store.source = cache_->source();
           cache::AppendControl(batch, store);
         }
       }

@@ -119,6 +119,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   void NameUnknown();
 
   uint64_t generation() const { return generation_; }
+  // This Endpoint instance in the control messages (random, never 0): a
+  // Client compares generations only with those of the same source.
+  uint64_t source() const { return source_; }
   // Invalidates the tier; returns the control message for the Client tiers.
   cache::InvalidateControl Invalidate(const cache::WriteEffect& effect);
   // Sends `control` to one live session of every Client other than
@@ -137,6 +140,11 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
 
   void Register(SessionCache* s) { sessions_.insert(s); }
   void Unregister(SessionCache* s) { sessions_.erase(s); }
+  // Invalidation watches (cache/tier.h, kWatchParam): Broadcast prefers them
+  // over a Client's sessions.
+  void AddWatch(SessionCache* s) { watches_.insert(s); }
+  void RemoveWatch(SessionCache* s) { watches_.erase(s); }
+  std::size_t watches() const { return watches_.size(); }
 
   void RecordDecision(uint64_t fingerprint, cache::Reason reason, std::string_view normalized);
   void NoteServed(bool coalesced);
@@ -172,9 +180,11 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::chrono::steady_clock::time_point last_unknown_refresh_{};  // NameUnknown's rate limit
 
   uint64_t generation_ = 1;
+  uint64_t source_ = 0;
   std::unordered_map<std::string, std::string> conn_owner_;
   std::deque<std::string> conn_order_;
   std::unordered_set<SessionCache*> sessions_;
+  std::unordered_set<SessionCache*> watches_;  // a subset of sessions_
 
   mutable std::mutex report_mu_;
   EndpointCacheReport counters_;  // executor-side counters (tier copied in Publish)
@@ -194,6 +204,12 @@ class SessionCache {
 
   // Call once the hello is known (before the first frame).
   void Start(const std::vector<std::pair<std::string, std::string>>& hello);
+  // Instead of Start, for an invalidation watch link (cache/tier.h): from
+  // now on every invalidation broadcast to this session's Client is
+  // delivered here. Returns the answer's ParameterStatus frames (source,
+  // generation now), to be sent before ReadyForQuery.
+  std::string StartWatch(const std::vector<std::pair<std::string, std::string>>& hello);
+  bool watch() const { return watch_; }
 
   // The session's settings as the Endpoint captures them (transaction mode,
   // session_settings.h). With a source, a session whose own SET / RESET
@@ -298,6 +314,7 @@ class SessionCache {
   std::function<void(std::string)> deliver_;
 
   bool started_ = false;
+  bool watch_ = false;  // an invalidation watch (StartWatch)
   std::string hello_fp_;
   bool hello_unsupported_ = false;
   std::string client_id_;

@@ -61,6 +61,7 @@ void EndpointCache::OnSharedInvalidation(const cache::SharedInvalidation& inv) {
     c.tables = inv.tables;
   }
   c.generation = ++generation_;
+  c.source = source_;
   ++counters_.invalidations;
   Publish();
   Broadcast(c, std::string(), /*remote=*/true);

@@ -101,6 +101,16 @@ void WriteCache(ExpositionWriter& w, const ProcessMetrics& m) {
   if (c) {
     w.Counter("hyperpool_cache_refused_stale_total", "Results refused as older than an invalidation, by tier.",
               c->cache_refused_stale, kClient);
+    w.Gauge("hyperpool_cache_watch_subscribed",
+            "1 while the Client tier's invalidation watch is subscribed to an Endpoint (the tier serves only then).",
+            c->cache_watch_subscribed ? 1 : 0, kClient);
+    w.Counter("hyperpool_cache_watch_subscriptions_total",
+              "Subscriptions of the invalidation watch (each after the first dropped the Client tier).",
+              c->cache_watch_subscriptions, kClient);
+  }
+  if (e) {
+    w.Gauge("hyperpool_cache_watches", "Clients' invalidation watch links open to this Endpoint.", e->cache_watches,
+            kEndpoint);
   }
 }
 

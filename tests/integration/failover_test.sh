@@ -6,7 +6,8 @@
 # Endpoint that served). One `hyperpool client` given both (B first):
 #   - it uses A (latency placement);
 #   - A is killed: every new session succeeds, through B, from the first one;
-#   - links opened ahead exist for the Endpoint in use only (ss);
+#   - links opened ahead, and the invalidation watch, exist for the Endpoint
+#     in use only (ss);
 #   - A restarts: new sessions move back to A after --settle-probes healthy
 #     probe rounds (the log says so), and none fails meanwhile;
 #   - `hyperpool place` ranks A before B with both round trips, lists an
@@ -112,14 +113,15 @@ wait_for 30 test -s "$tmp/cl.out" || fail "client printed no connection string"
 url=$(head -1 "$tmp/cl.out")
 served_by() { timeout 20 "$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d "$url" -c "SELECT current_user"; }
 grep -q "placement: chose endpoint $a_addr (latency placement" "$tmp/cl.err" || fail "the client did not choose A by latency"
-# Links opened ahead (--preopen 2) go to the Endpoint in use only: the
-# client's established connections to each (probe links are short-lived).
+# Links opened ahead (--preopen 2) and the Client tier's invalidation watch
+# (one link) go to the Endpoint in use only: the client's established
+# connections to each (probe links are short-lived).
 links_to() { ss -tnpH state established "dst $1" 2>/dev/null | grep -c "pid=$cl," || true; }
 ahead_on() {  # in-use other
-  [ "$(links_to "$1")" -ge 2 ] && [ "$(links_to "$2")" = 0 ]
+  [ "$(links_to "$1")" -ge 3 ] && [ "$(links_to "$2")" = 0 ]
 }
 wait_for 10 ahead_on "$a_addr" "$b_addr" \
-  || fail "links opened ahead: $(links_to "$a_addr") to A, $(links_to "$b_addr") to B (want >= 2 and 0)"
+  || fail "links opened ahead: $(links_to "$a_addr") to A, $(links_to "$b_addr") to B (want >= 3: 2 ahead + the watch, and 0)"
 for i in 1 2 3 4 5; do
   who=$(served_by) || fail "session $i before the kill failed"
   [ "$who" = "$ROLE_A" ] || fail "session $i before the kill was served by $who, not A"
@@ -152,7 +154,7 @@ grep -q "placement: chose endpoint $b_addr (a link to $a_addr could not be opene
 stop_ok "the second client" "$cl2"
 cl2=
 wait_for 10 ahead_on "$b_addr" "$a_addr" \
-  || fail "after the kill, links opened ahead: $(links_to "$b_addr") to B, $(links_to "$a_addr") to A (want >= 2 and 0)"
+  || fail "after the kill, links opened ahead: $(links_to "$b_addr") to B, $(links_to "$a_addr") to A (want >= 3: 2 ahead + the watch, and 0)"
 echo "10 of 10 sessions after A was killed served by B (in $(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 2))" "$killed_at") s)"
 wait_for 10 grep -q "placement: chose endpoint $b_addr ($a_addr is down\|placement: chose endpoint $b_addr (a link to $a_addr" "$tmp/cl.err" \
   || fail "the client did not log the move to B"

@@ -11,9 +11,12 @@
 # (calls of the test's query text):
 #   - a read through client 1 / A reaches the origin once; the same read
 #     through client 2 / B is served from Redis (calls unchanged);
-#   - a write through client 2 / B makes client 1's next read fresh (the
-#     invalidation crosses Redis pub/sub: polled with a deadline, the delay
-#     printed);
+#   - a write through client 2 / B makes client 1's next read fresh, with
+#     both Clients' own tiers on: client 1 hears of it over its invalidation
+#     watch (B -> Redis pub/sub -> A -> client 1's watch link), whether it
+#     has no session open at the time of the write (psql runs one per read)
+#     or one session open throughout (psycopg); polled with a deadline of
+#     2 s, the delays printed;
 #   - Redis stopped: reads and writes through both clients keep working and
 #     stay correct (from the origin);
 #   - A killed: new sessions through client 1 succeed through W/B from the
@@ -93,13 +96,12 @@ wan=$!
 wait_for 15 test -s "$tmp/wan.out" || fail "wan printed no address"
 w_addr=$(head -1 "$tmp/wan.out")
 
-# The Clients' own tiers are off: a Client hears of another Client's write
-# only over a session it has open at the time (docs/architecture.md, "What
-# cannot be seen"), so this test checks the Endpoint tiers and Redis.
-"$HYPERPOOL_BINARY" client --endpoint "$w_addr" --endpoint "$a_addr" "${LINK[@]}" --threads 1 --preopen 1 --no-cache \
+# The Clients' own tiers are on (the default), each with its invalidation
+# watch (docs/architecture.md, "Invalidation").
+"$HYPERPOOL_BINARY" client --endpoint "$w_addr" --endpoint "$a_addr" "${LINK[@]}" --threads 1 --preopen 1 \
   --probe-interval 300ms --settle-probes 3 --region test >"$tmp/cl1.out" 2>"$tmp/cl1.err" &
 cl1=$!
-"$HYPERPOOL_BINARY" client --endpoint "$w_addr" "${LINK[@]}" --threads 1 --preopen 1 --no-cache >"$tmp/cl2.out" 2>"$tmp/cl2.err" &
+"$HYPERPOOL_BINARY" client --endpoint "$w_addr" "${LINK[@]}" --threads 1 --preopen 1 >"$tmp/cl2.out" 2>"$tmp/cl2.err" &
 cl2=$!
 wait_for 30 test -s "$tmp/cl1.out" || fail "client 1 printed no connection string"
 wait_for 30 test -s "$tmp/cl2.out" || fail "client 2 printed no connection string"
@@ -147,14 +149,43 @@ c2=$(origin_calls)
 [ "$c2" = "$c1" ] || fail "client 2's read reached the origin ($((c2 - c1)) executions): not served from Redis"
 echo "a read through client 1 / A reached the origin once; the same read through client 2 / B was served from Redis"
 
-# 3. A write through client 2 / B: client 1's next reads turn fresh.
+# Client 1's own tier holds the read now: answered with no origin execution.
+got=$(via "$url1" "$READ") || fail "second read through client 1 failed: $(cat "$tmp/psql.err")"
+[ "$got" = one ] || fail "second read through client 1 returned '$got'"
+[ "$(origin_calls)" = "$c2" ] || fail "client 1's second read reached the origin"
+grep -q "cache_watch_up" "$tmp/cl1.err" || fail "client 1 logged no subscribed invalidation watch"
+
+# 3. A write through client 2 / B while client 1 has NO session open (each
+# psql above has exited): client 1's next reads turn fresh within 2 s.
 via "$url2" "UPDATE $TABLE SET v = 'two' WHERE k = 1" >/dev/null || fail "write through client 2 failed: $(cat "$tmp/psql.err")"
 written_at=$(date +%s.%N)
 stale_reads=0
 fresh1() { [ "$(via "$url1" "$READ")" = two ] || { stale_reads=$((stale_reads + 1)); false; }; }
-wait_for 5 fresh1 || fail "client 1 still read '$(via "$url1" "$READ")' 5 s after client 2's write"
-echo "client 1 read the write made through client 2 after $(python3 -c "import sys, time; print(round((time.time() - float(sys.argv[1])) * 1000, 1))" "$written_at") ms ($stale_reads stale reads before)"
+wait_for 2 fresh1 || fail "client 1 (no session open at the write) still read '$(via "$url1" "$READ")' 2 s after client 2's write"
+echo "client 1 (no session open) read the write made through client 2 after $(python3 -c "import sys, time; print(round((time.time() - float(sys.argv[1])) * 1000, 1))" "$written_at") ms ($stale_reads stale reads before)"
 [ "$(origin_calls)" -gt "$c2" ] || fail "client 1's fresh read did not come from the origin"
+
+# 3b. The same with one session of client 1 open throughout (read, cached in
+# its tier, the write through client 2, then reads on the same session).
+/usr/bin/python3 - "$url1" "$url2" "$TABLE" <<'PY' >"$tmp/open.out" 2>"$tmp/psql.err" || fail "the open-session case failed: $(cat "$tmp/open.out" "$tmp/psql.err")"
+import sys, time
+import psycopg
+url1, url2, table = sys.argv[1:4]
+read = f"SELECT v FROM {table} WHERE k = 1"
+with psycopg.connect(url1, autocommit=True) as c1, psycopg.connect(url2, autocommit=True) as c2:
+    for _ in range(3):  # stored in client 1's tier (and served from it)
+        assert c1.execute(read).fetchone()[0] == "two", "client 1 did not read 'two' first"
+    c2.execute(f"UPDATE {table} SET v = 'two and a half' WHERE k = 1")
+    t0 = time.monotonic()
+    stale = 0
+    while c1.execute(read).fetchone()[0] != "two and a half":
+        stale += 1
+        if time.monotonic() - t0 > 2:
+            sys.exit(f"client 1 (session open) still read the old value 2 s after client 2's write")
+        time.sleep(0.002)
+    print(f"{(time.monotonic() - t0) * 1000:.1f} ms ({stale} stale reads before)")
+PY
+echo "client 1 (one session open throughout) read the write made through client 2 after $(cat "$tmp/open.out")"
 
 # 4. Redis stopped: both clients keep reading and writing correctly.
 kill -TERM "$redis"
