@@ -787,7 +787,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void OnControl(std::string_view payload) {
     std::optional<cache::Control> c = cache::DecodeControl(payload);
     if (!c) return;
-    if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->all) {
+    if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->drops_metadata()) {
       if (impl_->trace_link) Log(fmt::format("trace {} invalidate all (statement metadata dropped)", cancel_pid_));
       impl_->metadata->InvalidateAll();  // DDL (or what may have run it): statement shapes may change
     }
