@@ -241,6 +241,26 @@ TEST_CASE("search_path set by SET or at startup never reuses another session's m
   SameAsDirect(driver, {"search_path"}, true);
 }
 
+TEST_CASE("SET ROLE (and set_config('role')) never reuses another session's metadata or rows") {
+  // The role's own schema ("$user" in the default search_path) holds a
+  // table of the same name with other columns: the same text resolves to
+  // another relation, as directly. (asyncpg only: psycopg's `role` mode
+  // shows a divergence of the Endpoint's statement catalog, which keys
+  // server statements by text and types alone -- a fresh psycopg session
+  // under SET ROLE gets 0A000 where a direct one reads ext_r.ext_sp; asyncpg
+  // re-prepares on it. docs/architecture.md, "Prepared statements".)
+  const bool cache = GENERATE(false, true);
+  SameAsDirect("asyncpg", {"role"}, cache);
+}
+
+TEST_CASE("postgres.js: DDL made elsewhere between a locally answered Describe and the Bind; it recovers as directly") {
+  // The Describe is answered at the Client (a first client taught it the
+  // statement); the ALTER runs directly on the origin, where the Endpoint
+  // cannot see it; the Bind's result shape is checked and the driver gets
+  // what it gets directly.
+  SameAsDirect("postgresjs", {"ddl", Origin(testing::SharedPgCluster())}, false);
+}
+
 TEST_CASE("a driver's catalog look-up at connect is served by the Client tier until DDL through hyperpool") {
   // postgres.js's type query (pg_catalog.pg_type) runs on every new
   // connection, as Parse + Describe + Bind + Execute + Sync.
