@@ -14,8 +14,16 @@
 #   bash bench/seed_postgresjs.sh               # RTT 50 ms, 10 iterations per target
 #   SEED_ITERATIONS=3 bash bench/seed_postgresjs.sh
 #
+# Every target also runs at RTT 0 (the same processes and WAN simulator,
+# no delay): the driver's and the poolers' local work, from which the
+# report builds each target's limit (round trips x RTT + local work).
+#
 # Environment:
 #   SEED_RTT_MS       simulated round trip (default 50)
+#   SEED_LOCAL        1 (default): also run every target at RTT 0; 0: only at SEED_RTT_MS
+#   SEED_SCRAM_ITERATIONS  PBKDF2 count of hyperpool's generated app password
+#                     (--scram-iterations; default: hyperpool's own, 4096, as
+#                     PostgreSQL's and so PgBouncer's); the report names it
 #   SEED_ITERATIONS   measured iterations per target (default 10)
 #   SEED_WARMUP       warm-up iterations per target, not counted (default 2)
 #   SEED_TARGETS      subset of "direct pgbouncer hyperpool hyperpool-cache"
@@ -32,6 +40,10 @@ PY=/usr/bin/python3
 RTT=${SEED_RTT_MS:-50}
 ITERATIONS=${SEED_ITERATIONS:-10}
 WARMUP=${SEED_WARMUP:-2}
+LOCAL=${SEED_LOCAL:-1}
+SCRAM_ITERATIONS=${SEED_SCRAM_ITERATIONS:-}
+RTTS=("$RTT")
+[ "$LOCAL" = 1 ] && [ "$RTT" != 0 ] && RTTS+=(0)
 read -r -a TARGETS <<< "${SEED_TARGETS:-direct pgbouncer hyperpool hyperpool-cache}"
 HYPERPOOL_BINARY=${HYPERPOOL_BINARY:-$ROOT/build/hyperpool}
 OUT_ROOT=${BENCH_OUT:-$BENCH/results}
@@ -80,7 +92,7 @@ trap 'exit 130' INT TERM
 # Starts a background command whose first stdout line is an address or URL;
 # sets FIRST_LINE to it. start_bg NAME CMD...
 start_bg() {
-  local name=$1; shift
+  local name=$1${NAME_SUFFIX:-}; shift
   "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PIDS+=($!)
   local _
@@ -111,7 +123,7 @@ has_target pgbouncer && find_pgbouncer125
   echo "started: $(date -Is)"
   echo "host: $(uname -srm), $(nproc) cores"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "settings: rtt_ms=$RTT iterations=$ITERATIONS warmup=$WARMUP"
+  echo "settings: rtt_ms=$RTT (also at: ${RTTS[*]:1}) iterations=$ITERATIONS warmup=$WARMUP scram_iterations=${SCRAM_ITERATIONS:-default}"
   echo "targets: ${TARGETS[*]}"
   echo "node: $(node --version), postgres.js $(node -p "require('$ROOT/tests/drivers/node_modules/postgres/package.json').version")"
   echo "pgbouncer: ${PGB125_VERSION:-not run}${PGB125_NOTE:+ ($PGB125_NOTE)}"
@@ -140,38 +152,47 @@ with open(dst, "a") as out:
 EOF
 }
 
-for t in "${TARGETS[@]}"; do
-  case $t in
-    direct)
-      start_bg wan-direct "$HYPERPOOL_BINARY" wan --target "$PGHOST:$PGPORT" --rtt "$RTT"
-      run_target direct "postgresql://$BUSER:$BPASS@$FIRST_LINE/$DB?sslmode=disable"
-      ;;
-    pgbouncer)
-      start_bg wan-pgbouncer "$HYPERPOOL_BINARY" wan --target "$PGHOST:$PGPORT" --rtt "$RTT"
-      wan_host=${FIRST_LINE%:*} wan_port=${FIRST_LINE##*:}
-      secret=$(PGPASSWORD=$ADMIN_PASSWORD psql -X -At -h "$PGHOST" -p "$PGPORT" -U "$ADMIN_USER" -d "$DB" \
-        -c "SELECT rolpassword FROM pg_authid WHERE rolname = '$BUSER'")
-      pgb_port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-      start_pgbouncer_instance "$WORK/pgb" "$PGB125_BIN" "$pgb_port" "$DB" "$wan_host" "$wan_port" \
-        "$BUSER" "$BPASS" "$secret" 4 100
-      PIDS+=("$PGB_STARTED_PID")
-      run_target pgbouncer "postgresql://$BUSER:$BPASS@127.0.0.1:$pgb_port/$DB?sslmode=disable"
-      cp "$WORK/pgb/pgbouncer.log" "$OUT/logs/pgbouncer.log" 2>/dev/null || true
-      ;;
-    hyperpool|hyperpool-cache)
-      cache_flag=(--no-cache)
-      [ "$t" = hyperpool-cache ] && cache_flag=()
-      start_bg "$t-endpoint" "$HYPERPOOL_BINARY" endpoint --listen 127.0.0.1:0 --origin "$ORIGIN" \
-        --tls-cert "$SERVER_CERT" --tls-key "$SERVER_KEY" --link-secret-file "$WORK/link.secret" --pool-size 4 \
-        "${cache_flag[@]}"
-      start_bg "$t-wan" "$HYPERPOOL_BINARY" wan --target "$FIRST_LINE" --rtt "$RTT"
-      start_bg "$t-client" "$HYPERPOOL_BINARY" client --endpoint "$FIRST_LINE" --tls-ca "$CA_CERT" \
-        --tls-server-name 127.0.0.1 --link-secret-file "$WORK/link.secret" --threads 2 \
-        --user app --database appdb "${cache_flag[@]}"
-      run_target "$t" "$FIRST_LINE"
-      ;;
-  esac
-  stop_pids
+# A target's label: its name at SEED_RTT_MS, NAME@0 at RTT 0.
+label() { if [ "$rtt" = "$RTT" ]; then echo "$1"; else echo "$1@$rtt"; fi; }
+
+NAME_SUFFIX=""
+for rtt in "${RTTS[@]}"; do
+  [ "$rtt" = "$RTT" ] || NAME_SUFFIX=-rtt$rtt
+  for t in "${TARGETS[@]}"; do
+    case $t in
+      direct)
+        start_bg wan-direct "$HYPERPOOL_BINARY" wan --target "$PGHOST:$PGPORT" --rtt "$rtt"
+        run_target "$(label direct)" "postgresql://$BUSER:$BPASS@$FIRST_LINE/$DB?sslmode=disable"
+        ;;
+      pgbouncer)
+        start_bg wan-pgbouncer "$HYPERPOOL_BINARY" wan --target "$PGHOST:$PGPORT" --rtt "$rtt"
+        wan_host=${FIRST_LINE%:*} wan_port=${FIRST_LINE##*:}
+        secret=$(PGPASSWORD=$ADMIN_PASSWORD psql -X -At -h "$PGHOST" -p "$PGPORT" -U "$ADMIN_USER" -d "$DB" \
+          -c "SELECT rolpassword FROM pg_authid WHERE rolname = '$BUSER'")
+        pgb_port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        start_pgbouncer_instance "$WORK/pgb$NAME_SUFFIX" "$PGB125_BIN" "$pgb_port" "$DB" "$wan_host" "$wan_port" \
+          "$BUSER" "$BPASS" "$secret" 4 100
+        PIDS+=("$PGB_STARTED_PID")
+        run_target "$(label pgbouncer)" "postgresql://$BUSER:$BPASS@127.0.0.1:$pgb_port/$DB?sslmode=disable"
+        cp "$WORK/pgb$NAME_SUFFIX/pgbouncer.log" "$OUT/logs/pgbouncer$NAME_SUFFIX.log" 2>/dev/null || true
+        ;;
+      hyperpool|hyperpool-cache)
+        cache_flag=(--no-cache)
+        scram_flag=()
+        [ -n "$SCRAM_ITERATIONS" ] && scram_flag=(--scram-iterations "$SCRAM_ITERATIONS")
+        [ "$t" = hyperpool-cache ] && cache_flag=()
+        start_bg "$t-endpoint" "$HYPERPOOL_BINARY" endpoint --listen 127.0.0.1:0 --origin "$ORIGIN" \
+          --tls-cert "$SERVER_CERT" --tls-key "$SERVER_KEY" --link-secret-file "$WORK/link.secret" --pool-size 4 \
+          "${cache_flag[@]}"
+        start_bg "$t-wan" "$HYPERPOOL_BINARY" wan --target "$FIRST_LINE" --rtt "$rtt"
+        start_bg "$t-client" "$HYPERPOOL_BINARY" client --endpoint "$FIRST_LINE" --tls-ca "$CA_CERT" \
+          --tls-server-name 127.0.0.1 --link-secret-file "$WORK/link.secret" --threads 2 \
+          --user app --database appdb "${cache_flag[@]}" "${scram_flag[@]}"
+        run_target "$(label "$t")" "$FIRST_LINE"
+        ;;
+    esac
+    stop_pids
+  done
 done
 
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"

@@ -114,7 +114,7 @@ void AppendControl(std::string& out, const StoreControl& c) {
 void AppendControl(std::string& out, const InvalidateControl& c) {
   std::string p(1, 'I');
   PutU64(p, c.generation);
-  p.push_back(c.all ? 1 : 0);
+  p.push_back(!c.all ? 0 : c.rows_only ? 2 : 1);
   PutTables(p, c.tables);
   if (c.source != 0) PutU64(p, c.source);
   Frame(out, p);
@@ -140,7 +140,9 @@ std::optional<Control> DecodeControl(std::string_view payload) {
   } else if (kind == 'I') {
     InvalidateControl c;
     c.generation = r.U(8);
-    c.all = r.U(1) != 0;
+    const uint64_t all = r.U(1);
+    c.all = all != 0;
+    c.rows_only = all == 2;  // any other non-zero value: all, metadata too
     c.tables = r.Tables();
     if (r.ok && r.s.size() == 8) c.source = r.U(8);
     out = std::move(c);
@@ -573,6 +575,7 @@ std::string HelloFingerprint(const std::vector<std::pair<std::string, std::strin
 
 void WriteEffect::Merge(const WriteEffect& other) {
   all = all || other.all;
+  schema = schema || other.schema;
   if (all) {
     tables.clear();
     return;
@@ -585,7 +588,7 @@ void WriteEffect::Merge(const WriteEffect& other) {
 WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, bool precise_names) {
   WriteEffect fx;
   if (sql.size() > (8u << 20)) {
-    fx.all = true;
+    fx.all = fx.schema = true;
     return fx;
   }
   std::shared_ptr<const SharedAnalysis> shared = AnalyzeShared(sql);
@@ -593,8 +596,14 @@ WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, 
   if (!shared) own = AnalyzeStatement(sql);
   const absl::StatusOr<StatementAnalysis>& a = shared ? shared->analysis : own;
   if (!a.ok()) {
-    fx.all = true;
+    fx.all = fx.schema = true;
     return fx;
+  }
+  for (StatementKind k : a->kinds) {
+    if (k == StatementKind::kDdl || k == StatementKind::kDo || k == StatementKind::kCall ||
+        k == StatementKind::kOther || k == StatementKind::kExplain) {
+      fx.all = fx.schema = true;  // EXPLAIN ANALYZE CREATE TABLE AS creates a table
+    }
   }
   for (StatementKind k : a->kinds) {
     if (k == StatementKind::kExplain || k == StatementKind::kCursor) {

@@ -56,11 +56,20 @@ struct StoreControl {
 // 'I': a write was seen; drop entries that read `tables` (or every entry when
 // `all`). `generation` is the Endpoint's generation after the invalidation,
 // `source` as for StoreControl.
+// `rows_only` (with `all`): the statement could write any row but runs no
+// DDL (an unknown or volatile function, a write under a search_path the
+// Endpoint cannot resolve), so statement metadata is kept; without it an
+// `all` also drops the Client's statement metadata. Encoded in the `all`
+// byte: 0 tables, 1 all, 2 all rows only (a Client that knows only 0/1
+// treats 2 as 1, which is safe).
 struct InvalidateControl {
   uint64_t generation = 0;
   bool all = false;
   std::vector<std::string> tables;
   uint64_t source = 0;
+  bool rows_only = false;
+  // Whether the Client must drop its statement metadata.
+  bool drops_metadata() const { return all && !rows_only; }
 };
 using Control = std::variant<BeginControl, StoreControl, InvalidateControl>;
 
@@ -187,6 +196,15 @@ std::string HelloFingerprint(const std::vector<std::pair<std::string, std::strin
 struct WriteEffect {
   bool all = false;
   std::vector<std::string> tables;  // "schema.table"
+  // May change statement metadata (what a Describe answers): DDL, or what
+  // may run it (DO, CALL, EXPLAIN, unknown commands, text the lexer
+  // rejects). Implies `all`. Kept apart from `all` so that a read whose
+  // functions are not known yet (no catalog), or any write the Endpoint
+  // cannot attribute to tables, drops cached rows but not the Clients'
+  // statement metadata. (A function that itself runs DDL is caught where
+  // DDL made elsewhere is: the Client's RowDescription check at the first
+  // execution, extended_session.h.)
+  bool schema = false;
   bool any() const { return all || !tables.empty(); }
   void Merge(const WriteEffect& other);
 };
@@ -195,6 +213,7 @@ struct WriteEffect {
 // errors, EXPLAIN (ANALYZE executes), FunctionCall and anything
 // TablesToInvalidate cannot attribute. `precise_names` false (the session's
 // name resolution differs from the oracle's): any write invalidates all.
+// `schema` as described in WriteEffect.
 WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, bool precise_names);
 
 // ---------------------------------------------------------------------------

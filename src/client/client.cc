@@ -788,7 +788,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void OnControl(std::string_view payload) {
     std::optional<cache::Control> c = cache::DecodeControl(payload);
     if (!c) return;
-    if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->all) {
+    if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->drops_metadata()) {
       if (impl_->trace_link) Log(fmt::format("trace {} invalidate all (statement metadata dropped)", cancel_pid_));
       impl_->metadata->InvalidateAll();  // DDL (or what may have run it): statement shapes may change
     }
@@ -1538,7 +1538,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
     w.heartbeat = impl->options.cache_watch_heartbeat;
     w.logger = impl->logger;
     w.on_invalidate = [metadata = impl->metadata](const cache::InvalidateControl& c) {
-      if (c.all) metadata->InvalidateAll();  // as OnControl: DDL may change statement shapes
+      if (c.drops_metadata()) metadata->InvalidateAll();  // as OnControl: DDL may change statement shapes
     };
     impl->watch = client::InvalidationWatch::Start(impl->executors[0], impl->transport, impl->cache, std::move(w));
   }

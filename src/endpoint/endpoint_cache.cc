@@ -183,9 +183,11 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
 
 cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& effect) {
   cache::InvalidateControl c;
-  if (effect.all) {
+  if (effect.all || effect.schema) {
     tier_->InvalidateAll(database_);
     c.all = true;
+    // Statement metadata survives what is not DDL (tier.h, WriteEffect).
+    c.rows_only = !effect.schema;
   } else {
     tier_->InvalidateTables(database_, effect.tables);
     c.tables = effect.tables;
@@ -627,16 +629,7 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
     }
   }
   e.own_write = e.write.any() && !plain_read;
-  if (!a.ok()) {
-    e.ddl = true;
-  } else {
-    for (cache::StatementKind k : a->kinds) {
-      if (k == cache::StatementKind::kDdl || k == cache::StatementKind::kDo || k == cache::StatementKind::kCall ||
-          k == cache::StatementKind::kOther) {
-        e.ddl = true;
-      }
-    }
-  }
+  e.ddl = e.write.schema;  // the catalog is read again after it, and the Clients drop statement metadata
   return e;
 }
 
@@ -648,7 +641,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       auto q = protocol::DecodeQuery(frame.payload);
       Effect e;
       if (!q.ok()) {
-        e.write.all = true;
+        e.write.all = e.write.schema = true;
       } else {
         e = EffectOf(q->query, /*apply_settings=*/true);
       }
@@ -691,7 +684,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       describe_window_ = DescribeWindow::kNone;
       auto x = protocol::DecodeExecute(frame.payload);
       Effect e;
-      e.write.all = true;  // unknown portal or statement: anything may have been written
+      e.write.all = e.write.schema = true;  // unknown portal or statement: anything may have run
       if (x.ok()) {
         auto portal = portals_.find(std::string(x->portal));
         if (portal != portals_.end()) {
@@ -724,7 +717,7 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
     case 'F': {
       describe_window_ = DescribeWindow::kNone;
       Effect e;
-      e.write.all = true;
+      e.write.all = e.write.schema = true;  // a FunctionCall may run anything
       e.changes_state = true;
       state_changed_ = true;
       wrote_ = true;

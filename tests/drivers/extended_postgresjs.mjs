@@ -5,15 +5,17 @@
 // through hyperpool with a direct one.
 //
 // usage: node extended_postgresjs.mjs URL MODE [ARG]
-//   reads TAG N      a fresh client: its connect-time type query, then 5
-//                    distinct reads (each repeated N times) of table ext_pgjs
+//   reads TAG N [agg] a fresh client: its connect-time type query, then 5
+//                    distinct reads (each repeated N times) of table ext_pgjs;
+//                    with agg the fifth is an aggregate (count, max), which
+//                    calls functions (as the seed workload's sum does)
 //   write            read, UPDATE through the same client, read again
 //   ddl ADMIN_URL    prepare on one client, ALTER the table directly on the
 //                    origin, run it again: what the driver sees
 //   pipeline         20 queries in flight on one connection
 import postgres from 'postgres';
 
-const [url, mode, arg, arg2] = process.argv.slice(2);
+const [url, mode, arg, arg2, arg3] = process.argv.slice(2);
 const out = (o) => console.log(JSON.stringify(o));
 let firstSent = null;
 
@@ -44,7 +46,10 @@ async function main() {
     const marks = [];
     for (let r = 0; r < n; r++) {
       for (let i = 1; i <= 5; i++) {
-        const rows = await sql.unsafe(`SELECT v FROM ext_pgjs WHERE k = $1 /* ${tag} ${i} */`, [i], { prepare: true });
+        const text = i === 5 && arg3 === 'agg'
+          ? `SELECT count(*) AS n, max(v) AS v FROM ext_pgjs WHERE k <= $1 /* ${tag} ${i} */`
+          : `SELECT v FROM ext_pgjs WHERE k = $1 /* ${tag} ${i} */`;
+        const rows = await sql.unsafe(text, [i], { prepare: true });
         got.push(rows[0].v);
         marks.push(Math.round(Number(process.hrtime.bigint() - t0) / 1e6));
       }

@@ -155,6 +155,28 @@ TEST_CASE("postgres.js: a second fresh client gets its Parse/Describe answered l
   CHECK(p.Counter("mismatches") == 0);
 }
 
+TEST_CASE("postgres.js: a read calling functions before the Endpoint knows the catalog keeps the metadata") {
+  // A fresh Endpoint has not read the origin's catalog: the first client's
+  // aggregate (count, max) may call anything, so it invalidates every cached
+  // row; it is no DDL, so the statement metadata its Describes taught the
+  // Client stays and the second fresh client pays one flight per execution
+  // (it paid 12 when every "all" also dropped the metadata).
+  const auto& c = testing::SharedPgCluster();
+  const bool cache = GENERATE(false, true);
+  Pooler p = Start(c, cache);
+  Run("postgresjs", Origin(c), {"setup"});  // directly: the Endpoint sees no DDL
+  const long long first = p.Counter("link flights");
+  Run("postgresjs", p.url, {"reads", cache ? "cold1" : "cold0", "1", "agg"});
+  INFO(p.connection->cache_report());
+  CHECK(p.Counter("link flights") - first == 11);  // type query + 5 x (describe, execute)
+  const long long flights = p.Counter("link flights");
+  const std::string got = Run("postgresjs", p.url, {"reads", cache ? "cold1" : "cold0", "1", "agg"});
+  CHECK(got.find("\"reads\":[\"v1\",\"v2\",\"v3\",\"v4\",\"v5\"]") != std::string::npos);
+  if (!cache) CHECK(p.Counter("link flights") - flights == 6);
+  if (cache) CHECK(p.Counter("link flights") - flights <= 6);
+  CHECK(p.Counter("mismatches") == 0);
+}
+
 TEST_CASE("postgres.js: a fresh client on a warm cache sends nothing over the link") {
   const auto& c = testing::SharedPgCluster();
   Pooler p = Start(c, /*cache=*/true);
@@ -217,6 +239,26 @@ TEST_CASE("asyncpg: DDL between prepare and execute gives 0A000; it recovers as 
 TEST_CASE("search_path set by SET or at startup never reuses another session's metadata or rows") {
   const std::string driver = GENERATE("asyncpg", "psycopg");
   SameAsDirect(driver, {"search_path"}, true);
+}
+
+TEST_CASE("SET ROLE (and set_config('role')) never reuses another session's metadata or rows") {
+  // The role's own schema ("$user" in the default search_path) holds a
+  // table of the same name with other columns: the same text resolves to
+  // another relation, as directly. (asyncpg only: psycopg's `role` mode
+  // shows a divergence of the Endpoint's statement catalog, which keys
+  // server statements by text and types alone -- a fresh psycopg session
+  // under SET ROLE gets 0A000 where a direct one reads ext_r.ext_sp; asyncpg
+  // re-prepares on it. docs/architecture.md, "Prepared statements".)
+  const bool cache = GENERATE(false, true);
+  SameAsDirect("asyncpg", {"role"}, cache);
+}
+
+TEST_CASE("postgres.js: DDL made elsewhere between a locally answered Describe and the Bind; it recovers as directly") {
+  // The Describe is answered at the Client (a first client taught it the
+  // statement); the ALTER runs directly on the origin, where the Endpoint
+  // cannot see it; the Bind's result shape is checked and the driver gets
+  // what it gets directly.
+  SameAsDirect("postgresjs", {"ddl", Origin(testing::SharedPgCluster())}, false);
 }
 
 TEST_CASE("a driver's catalog look-up at connect is served by the Client tier until DDL through hyperpool") {

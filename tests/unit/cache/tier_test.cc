@@ -2,6 +2,7 @@
 // Client tier's generation checks (src/client/client_cache.h).
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include "cache/tier.h"
 #include "client/client_cache.h"
@@ -67,6 +68,28 @@ TEST_CASE("control messages round-trip and reject garbage") {
   CHECK_FALSE(DecodeControl("X").has_value());
   CHECK_FALSE(DecodeControl(std::string("S\0\0", 3)).has_value());
   CHECK_FALSE(DecodeControl(std::string("B\0\0\0\0\0\0\0\0extra", 14)).has_value());
+}
+
+TEST_CASE("an invalidation of all rows keeps or drops statement metadata, and says which") {
+  // GENERATE: rows only (a read whose functions are unknown), all (DDL),
+  // tables (never drops metadata).
+  const int which = GENERATE(0, 1, 2);
+  InvalidateControl c{11, which != 2, which == 2 ? std::vector<std::string>{"public.t"} : std::vector<std::string>{}};
+  c.rows_only = which == 0;
+  std::string out;
+  AppendControl(out, c);
+  auto got = DecodeControl(std::string_view(out).substr(5));
+  REQUIRE(got.has_value());
+  const auto& i = std::get<InvalidateControl>(*got);
+  CHECK(i.all == (which != 2));
+  CHECK(i.rows_only == (which == 0));
+  CHECK(i.drops_metadata() == (which == 1));
+  // Any other non-zero `all` byte is read as the conservative "all".
+  std::string odd = out.substr(5);
+  odd[9] = 7;
+  auto o = DecodeControl(odd);
+  REQUIRE(o.has_value());
+  CHECK(std::get<InvalidateControl>(*o).drops_metadata());
 }
 
 TEST_CASE("candidate units: a simple Query, or P/B/[D portal]/E/S with unnamed objects") {
@@ -285,9 +308,45 @@ TEST_CASE("write effects: tables, or everything when they cannot be known") {
   CHECK(WriteEffectOf("INSERT INTO nowhere VALUES (1)", &oracle, true).all);
   CHECK(WriteEffectOf("SELECT 'unterminated", &oracle, true).all);
   WriteEffect w;
+  w.Merge(WriteEffectOf("SELECT count(*) FROM t", nullptr, true));
+  CHECK((w.all && !w.schema));
+  w.Merge(WriteEffectOf("ALTER TABLE t ADD COLUMN y int", &oracle, true));
+  CHECK(w.schema);
+  w = WriteEffect{};
   w.Merge(WriteEffectOf("DELETE FROM u", &oracle, true));
   w.Merge(WriteEffectOf("DELETE FROM t", &oracle, true));
   CHECK(w.tables.size() == 2);
+}
+
+TEST_CASE("write effects: only DDL and what may run it can change statement metadata") {
+  // Before the catalog is read (no oracle) an aggregate read may write
+  // anything; it must not make the Clients forget their statement metadata.
+  FakeOracle oracle;
+  oracle.Table("t").Function("f", Volatility::kVolatile);
+  struct Case {
+    const char* sql;
+    bool catalog;  // false: no catalog read yet
+    bool precise;
+    bool all;
+    bool schema;
+  };
+  const Case c = GENERATE(values<Case>({
+      {"SELECT count(*), sum(x) FROM t", false, true, true, false},
+      {"SELECT f() FROM t", true, true, true, false},
+      {"UPDATE t SET x = 1", true, false, true, false},
+      {"INSERT INTO nowhere VALUES (1)", true, true, true, false},
+      {"CREATE TABLE z(x int)", true, true, true, true},
+      {"ALTER TABLE t ADD COLUMN y int", false, true, true, true},
+      {"DO $$ BEGIN END $$", true, true, true, true},
+      {"CALL p()", true, true, true, true},
+      {"EXPLAIN ANALYZE DELETE FROM t", true, true, true, true},
+      {"SELECT 'unterminated", true, true, true, true},
+      {"SELECT x FROM t", true, true, false, false},
+  }));
+  INFO(c.sql);
+  const WriteEffect fx = WriteEffectOf(c.sql, c.catalog ? &oracle : nullptr, c.precise);
+  CHECK(fx.all == c.all);
+  CHECK(fx.schema == c.schema);
 }
 
 TEST_CASE("keys: client keys and key suffixes separate sessions and shapes") {
