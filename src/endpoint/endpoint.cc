@@ -579,6 +579,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!lease_ && !rewritten_pin_ && (parse_only_unit_ || (tag == 'P' && endpoint::StatementSession::IsParseOnlyUnit(
                                                           std::string_view(in_).substr(offset - frame.size()))))) {
       // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
+      if (tag == 'P') statements_.set_scope(StatementScope());
       parse_only_unit_ = statements_.AnswerParseOnly(frame, local_out_);
       pump_wake_.Notify();
       co_return Next::kContinue;
@@ -656,6 +657,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'H') NoteWorkSent();
     cache_.OnForward(frame);  // writes and state changes, for the query cache
     if (tag != 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload);  // LISTEN/UNLISTEN (listen_state.h)
+    if (tag == 'P') statements_.set_scope(StatementScope());
     if (statements_.StartShapeCheck(frame, conn_->statements(), to_origin_)) {
       // A statement prepared before DDL is re-Parsed here: its result shape
       // is checked before the client's Bind goes out (statement_session.h).
@@ -1545,6 +1547,20 @@ class Session : public std::enable_shared_from_this<Session> {
   bool terminated_ = false;           // Terminate received
   bool session_done_ = false;         // Run has finished
   bool stopping_ = false;             // Endpoint::Stop or the link failed
+
+  // The session's name-resolution scope for its prepared statements
+  // (StatementSession::set_scope): after SET ROLE its own (never shared),
+  // with a search_path of its own that search_path; else empty (shared).
+  std::string StatementScope() const {
+    std::string scope;
+    if (pins_.Has(PinReason::kSetRole)) scope = "role " + std::to_string(serial_);
+    const endpoint::SettingMap& desired = settings_.desired();
+    if (auto it = desired.find("search_path"); it != desired.end()) {
+      scope += " search_path ";
+      scope += it->second;
+    }
+    return scope;
+  }
 
   // Session settings, pins and cancel routing (session_settings.h).
   std::string session_id_;            // hyperpool.session_id of the hello

@@ -16,11 +16,13 @@ absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), 
 }  // namespace
 
 std::string_view StatementInfo::query() const {
-  // key = Int16 n, n * Int32, query.
+  // key = Int16 n, n * Int32, query[, NUL, scope] (a query has no NUL).
   if (key.size() < 2) return {};
   const std::size_t n = (static_cast<unsigned char>(key[0]) << 8) | static_cast<unsigned char>(key[1]);
   const std::size_t skip = 2 + 4 * n;
-  return skip <= key.size() ? std::string_view(key).substr(skip) : std::string_view();
+  if (skip > key.size()) return {};
+  std::string_view query = std::string_view(key).substr(skip);
+  return query.substr(0, query.find('\0'));
 }
 
 void BuildStatementKey(std::string_view query, std::string_view types_raw, std::string& key) {

@@ -178,6 +178,12 @@ void StatementSession::Pop() {
   }
 }
 
+void StatementSession::AppendScope() {
+  if (scope_.empty()) return;
+  key_.push_back('\0');
+  key_.append(scope_);
+}
+
 void StatementSession::Reset() {
   ops_.clear();
   head_ = 0;
@@ -339,6 +345,7 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
     return;
   }
   BuildStatementKey(query, types_raw, key_);
+  AppendScope();
   StatementRef statement = catalog_.Intern(key_, query, types_raw);
   client_.Set(name, statement);
   if (conn.Touch(statement.get())) {
@@ -380,6 +387,7 @@ bool StatementSession::AnswerParseOnly(const protocol::Frame& frame, std::string
   std::string_view query;
   if (frame.tag == 'P' && TakeCString(rest, name) && TakeCString(rest, query) && !name.empty()) {
     BuildStatementKey(query, rest, key_);
+    AppendScope();
     client_.Set(name, catalog_.Intern(key_, query, rest));
   }
   protocol::AppendFrame(out, '1', {});

@@ -85,6 +85,15 @@ class StatementSession {
     kForward,  // forward the frame as received
     kDrop,     // swallowed (or replaced by what was appended to `out`)
   };
+  // The session's name-resolution scope, part of every statement identity it
+  // makes from now on: PostgreSQL re-plans a prepared statement whose
+  // search_path (or role, through "$user" and row security) differs from
+  // the one it was prepared under, so a statement another session prepared
+  // under other names can change its result type here (0A000) where a
+  // direct session would prepare its own. Empty for sessions that resolve
+  // names as the login role with its startup search_path; they share.
+  void set_scope(std::string scope) { scope_ = std::move(scope); }
+
   // A backend frame from that connection. First appends to `out` the
   // synthetic answers due before it; then says whether to forward it.
   Verdict OnBackend(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
@@ -139,6 +148,7 @@ class StatementSession {
   std::size_t pending() const { return ops_.size() - head_; }
 
  private:
+  void AppendScope();  // to key_, after BuildStatementKey
   enum class Kind : std::uint8_t {
     kParse,
     kBind,
@@ -203,6 +213,7 @@ class StatementSession {
   bool portal_is_dealloc_ = false;   // ...and the unnamed portal is bound to it
   std::size_t sql_prepared_ = 0;     // SQL-level PREPAREd statements the client holds
   std::string key_;                  // scratch: statement key
+  std::string scope_;                // set_scope()
   std::string name_;                 // scratch: DEALLOCATE name
   std::vector<StatementRef> evicted_;  // scratch
 };
