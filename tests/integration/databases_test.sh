@@ -11,9 +11,11 @@
 #    password; an unknown database gets 3D000 after a correct password and
 #    the same 28P01 as a wrong password otherwise (asyncpg reads SQLSTATEs);
 #  - SHOW POOLS has a row per database with its pool mode;
-#  - a reload (SIGHUP) that removes beta and adds gamma while pgbench runs
-#    against alpha: zero failed transactions, gamma reaches its database,
-#    beta is gone (3D000), SHOW POOLS follows.
+#  - a reload (SIGHUP) that removes beta, adds gamma and grows alpha's pool
+#    while pgbench runs against alpha: zero failed transactions, gamma
+#    reaches its database, beta is gone (3D000) and its origin connections
+#    closed, SHOW POOLS follows; alpha's changed url is logged as needing a
+#    restart.
 # Every wait polls a condition with a deadline. Needs HYPERPOOL_BINARY and
 # HYPERPOOL_TEST_PG_ENV (ctest sets both).
 set -euo pipefail
@@ -57,7 +59,7 @@ REP_PW="rep_$RANDOM$RANDOM"
 printf '%s\n' "$ROLE_PW" >"$tmp/origin-pw"
 printf '%s\n' "$REP_PW" >"$tmp/rep-pw"
 chmod 600 "$tmp/origin-pw" "$tmp/rep-pw"
-# write_config SECOND_NAME SECOND_DB: alpha, plus SECOND_NAME in session mode.
+# write_config SECOND_NAME SECOND_DB [ALPHA_POOL [ALPHA_URL_EXTRA]]: alpha, plus SECOND_NAME in session mode.
 write_config() {
   cat >"$tmp/hp.toml.new" <<TOML
 threads = 2
@@ -68,9 +70,9 @@ password = "$APP_PW"
 [admin]
 users = ["app"]
 [databases.alpha]
-url = "$(origin "$DB_A")"
+url = "$(origin "$DB_A")${4:-}"
 password_file = "$tmp/origin-pw"
-pool_size = 1
+pool_size = ${3:-1}
 pool_mode = "transaction"
 [databases.$1]
 url = "$(origin "$2")"
@@ -171,11 +173,13 @@ grep -q "^S|app|beta|" <<<"$servers" || fail "SHOW SERVERS lacks beta's connecti
 bg=$!
 wait_for 10 bash -c "[ \"\$(\"$PGBIN/psql\" -XAt -F '|' -d \"$CONSOLE\" -c 'SHOW STATS' | awk -F'|' '\$1 == \"alpha\" { print \$2 }')\" -gt 50 ]" ||
   fail "pgbench made no progress"
-write_config gamma "$DB_C"
+write_config gamma "$DB_C" 2 "&application_name=changed"
 kill -HUP "$pid"
 wait_for 10 grep -q "reloaded .*removed database beta.*added database gamma" "$tmp/err" || fail "no reload line"
 pools=$(admin_at "SHOW POOLS")
 grep -q "^gamma|" <<<"$pools" && ! grep -q "^beta|" <<<"$pools" || fail "SHOW POOLS after the reload: $pools"
+grep -q "^alpha|app|.*|transaction|2|no$" <<<"$pools" || fail "alpha's pool size not reloaded: $pools"
+grep -q "reload: databases.alpha origin changed; needs a restart" "$tmp/err" || fail "no needs-restart line for alpha's url"
 [ "$(q gamma 'SELECT current_database()')" = "$DB_C" ] || fail "gamma reached $(q gamma 'SELECT current_database()')"
 "$PY" - "$port" "$APP_PW" "$REP_PW" <<'PYEOF' || fail "after the reload"
 import asyncio, sys, asyncpg
