@@ -57,6 +57,15 @@ constexpr KeySpec kKeys[] = {
     {"admin.users", Type::kStringArray, "--admin-user"},
     {"cache.redis", Type::kString, "--redis-url"},
     {"cache.stale_if_error_s", Type::kInteger, "--stale-if-error"},
+    // The link between the halves (`hyperpool endpoint` / `hyperpool client`
+    // --config FILE; serve has no link and refuses them).
+    {"link.tls_cert", Type::kString, "--tls-cert"},
+    {"link.tls_key", Type::kString, "--tls-key"},
+    {"link.tls_ca", Type::kString, "--tls-ca"},
+    {"link.tls_server_name", Type::kString, "--tls-server-name"},
+    {"link.secret_file", Type::kString, "--link-secret-file"},
+    {"link.endpoints", Type::kStringArray, "--endpoint"},
+    {"link.region", Type::kString, "--region"},
 };
 
 // [users] and [databases]: any name, so not in kKeys.

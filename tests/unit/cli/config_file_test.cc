@@ -59,6 +59,14 @@ connections = true
 disconnections = false
 [admin]
 users = ["ops"]
+[link]
+tls_cert = "/etc/hyperpool/link.crt"
+tls_key = "/etc/hyperpool/link.key"
+tls_ca = "/etc/hyperpool/ca.crt"
+tls_server_name = "db-near.example.com"
+secret_file = "/etc/hyperpool/link.secret"
+endpoints = ["db-near.example.com:6433"]
+region = "eu"
 )";
 
 TEST_CASE("every key of a full file maps to its flag") {
@@ -92,6 +100,9 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--log-connections") == "true");
   CHECK(ValueOf(*config, "--log-disconnections") == "false");
   CHECK(ValueOf(*config, "--admin-user") == "ops");
+  CHECK(ValueOf(*config, "--tls-cert") == "/etc/hyperpool/link.crt");
+  CHECK(ValueOf(*config, "--endpoint") == "db-near.example.com:6433");
+  CHECK(ValueOf(*config, "--link-secret-file") == "/etc/hyperpool/link.secret");
   // All but the two inline passwords, users.<name> and databases.<name>.*.
   const std::vector<std::string> keys = ConfigKeys();
   const auto per_database = std::count_if(keys.begin(), keys.end(),
