@@ -6,14 +6,15 @@
 #    (session mode) reach their own origin database (current_database());
 #    two sessions of alpha share its one backend between transactions, two
 #    of beta each keep their own backend for every transaction;
-#  - a cancel reaches the query of its own database's session (57014);
+#  - a cancel reaches the query of its session in a non-default database;
 #  - user rep may use only beta: beta works, alpha gets 42501 after a correct
 #    password; an unknown database gets 3D000 after a correct password and
 #    the same 28P01 as a wrong password otherwise (asyncpg reads SQLSTATEs);
 #  - SHOW POOLS has a row per database with its pool mode;
 #  - a reload (SIGHUP) that removes beta, adds gamma and grows alpha's pool
 #    while pgbench runs against alpha: zero failed transactions, gamma
-#    reaches its database, beta is gone (3D000) and its origin connections
+#    reaches its database (and its own rows for a read alpha has cached),
+#    beta is gone (3D000) and its origin connections
 #    closed, SHOW POOLS follows; alpha's changed url is logged as needing a
 #    restart.
 # Every wait polls a condition with a deadline. Needs HYPERPOOL_BINARY and
@@ -134,16 +135,19 @@ async def main():
     q1, q2 = await pids(b1), await pids(b2)
     assert len(set(q1)) == 1 and len(set(q2)) == 1 and q1[0] != q2[0], ("beta (session mode)", q1, q2)
     assert q1[0] not in p1, "beta's backend is alpha's"
-    # a cancel of an alpha session's query reaches it (and only it: beta's sessions keep working)
-    slow = asyncio.ensure_future(a1.fetchval("SELECT pg_sleep(30)"))
+    # a cancel of a beta session's query (beta is not the default database)
+    # reaches beta's Endpoint and that query, within seconds
+    slow = asyncio.ensure_future(b1.fetchval("SELECT pg_sleep(30)"))
     await asyncio.sleep(0.5)
-    slow.cancel()  # asyncpg sends a CancelRequest with a1's key
+    started = asyncio.get_running_loop().time()
+    slow.cancel()  # asyncpg sends a CancelRequest with b1's key and waits for the query's end
     try:
         await asyncio.wait_for(slow, 10)
     except asyncio.CancelledError:
         pass
-    assert await a1.fetchval("SELECT 1", timeout=10) == 1
-    assert await b1.fetchval("SELECT current_database()") == await b2.fetchval("SELECT current_database()")
+    assert asyncio.get_running_loop().time() - started < 10, "the cancel did not reach beta's query"
+    assert await b1.fetchval("SELECT 1", timeout=10) == 1
+    assert await a1.fetchval("SELECT current_database()") == await a2.fetchval("SELECT current_database()")
     for c in (a1, a2, b1, b2):
         await c.close()
     # permissions: rep may use beta only; known after authentication only
@@ -181,6 +185,16 @@ grep -q "^gamma|" <<<"$pools" && ! grep -q "^beta|" <<<"$pools" || fail "SHOW PO
 grep -q "^alpha|app|.*|transaction|2|no$" <<<"$pools" || fail "alpha's pool size not reloaded: $pools"
 grep -q "reload: databases.alpha origin changed; needs a restart" "$tmp/err" || fail "no needs-restart line for alpha's url"
 [ "$(q gamma 'SELECT current_database()')" = "$DB_C" ] || fail "gamma reached $(q gamma 'SELECT current_database()')"
+# The same cacheable read in two databases: each gets its own rows, never the
+# other's cached result (the Client's cache tier is shared by its databases).
+for db in "$DB_A" "$DB_C"; do
+  "$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -d "postgresql://$ROLE:$ROLE_PW@$PGH:$PGP/$db?sslmode=disable" \
+    -c "CREATE TABLE hp_same(v text)" -c "INSERT INTO hp_same VALUES ('rows of $db')" >/dev/null
+done
+for _ in 1 2 3; do
+  [ "$(q alpha 'SELECT v FROM hp_same')" = "rows of $DB_A" ] || fail "alpha read $(q alpha 'SELECT v FROM hp_same')"
+done
+[ "$(q gamma 'SELECT v FROM hp_same')" = "rows of $DB_C" ] || fail "gamma read $(q gamma 'SELECT v FROM hp_same')"
 "$PY" - "$port" "$APP_PW" "$REP_PW" <<'PYEOF' || fail "after the reload"
 import asyncio, sys, asyncpg
 port, app_pw, rep_pw = int(sys.argv[1]), sys.argv[2], sys.argv[3]
