@@ -110,6 +110,7 @@ struct OriginServerInfo {
   std::chrono::system_clock::time_point connect_time;  // unset while opening
   bool pinned = false;   // held by a pinned session outside the pool's cap
   bool retired = false;  // closes when released (RECONNECT, max lifetime, a lowered pool size)
+  std::string database;  // the app-facing database (set by a host serving several; empty: the one)
 };
 
 class Endpoint : public LinkAcceptor {

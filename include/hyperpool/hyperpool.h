@@ -9,6 +9,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <asio/io_context.hpp>
 
@@ -30,6 +32,17 @@ struct ConnectOptions {
   // per core), and needs no strands.
   asio::io_context* io_context = nullptr;
   unsigned threads = 0;
+  // Several databases in one process (hyperpool serve's [databases]): each
+  // gets its own Endpoint with its own options (origin, pool, cache), and
+  // the app's StartupMessage database picks one; `endpoint` is then unused.
+  // The first is the default (the Client's probe of origin parameters).
+  // client.databases decides who may use which (null: every app user, every
+  // database listed here). Empty: the one Endpoint of `endpoint`.
+  struct Database {
+    std::string name;
+    EndpointOptions endpoint;
+  };
+  std::vector<Database> databases;
 };
 
 // A running Client bound to an Endpoint for one origin.
@@ -51,6 +64,20 @@ class Connection {
   // valid until Close(). endpoint() is null when the Endpoint is remote.
   virtual Client* client() { return nullptr; }
   virtual Endpoint* endpoint() { return nullptr; }
+  // With ConnectOptions::databases: the names served now, the Endpoint of
+  // one (null if not served; valid until Close()), and changes at run time.
+  // AddDatabase starts a new Endpoint for new logins to `name`;
+  // RemoveDatabase refuses new links to it at once, closes its idle origin
+  // connections and the others as they are released; its sessions keep
+  // running until they end. Other databases' sessions are not touched.
+  virtual std::vector<std::string> databases() const { return {}; }
+  virtual Endpoint* endpoint(std::string_view /*database*/) { return nullptr; }
+  virtual absl::Status AddDatabase(std::string /*name*/, EndpointOptions /*options*/) {
+    return absl::UnimplementedError("this connection serves one database");
+  }
+  virtual absl::Status RemoveDatabase(std::string_view /*name*/) {
+    return absl::UnimplementedError("this connection serves one database");
+  }
 };
 
 // Starts a Client and an in-process Endpoint for `options.endpoint.origin`.

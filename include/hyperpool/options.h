@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hyperpool/log.h"
@@ -16,6 +17,23 @@
 namespace hyperpool {
 
 class AdminConsole;
+
+// Which databases a Client serves and which app users may use each
+// (hyperpool serve's [databases] and [users.NAME] databases = [...]). The
+// login asks it only after a successful authentication, as PostgreSQL
+// looks the database up and checks CONNECT privilege only then: before,
+// an unknown database is indistinguishable from a wrong password.
+// Thread-safe; its answers may change at run time (a reload).
+class DatabaseDirectory {
+ public:
+  enum class Access {
+    kAllowed,
+    kDenied,   // FATAL 42501 permission denied for database "X"
+    kUnknown,  // FATAL 3D000 database "X" does not exist
+  };
+  virtual ~DatabaseDirectory() = default;
+  virtual Access Check(std::string_view user, std::string_view database) const = 0;
+};
 
 // How origin connections are shared.
 enum class PoolMode {
@@ -205,6 +223,10 @@ struct ClientOptions {
   // name is then an ordinary unknown database). Must differ from `database`.
   std::shared_ptr<AdminConsole> admin;
   std::string admin_database = "hyperpool";
+  // Several databases behind one Client (hyperpool::connect() with
+  // ConnectOptions::databases sets it): a login names one of them, and
+  // this decides. Null: only `database`, open to every app user.
+  std::shared_ptr<const DatabaseDirectory> databases;
 };
 
 }  // namespace hyperpool

@@ -57,10 +57,36 @@ constexpr KeySpec kKeys[] = {
     {"admin.users", Type::kStringArray, "--admin-user"},
     {"cache.redis", Type::kString, "--redis-url"},
     {"cache.stale_if_error_s", Type::kInteger, "--stale-if-error"},
+    // The link between the halves (`hyperpool endpoint` / `hyperpool client`
+    // --config FILE; serve has no link and refuses them).
+    {"link.tls_cert", Type::kString, "--tls-cert"},
+    {"link.tls_key", Type::kString, "--tls-key"},
+    {"link.tls_ca", Type::kString, "--tls-ca"},
+    {"link.tls_server_name", Type::kString, "--tls-server-name"},
+    {"link.secret_file", Type::kString, "--link-secret-file"},
+    {"link.endpoints", Type::kStringArray, "--endpoint"},
+    {"link.region", Type::kString, "--region"},
 };
 
-// [users]: any name, so not in kKeys.
+// [users] and [databases]: any name, so not in kKeys.
 constexpr std::string_view kUsersSection = "users";
+constexpr std::string_view kDatabasesSection = "databases";
+
+// The keys of a [databases.NAME] table: the flag each stands for, applied
+// to that database's Endpoint only.
+constexpr KeySpec kDatabaseKeys[] = {
+    {"url", Type::kString, "--origin"},
+    {"password_file", Type::kString, "--origin-password-file"},
+    {"password", Type::kString, ""},
+    {"pool_size", Type::kInteger, "--pool-size"},
+    {"min_idle", Type::kInteger, "--min-idle"},
+    {"pool_mode", Type::kString, "--pool-mode"},
+    {"max_pinned", Type::kInteger, "--max-pinned"},
+    {"acquire_timeout_ms", Type::kInteger, "--acquire-timeout"},
+    {"query_timeout_ms", Type::kInteger, "--query-timeout"},
+    {"cache", Type::kBool, "--no-cache"},
+    {"cache_max_age_s", Type::kInteger, "--cache-max-age"},
+};
 
 const KeySpec* FindKey(std::string_view key) {
   for (const KeySpec& spec : kKeys) {
@@ -70,7 +96,7 @@ const KeySpec* FindKey(std::string_view key) {
 }
 
 bool IsSection(std::string_view name) {
-  if (name == kUsersSection) return true;
+  if (name == kUsersSection || name == kDatabasesSection) return true;
   for (const KeySpec& spec : kKeys) {
     if (spec.key.size() > name.size() && spec.key.substr(0, name.size()) == name && spec.key[name.size()] == '.') {
       return true;
@@ -161,6 +187,10 @@ class Parser {
           if (absl::Status s = Users(*node.as_table()); !s.ok()) return s;
           continue;
         }
+        if (key == kDatabasesSection) {
+          if (absl::Status s = Databases(*node.as_table()); !s.ok()) return s;
+          continue;
+        }
         if (absl::Status s = Table(key, *node.as_table()); !s.ok()) return s;
         continue;
       }
@@ -196,9 +226,18 @@ class Parser {
             user.password_file = **value.as_string();
           } else if (field.str() == "verifier" && value.is_string()) {
             user.scram_verifier = **value.as_string();
+          } else if (field.str() == "databases" && value.is_array()) {
+            user.databases.emplace();
+            for (const toml::node& element : *value.as_array()) {
+              if (!element.is_string() || element.as_string()->get().empty()) {
+                return absl::InvalidArgumentError(fmt::format("{}: must hold non-empty strings", field_where));
+              }
+              user.databases->push_back(**element.as_string());
+            }
           } else {
-            return absl::InvalidArgumentError(
-                fmt::format("{}: unknown key or not a string (password_file, verifier)", field_where));
+            return absl::InvalidArgumentError(fmt::format(
+                "{}: unknown key or wrong type (password_file, verifier: strings; databases: array of strings)",
+                field_where));
           }
         }
         if (user.password_file.empty() == user.scram_verifier.empty()) {
@@ -209,6 +248,59 @@ class Parser {
             fmt::format("{}: must be a verifier string or {{ password_file = \"FILE\" }}", where));
       }
       out_.users.push_back(std::move(user));
+    }
+    return absl::OkStatus();
+  }
+
+  // [databases.NAME]: url = "postgresql://...", and the keys of kDatabaseKeys.
+  absl::Status Databases(const toml::table& table) {
+    for (const auto& [k, node] : table) {
+      const std::string name(k.str());
+      const std::string where = Where(name_, node, fmt::format("databases.{}", name));
+      const toml::table* fields = node.as_table();
+      if (fields == nullptr) {
+        return absl::InvalidArgumentError(fmt::format("{}: must be a table ([databases.{}])", where, name));
+      }
+      if (name.empty()) return absl::InvalidArgumentError(fmt::format("{}: needs a name", where));
+      ConfigDatabase db{name, {}, "", where};
+      for (const auto& [field, value] : *fields) {
+        const std::string field_where = Where(name_, value, fmt::format("databases.{}.{}", name, field.str()));
+        const KeySpec* spec = nullptr;
+        for (const KeySpec& s : kDatabaseKeys) {
+          if (s.key == field.str()) spec = &s;
+        }
+        if (spec == nullptr) {
+          std::string keys;
+          for (const KeySpec& s : kDatabaseKeys) keys += (keys.empty() ? "" : ", ") + std::string(s.key);
+          return absl::InvalidArgumentError(fmt::format("{}: unknown key (known: {})", field_where, keys));
+        }
+        std::string text;
+        if (spec->type == Type::kString) {
+          if (!value.is_string()) return WrongType(field_where, *spec);
+          text = **value.as_string();
+        } else if (spec->type == Type::kInteger) {
+          if (!value.is_integer()) return WrongType(field_where, *spec);
+          if (**value.as_integer() < 0) {
+            return absl::InvalidArgumentError(fmt::format("{}: must not be negative", field_where));
+          }
+          text = fmt::format("{}", **value.as_integer());
+        } else {
+          if (!value.is_boolean()) return WrongType(field_where, *spec);
+          text = **value.as_boolean() ? "true" : "false";
+        }
+        if (field.str() == "password") {
+          db.origin_password = text;
+          has_password_ = true;
+        } else if (field.str() == "cache") {
+          if (text == "false") db.settings.push_back({std::string(spec->flag), "", field_where});
+        } else {
+          db.settings.push_back({std::string(spec->flag), text, field_where});
+        }
+      }
+      bool has_url = false;
+      for (const ConfigSetting& s : db.settings) has_url |= s.flag == "--origin";
+      if (!has_url) return absl::InvalidArgumentError(fmt::format("{}: needs url (the origin)", where));
+      out_.databases.push_back(std::move(db));
     }
     return absl::OkStatus();
   }
@@ -262,6 +354,7 @@ std::vector<std::string> ConfigKeys() {
   std::vector<std::string> keys;
   for (const KeySpec& spec : kKeys) keys.emplace_back(spec.key);
   keys.emplace_back("users.<name>");
+  for (const KeySpec& spec : kDatabaseKeys) keys.push_back(fmt::format("databases.<name>.{}", spec.key));
   return keys;
 }
 

@@ -7,6 +7,7 @@
 // its line.
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,19 @@ struct ConfigUser {
   std::string scram_verifier;  // PostgreSQL's stored form, or empty
   std::string password_file;   // or a file holding the password
   std::string where;           // "FILE:LINE: users.NAME"
+  // databases = ["a", "b"]: the only databases the user may use (others:
+  // 42501 after authentication). Absent: all.
+  std::optional<std::vector<std::string>> databases;
+};
+
+// One entry of [databases] (PgBouncer's [databases]): an app-facing name
+// with its own origin and pool, as (flag, value) settings applied over the
+// global ones for that database's Endpoint.
+struct ConfigDatabase {
+  std::string name;
+  std::vector<ConfigSetting> settings;  // --origin, --pool-size, ... (sorted by key)
+  std::string origin_password;          // inline `password`, or empty
+  std::string where;                    // "FILE:LINE: databases.NAME"
 };
 
 struct ConfigFile {
@@ -36,6 +50,8 @@ struct ConfigFile {
   std::string client_password;
   // [users], sorted by name (toml++ tables are ordered maps).
   std::vector<ConfigUser> users;
+  // [databases.NAME], sorted by name. Empty: the one database of [origin].
+  std::vector<ConfigDatabase> databases;
   // Warnings to print (a file holding a password that group or others can read).
   std::vector<std::string> warnings;
 };

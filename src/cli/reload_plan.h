@@ -20,8 +20,8 @@ struct ReloadPlan {
   std::vector<std::string> restart;  // changed, ignored until a restart
 };
 
-// Whether a reload applies `flag`: the pool's size and timeouts and the
-// admin users.
+// Whether a reload applies `flag`: the pool's size and timeouts, the
+// admin users and the users' databases ("(databases of NAME)").
 bool IsReloadable(std::string_view flag);
 
 // The flags whose value differs (set, changed or removed) between the two.

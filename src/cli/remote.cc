@@ -38,6 +38,7 @@
 #include "absl/strings/numbers.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/metrics_flag.h"
 #include "client/client_util.h"
 #include "hyperpool/hyperpool.h"
@@ -56,6 +57,9 @@ and prove they know the link secret. Prints the address it listens on
 SIGINT or SIGTERM.
 
 Options:
+  --config FILE           read options from a TOML file (serve's keys: [listen], [origin], [pool],
+                          [cache], [log], [metrics]; plus [link] tls_cert, tls_key, secret_file);
+                          flags given as well override it
   --listen HOST:PORT      address for Clients' links (an IP address; 0.0.0.0 for all;
                           port 0 picks a free port, printed)
   --origin URL            origin database: postgresql://user:pass@host:port/db?sslmode=...
@@ -104,6 +108,9 @@ drains and exits 0 on SIGINT or SIGTERM. Links are opened ahead, so a new
 session costs no round trip to the Endpoint before its first query goes out.
 
 Options:
+  --config FILE           read options from a TOML file (serve's keys: [listen], [client], [cache],
+                          [tls], [log], [metrics]; plus [link] endpoints, tls_ca, tls_server_name,
+                          secret_file, region); flags given as well override it
   --endpoint HOST:PORT    the Endpoint's link address (host name or IP address). Give it
                           more than once and the Client ranks them by the lowest client
                           + 2 x origin round trip (latency placement; each answers its
@@ -225,13 +232,66 @@ absl::StatusOr<std::string> ReadSecretFile(std::string_view command, const std::
 }
 
 // One "--name value" or "--name=value" argument at a time.
+//
+// With --config FILE (endpoint and client) the file's settings come first,
+// as the same (flag, value) pairs `serve --config` uses (config_file.h), so
+// flags given as well override them; check error() before the loop.
 class Args {
  public:
   Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  Args(int argc, char** argv, std::string_view command) : argc_(argc), argv_(argv) {
+    for (int i = 2; i < argc; ++i) {
+      std::string_view arg = argv[i];
+      std::string path;
+      if (arg == "--config" && i + 1 < argc) {
+        path = argv[i + 1];
+      } else if (arg.substr(0, 9) == "--config=") {
+        path = std::string(arg.substr(9));
+      } else {
+        continue;
+      }
+      absl::StatusOr<ConfigFile> config = LoadConfigFile(path);
+      if (!config.ok()) {
+        error_ = std::string(config.status().message());
+        return;
+      }
+      for (const std::string& warning : config->warnings) LogLine(command, fmt::format("warning: {}", warning));
+      if (!config->origin_password.empty() || !config->client_password.empty() || !config->users.empty() ||
+          !config->databases.empty()) {
+        error_ = fmt::format("{}: origin.password, client.password, [users] and [databases] are for serve only",
+                             path);
+        return;
+      }
+      for (ConfigSetting& setting : config->settings) {
+        // A switch the file turns off is the default: no flag.
+        if (IsBareLogFlag(setting.flag) && setting.value == "false") continue;
+        if (IsBareLogFlag(setting.flag)) setting.value.clear();
+        file_.push_back(std::move(setting));
+      }
+    }
+  }
+  // The config file could not be used (the message names file and line).
+  const std::optional<std::string>& error() const { return error_; }
+  // "FILE:LINE: key: " for a setting of the file, else "".
+  std::string where() const { return where_.empty() ? "" : where_ + ": "; }
   // Advances to the next argument; false at the end.
   bool Next() {
+    where_.clear();
+    if (next_file_ < file_.size()) {
+      const ConfigSetting& setting = file_[next_file_++];
+      name_ = setting.flag;
+      value_ = setting.value;
+      has_inline_ = true;  // bare switches are matched by name before any value is read
+      where_ = setting.where;
+      return true;
+    }
     if (i_ >= argc_) return false;
     std::string_view arg = argv_[i_++];
+    if (arg == "--config" && i_ < argc_) {  // read by the constructor
+      ++i_;
+      return Next();
+    }
+    if (arg.substr(0, 9) == "--config=") return Next();
     has_inline_ = false;
     name_ = arg;
     if (arg.substr(0, 2) == "--") {
@@ -263,6 +323,10 @@ class Args {
   std::string_view name_;
   std::string value_;
   bool has_inline_ = false;
+  std::vector<ConfigSetting> file_;
+  size_t next_file_ = 0;
+  std::string where_;
+  std::optional<std::string> error_;
 };
 
 // Blocks until SIGINT or SIGTERM; returns which. The signal set must exist
@@ -357,7 +421,8 @@ int RunEndpoint(int argc, char** argv) {
   bool have_listen = false;
   std::string secret_file;
   std::string metrics_listen;
-  Args args(argc, argv);
+  Args args(argc, argv, kCommand);
+  if (args.error()) return usage_error(*args.error());
   while (args.Next()) {
     std::string_view name = args.name();
     if (name == "--help" || name == "-h") {
@@ -399,7 +464,7 @@ int RunEndpoint(int argc, char** argv) {
       if (!ParseNumber(value, number) || number == 0) return usage_error("--handshake-timeout needs milliseconds");
       listen.handshake_timeout = std::chrono::milliseconds(number);
     } else {
-      return usage_error(fmt::format("unknown option {}", std::string(name)));
+      return usage_error(fmt::format("{}unknown option {}", args.where(), std::string(name)));
     }
   }
   if (!have_listen) return usage_error("--listen is required");
@@ -514,7 +579,8 @@ int RunClient(int argc, char** argv) {
   std::vector<std::pair<std::string, uint16_t>> endpoints;
   std::string metrics_listen;
   FailoverOptions failover;
-  Args args(argc, argv);
+  Args args(argc, argv, kCommand);
+  if (args.error()) return usage_error(*args.error());
   while (args.Next()) {
     std::string_view name = args.name();
     if (name == "--help" || name == "-h") {
@@ -563,7 +629,7 @@ int RunClient(int argc, char** argv) {
     } else if (auto log_applied = ApplyLogOption(name, value, log)) {
       if (!log_applied->empty()) return usage_error(*log_applied);
     } else {
-      return usage_error(fmt::format("unknown option {}", std::string(name)));
+      return usage_error(fmt::format("{}unknown option {}", args.where(), std::string(name)));
     }
   }
   if (endpoints.empty()) return usage_error("--endpoint is required");

@@ -11,7 +11,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <string>
 #include <string_view>
@@ -44,7 +46,8 @@ drains and exits 0 on SIGINT or SIGTERM.
 
 Options:
   --config FILE           read options from a TOML file (see share/hyperpool/hyperpool.toml.example);
-                          flags given as well override it; it may hold the origin password
+                          flags given as well override it; it may hold the origin password;
+                          its [databases.NAME] tables serve several databases (instead of --origin)
   --origin URL            origin database: postgresql://user:pass@host:port/db?sslmode=...
                           or a key=value string (default: $HYPERPOOL_ORIGIN); keep the
                           password out of it (argv is public): see --origin-password-file
@@ -100,7 +103,8 @@ Options:
                           cannot be reached (default 0 = off)
   --help                  print this help
 
-Signals: SIGHUP re-reads --config FILE (pool size and timeouts and admin users take effect
+Signals: SIGHUP re-reads --config FILE (databases added or removed, pool size and timeouts,
+per-user databases and admin users take effect
 for new units of work; other changes are logged as needing a restart; a file that does
 not parse is rejected whole). SIGINT/SIGTERM drain and exit 0.
 )";
@@ -159,7 +163,112 @@ struct ServeSettings {
   std::vector<std::string> admin_users;
   LoggerOptions log;
   SettingMap map;  // for PlanReload and SHOW CONFIG
+  // [databases.NAME] (options.databases holds their Endpoint options, the
+  // default database first): each one's own settings, for a reload.
+  std::map<std::string, SettingMap> database_maps;
+  // [users.NAME] databases = [...]: user -> the databases allowed.
+  std::map<std::string, std::set<std::string>> permissions;
 };
+
+// Which databases serve has and who may use them (ClientOptions::databases);
+// replaced whole by a reload.
+class ServeDirectory final : public DatabaseDirectory {
+ public:
+  void Update(std::set<std::string> names, std::map<std::string, std::set<std::string>> permissions) {
+    std::lock_guard lock(mu_);
+    names_ = std::move(names);
+    permissions_ = std::move(permissions);
+  }
+
+  Access Check(std::string_view user, std::string_view database) const override {
+    std::lock_guard lock(mu_);
+    const std::string db(database);
+    if (names_.count(db) == 0) return Access::kUnknown;
+    auto it = permissions_.find(std::string(user));
+    if (it != permissions_.end() && it->second.count(db) == 0) return Access::kDenied;
+    return Access::kAllowed;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> names_;
+  std::map<std::string, std::set<std::string>> permissions_;
+};
+
+std::set<std::string> DatabaseNames(const ServeSettings& s) {
+  std::set<std::string> names;
+  if (s.options.databases.empty()) names.insert(s.options.client.database);
+  for (const ConnectOptions::Database& db : s.options.databases) names.insert(db.name);
+  return names;
+}
+
+const char* ModeName(PoolMode mode) { return mode == PoolMode::kTransaction ? "transaction" : "session"; }
+
+// [databases.NAME] as Endpoint options: the global ones (the file's and
+// the flags'), then the database's own keys over them. The default
+// database (--database / [client] database, else the first) goes first.
+std::optional<std::string> BuildDatabases(const std::vector<ConfigDatabase>& databases, ServeSettings& out) {
+  if (databases.empty()) return std::nullopt;
+  if (out.map.count("--origin") != 0) {
+    return "--origin / [origin] url cannot be combined with [databases]: give each database its url";
+  }
+  const bool named_default = out.map.count("--database") != 0;
+  bool default_found = false;
+  for (const ConfigDatabase& db : databases) {
+    if (db.name == out.options.client.admin_database) {
+      return fmt::format("{}: \"{}\" is the admin console's name", db.where, db.name);
+    }
+    EndpointOptions endpoint = out.options.endpoint;
+    endpoint.origin.clear();
+    endpoint.origin_password.clear();
+    endpoint.origin_password_file.clear();
+    SettingMap& map = out.database_maps[db.name];
+    for (const ConfigSetting& setting : db.settings) {
+      map[setting.flag] = setting.value;
+      if (setting.flag == "--no-cache") {
+        endpoint.cache.enabled = false;
+        continue;
+      }
+      std::optional<std::string> error = ApplyEndpointOption(setting.flag, setting.value, endpoint);
+      if (!error) return fmt::format("{}: not a database setting", setting.where);
+      if (!error->empty()) return fmt::format("{}: {}", setting.where, *error);
+    }
+    endpoint.origin_password = db.origin_password;
+    if (!db.origin_password.empty()) map["(origin password)"] = db.origin_password;
+    if (endpoint.pool.min_idle > endpoint.pool.max_size) {
+      return fmt::format("{}: min_idle cannot exceed pool_size", db.where);
+    }
+    ConnectOptions::Database entry{db.name, std::move(endpoint)};
+    if (named_default && db.name == out.options.client.database) {
+      default_found = true;
+      out.options.databases.insert(out.options.databases.begin(), std::move(entry));
+    } else {
+      out.options.databases.push_back(std::move(entry));
+    }
+  }
+  if (named_default && !default_found) {
+    return fmt::format("--database \"{}\" is none of [databases]", out.options.client.database);
+  }
+  out.options.client.database = out.options.databases.front().name;
+  return std::nullopt;
+}
+
+// [users.NAME] databases = [...]: each must name a database served.
+std::optional<std::string> BuildPermissions(const std::vector<ConfigUser>& users, ServeSettings& out) {
+  const std::set<std::string> names = DatabaseNames(out);
+  for (const ConfigUser& user : users) {
+    if (!user.databases) continue;
+    std::set<std::string>& allowed = out.permissions[user.name];
+    for (const std::string& name : *user.databases) {
+      if (names.count(name) == 0) return fmt::format("{}.databases: no database \"{}\"", user.where, name);
+      allowed.insert(name);
+    }
+    std::string joined;
+    for (const std::string& name : allowed) joined += (joined.empty() ? "" : ",") + name;
+    out.map[fmt::format("(databases of {})", user.name)] = joined;
+  }
+  return std::nullopt;
+}
 
 // [users] of the config file as the Client's app users.
 std::optional<std::string> ApplyConfigUsers(const std::vector<ConfigUser>& users, ClientOptions& options) {
@@ -222,9 +331,11 @@ absl::StatusOr<ServeSettings> BuildSettings(const std::string& config_path, cons
   ServeSettings out;
   if (const char* env = std::getenv("HYPERPOOL_ORIGIN")) out.options.endpoint.origin = env;
   bool args_set_origin_password = false;
+  std::optional<ConfigFile> config;
   if (!config_path.empty()) {
-    absl::StatusOr<ConfigFile> config = LoadConfigFile(config_path);
-    if (!config.ok()) return config.status();
+    absl::StatusOr<ConfigFile> loaded = LoadConfigFile(config_path);
+    if (!loaded.ok()) return loaded.status();
+    config = *std::move(loaded);
     warnings = config->warnings;
     for (const ConfigSetting& setting : config->settings) {
       if (auto error = ApplyServeSetting(setting, out)) return absl::InvalidArgumentError(*error);
@@ -249,6 +360,11 @@ absl::StatusOr<ServeSettings> BuildSettings(const std::string& config_path, cons
   }
   // A password file named by a flag overrides a password in the config file.
   if (args_set_origin_password) out.options.endpoint.origin_password.clear();
+  if (config) {
+    if (auto error = BuildDatabases(config->databases, out)) return absl::InvalidArgumentError(*error);
+    if (auto error = BuildPermissions(config->users, out)) return absl::InvalidArgumentError(*error);
+  }
+  if (!out.options.databases.empty()) return out;
   if (out.options.endpoint.origin.empty()) return absl::InvalidArgumentError("--origin is required");
   if (out.options.endpoint.pool.min_idle > out.options.endpoint.pool.max_size) {
     return absl::InvalidArgumentError("--min-idle cannot exceed --pool-size");
@@ -274,8 +390,17 @@ ServeAdmin::Static AdminStatic(const ServeSettings& s) {
   ServeAdmin::Static st;
   st.database = s.options.client.database;
   st.user = s.options.client.user;
-  st.pool_mode = s.options.endpoint.pool.mode == PoolMode::kTransaction ? "transaction" : "session";
+  st.pool_mode = ModeName(s.options.endpoint.pool.mode);
   st.config = ConfigRows(s.map);
+  for (const ConnectOptions::Database& db : s.options.databases) {
+    st.pool_modes[db.name] = ModeName(db.endpoint.pool.mode);
+    auto own = s.database_maps.find(db.name);
+    if (own == s.database_maps.end()) continue;
+    for (ops::AdminSnapshot::ConfigRow& row : ConfigRows(own->second)) {
+      row.key = fmt::format("databases.{}.{}", db.name, row.key);
+      st.config.push_back(std::move(row));
+    }
+  }
   return st;
 }
 
@@ -290,6 +415,13 @@ class Reloader {
   void SetConnection(Connection* connection) {
     std::lock_guard lock(mu_);
     connection_ = connection;
+  }
+
+  // Several databases: the directory to update and the logger new Endpoints get.
+  void SetDatabases(std::shared_ptr<ServeDirectory> directory, std::shared_ptr<const Logger> logger) {
+    std::lock_guard lock(mu_);
+    directory_ = std::move(directory);
+    logger_ = std::move(logger);
   }
 
   absl::Status Reload() {
@@ -309,6 +441,7 @@ class Reloader {
     for (const std::string& flag : plan.restart) {
       LogLine(fmt::format("reload: {} changed; needs a restart to take effect", flag.front() == '-' ? flag.substr(2) : flag));
     }
+    if (!running_.options.databases.empty() || !next->options.databases.empty()) return ReloadDatabases(*next, plan);
     PoolOptions pool = running_.options.endpoint.pool;
     const PoolOptions& want = next->options.endpoint.pool;
     pool.max_size = want.max_size;
@@ -327,6 +460,8 @@ class Reloader {
       }
     }
     running_.options.endpoint.pool = pool;
+    running_.permissions = next->permissions;
+    if (directory_) directory_->Update(DatabaseNames(running_), running_.permissions);
     running_.admin_users = next->admin_users;
     admin_.SetAdminUsers(running_.admin_users);
     for (const std::string& flag : plan.live) {
@@ -338,13 +473,111 @@ class Reloader {
     }
     admin_.SetStatic(AdminStatic(running_));
     std::string applied;
-    for (const std::string& flag : plan.live) applied += (applied.empty() ? "" : ", ") + flag.substr(2);
+    for (const std::string& flag : plan.live) applied += (applied.empty() ? "" : ", ") + (flag.front() == '-' ? flag.substr(2) : flag);
     LogLine(fmt::format("reloaded {}: {}; pool {} connections", config_path_,
                         applied.empty() ? "no live setting changed" : "applied " + applied, pool.max_size));
     return absl::OkStatus();
   }
 
  private:
+  static bool SamePool(const PoolOptions& a, const PoolOptions& b) {
+    return a.max_size == b.max_size && a.min_idle == b.min_idle && a.acquire_timeout == b.acquire_timeout &&
+           a.idle_timeout == b.idle_timeout && a.max_lifetime == b.max_lifetime;
+  }
+
+  // Requires mu_. [databases]: removed ones drain, added ones start, the
+  // pool settings of the others are applied; their other changes need a
+  // restart. Sessions of databases not removed are not touched.
+  absl::Status ReloadDatabases(ServeSettings& next, const ReloadPlan& plan) {
+    if (running_.options.databases.empty() || next.options.databases.empty()) {
+      LogLine("reload: switching between [origin] and [databases] needs a restart to take effect");
+      return absl::OkStatus();
+    }
+    std::map<std::string, EndpointOptions> want;
+    for (ConnectOptions::Database& db : next.options.databases) want[db.name] = db.endpoint;
+    std::vector<std::string> changes;
+    std::vector<ConnectOptions::Database> kept;
+    for (ConnectOptions::Database& db : running_.options.databases) {
+      auto it = want.find(db.name);
+      if (it == want.end()) {
+        absl::Status removed = connection_ ? connection_->RemoveDatabase(db.name) : absl::OkStatus();
+        if (removed.ok()) {
+          changes.push_back(fmt::format("removed database {}", db.name));
+          running_.database_maps.erase(db.name);
+          continue;
+        }
+        LogLine(fmt::format("reload: database {} stays: {}", db.name, std::string(removed.message())));
+        kept.push_back(std::move(db));
+        continue;
+      }
+      // Settings a running Endpoint cannot take.
+      const SettingMap& old_map = running_.database_maps[db.name];
+      const SettingMap& new_map = next.database_maps[db.name];
+      for (const std::string& flag : PlanReload(old_map, new_map).restart) {
+        LogLine(fmt::format("reload: databases.{} {} changed; needs a restart to take effect", db.name,
+                            flag.front() == '-' ? flag.substr(2) : flag));
+      }
+      for (const std::string& flag : PlanReload(old_map, new_map).live) {
+        if (auto v = new_map.find(flag); v != new_map.end()) {
+          running_.database_maps[db.name][flag] = v->second;
+        } else {
+          running_.database_maps[db.name].erase(flag);
+        }
+      }
+      PoolOptions pool = db.endpoint.pool;
+      const PoolOptions& target = it->second.pool;
+      if (!SamePool(pool, target)) {
+        pool.max_size = target.max_size;
+        pool.min_idle = target.min_idle;
+        pool.acquire_timeout = target.acquire_timeout;
+        pool.idle_timeout = target.idle_timeout;
+        pool.max_lifetime = target.max_lifetime;
+        Endpoint* endpoint = connection_ ? connection_->endpoint(db.name) : nullptr;
+        absl::Status s = endpoint ? endpoint->UpdatePool(pool) : absl::OkStatus();
+        if (s.ok()) {
+          db.endpoint.pool = pool;
+          changes.push_back(fmt::format("database {} pool {} connections", db.name, pool.max_size));
+        } else {
+          LogLine(fmt::format("reload: database {} keeps its pool: {}", db.name, std::string(s.message())));
+        }
+      }
+      want.erase(it);
+      kept.push_back(std::move(db));
+    }
+    for (ConnectOptions::Database& db : next.options.databases) {
+      if (want.count(db.name) == 0) continue;  // running already
+      EndpointOptions options = db.endpoint;
+      options.logger = logger_;
+      absl::Status added = connection_ ? connection_->AddDatabase(db.name, std::move(options)) : absl::OkStatus();
+      if (!added.ok()) {
+        LogLine(fmt::format("reload: database {} not added: {}", db.name, std::string(added.message())));
+        continue;
+      }
+      changes.push_back(fmt::format("added database {}", db.name));
+      running_.database_maps[db.name] = next.database_maps[db.name];
+      kept.push_back(std::move(db));
+    }
+    running_.options.databases = std::move(kept);
+    running_.permissions = next.permissions;
+    if (directory_) directory_->Update(DatabaseNames(running_), running_.permissions);
+    running_.admin_users = next.admin_users;
+    admin_.SetAdminUsers(running_.admin_users);
+    for (const std::string& flag : plan.live) {
+      if (auto it = next.map.find(flag); it != next.map.end()) {
+        running_.map[flag] = it->second;
+      } else {
+        running_.map.erase(flag);
+      }
+    }
+    admin_.SetStatic(AdminStatic(running_));
+    std::string applied;
+    for (const std::string& change : changes) applied += (applied.empty() ? "" : "; ") + change;
+    LogLine(fmt::format("reloaded {}: {}", config_path_, applied.empty() ? "no database changed" : applied));
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<ServeDirectory> directory_;
+  std::shared_ptr<const Logger> logger_;
   std::mutex mu_;
   const std::string config_path_;
   const std::vector<ConfigSetting> args_;
@@ -356,13 +589,17 @@ class Reloader {
 // Graceful drain: new units of work wait (PAUSE) while those holding an
 // origin connection finish, for at most `limit`; then Close() ends the rest.
 void Drain(Connection& connection, std::chrono::milliseconds limit) {
-  Endpoint* endpoint = connection.endpoint();
-  if (endpoint == nullptr) return;
-  endpoint->PausePool();
+  std::vector<Endpoint*> endpoints;
+  for (const std::string& name : connection.databases()) {
+    if (Endpoint* endpoint = connection.endpoint(name)) endpoints.push_back(endpoint);
+  }
+  if (endpoints.empty() && connection.endpoint() != nullptr) endpoints.push_back(connection.endpoint());
+  for (Endpoint* endpoint : endpoints) endpoint->PausePool();
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
-    const EndpointStats s = connection.endpoint_stats();
-    if (s.origin_lent == 0) return;
+    size_t lent = 0;
+    for (Endpoint* endpoint : endpoints) lent += endpoint->Stats().origin_lent;
+    if (lent == 0) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -387,6 +624,12 @@ int Serve(int argc, char** argv) {
   // One logger for both halves, owned here (no global one).
   options.client.logger = std::make_shared<const Logger>(settings->log);
   options.endpoint.logger = options.client.logger;
+  for (ConnectOptions::Database& db : options.databases) db.endpoint.logger = options.client.logger;
+  // [databases] or per-user databases: the login asks this directory.
+  // Always (also for one database), so that a reload can add permissions.
+  auto directory = std::make_shared<ServeDirectory>();
+  directory->Update(DatabaseNames(*settings), settings->permissions);
+  options.client.databases = directory;
 
   // Installed before any worker thread starts, so no thread ever sees the
   // default disposition of SIGINT/SIGTERM/SIGHUP.
@@ -407,6 +650,7 @@ int Serve(int argc, char** argv) {
   admin->SetAdminUsers(settings->admin_users);
   admin->SetStatic(AdminStatic(*settings));
   reloader = std::make_unique<Reloader>(config_path, args, *settings, *admin);
+  reloader->SetDatabases(directory, options.client.logger);
   // The console's database name must be free: with the default application
   // database ("hyperpool") there is no console unless admins are named,
   // which is then an error rather than a silent shadowing.
@@ -418,9 +662,16 @@ int Serve(int argc, char** argv) {
                                   options.client.admin_database));
   }
 
-  const std::string redacted = client::RedactOrigin(options.endpoint.origin);
-  const size_t pool_size = options.endpoint.pool.max_size;
-  const char* mode = options.endpoint.pool.mode == PoolMode::kTransaction ? "transaction" : "session";
+  std::string ready = fmt::format("origin {} (pool {} connections, {} mode)", client::RedactOrigin(options.endpoint.origin),
+                                  options.endpoint.pool.max_size, ModeName(options.endpoint.pool.mode));
+  if (!options.databases.empty()) {
+    ready.clear();
+    for (const ConnectOptions::Database& db : options.databases) {
+      ready += fmt::format("{}database {}: origin {} (pool {} connections, {} mode)", ready.empty() ? "" : "; ", db.name,
+                           client::RedactOrigin(db.endpoint.origin), db.endpoint.pool.max_size,
+                           ModeName(db.endpoint.pool.mode));
+    }
+  }
   const std::string unix_dir = options.client.listen_unix_dir;
   absl::StatusOr<std::unique_ptr<Connection>> connection = connect(std::move(options));
   if (!connection.ok()) {
@@ -450,7 +701,7 @@ int Serve(int argc, char** argv) {
   std::fputs(((*connection)->connection_string() + "\n").c_str(), stdout);
   std::fflush(stdout);
   if (!unix_dir.empty()) LogLine(fmt::format("also listening on the Unix socket in {}", unix_dir));
-  LogLine(fmt::format("ready; origin {} (pool {} connections, {} mode)", redacted, pool_size, mode));
+  LogLine(fmt::format("ready; {}", ready));
 
   int received = 0;
   std::function<void()> wait_for_signal = [&] {

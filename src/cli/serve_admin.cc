@@ -46,31 +46,67 @@ ops::AdminSnapshot ServeAdmin::Snapshot() {
       s.endpoint = connection_->endpoint_stats();
       s.cache_report = connection_->endpoint()->CacheReport(20);
     }
+    for (const std::string& name : connection_->databases()) {
+      Endpoint* endpoint = connection_->endpoint(name);
+      if (endpoint == nullptr) continue;  // removed meanwhile
+      auto mode = static_.pool_modes.find(name);
+      s.pools.push_back({name, mode == static_.pool_modes.end() ? static_.pool_mode : mode->second, endpoint->Stats()});
+    }
     s.client = connection_->client_stats();
     if (Client* client = connection_->client()) s.clients = client->Sessions();
   }
   return s;
 }
 
+std::vector<Endpoint*> ServeAdmin::Endpoints(std::string_view database) const {
+  std::vector<Endpoint*> out;
+  const std::vector<std::string> names = connection_->databases();
+  if (names.empty()) {
+    if (connection_->endpoint() != nullptr) out.push_back(connection_->endpoint());
+    return out;
+  }
+  for (const std::string& name : names) {
+    if (!database.empty() && name != database) continue;
+    if (Endpoint* endpoint = connection_->endpoint(name)) out.push_back(endpoint);
+  }
+  return out;
+}
+
 std::vector<OriginServerInfo> ServeAdmin::Servers() {
   std::lock_guard lock(mu_);
-  if (connection_ == nullptr || connection_->endpoint() == nullptr) return {};
-  return connection_->endpoint()->Servers();
+  if (connection_ == nullptr) return {};
+  const std::vector<std::string> names = connection_->databases();
+  if (names.empty()) {
+    return connection_->endpoint() == nullptr ? std::vector<OriginServerInfo>{} : connection_->endpoint()->Servers();
+  }
+  std::vector<OriginServerInfo> out;
+  for (const std::string& name : names) {
+    Endpoint* endpoint = connection_->endpoint(name);
+    if (endpoint == nullptr) continue;
+    for (OriginServerInfo& server : endpoint->Servers()) {
+      server.database = name;
+      out.push_back(std::move(server));
+    }
+  }
+  return out;
 }
 
-void ServeAdmin::Pause() {
+void ServeAdmin::Pause(std::string_view database) {
   std::lock_guard lock(mu_);
-  if (connection_ != nullptr && connection_->endpoint() != nullptr) connection_->endpoint()->PausePool();
+  if (connection_ == nullptr) return;
+  for (Endpoint* endpoint : Endpoints(database)) endpoint->PausePool();
 }
 
-void ServeAdmin::Resume() {
+void ServeAdmin::Resume(std::string_view database) {
   std::lock_guard lock(mu_);
-  if (connection_ != nullptr && connection_->endpoint() != nullptr) connection_->endpoint()->ResumePool();
+  if (connection_ == nullptr) return;
+  for (Endpoint* endpoint : Endpoints(database)) endpoint->ResumePool();
 }
 
-void ServeAdmin::Reconnect() {
+void ServeAdmin::Reconnect(std::string_view database) {
   std::lock_guard lock(mu_);
-  if (connection_ != nullptr && connection_->endpoint() != nullptr) connection_->endpoint()->ReconnectPool();
+  if (connection_ == nullptr) return;
+  for (Endpoint* endpoint : Endpoints(database)) endpoint->ReconnectPool();
 }
 
 bool ServeAdmin::KillClient(std::uint64_t id) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -26,6 +27,8 @@ class ServeAdmin final : public AdminConsole, public ops::AdminBackend {
     std::string database;
     std::string user;
     std::string pool_mode;
+    // Several databases ([databases]): name -> pool mode; empty: `database` alone.
+    std::map<std::string, std::string> pool_modes;
     std::vector<ops::AdminSnapshot::ConfigRow> config;
   };
 
@@ -45,14 +48,17 @@ class ServeAdmin final : public AdminConsole, public ops::AdminBackend {
   // ops::AdminBackend
   ops::AdminSnapshot Snapshot() override;
   std::vector<OriginServerInfo> Servers() override;
-  void Pause() override;
-  void Resume() override;
-  void Reconnect() override;
+  void Pause(std::string_view database) override;
+  void Resume(std::string_view database) override;
+  void Reconnect(std::string_view database) override;
   bool KillClient(std::uint64_t id) override;
   absl::Status Reload() override { return reload_(); }
   void Shutdown() override { shutdown_(); }
 
  private:
+  // Requires mu_ and a connection: the Endpoints `database` names (empty: all).
+  std::vector<Endpoint*> Endpoints(std::string_view database) const;
+
   const std::function<absl::Status()> reload_;
   const std::function<void()> shutdown_;
   mutable std::mutex mu_;

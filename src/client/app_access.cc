@@ -11,6 +11,7 @@ namespace hyperpool::client {
 
 absl::Status ConfigureAppAccess(const ClientOptions& options, uint32_t iterations, HandshakeConfig& config,
                                 std::optional<tls::ServerContext>& tls) {
+  config.databases = options.databases;
   for (const ClientOptions::AppUser& user : options.users) {
     if (user.name.empty()) return absl::InvalidArgumentError("app user with an empty name");
     if (user.name == options.user || config.other_users.count(user.name) > 0) {

@@ -175,6 +175,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     std::string secret;
     const ClientSession* session = nullptr;
     std::string session_id;  // empty until the session's link is open
+    std::string database;    // the session's: a cancel link goes where its session's link went
   };
   std::unordered_map<int32_t, CancelTarget> cancel_keys;
 
@@ -285,7 +286,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       co_return;
     }
     ArmIdleTimer();
-    key_.Start(app_params_);
+    key_.Start(database_, app_params_);
     cache::ApplyStartupParameters(app_params_, cache_settings_);
     ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, key_.fingerprint());
     co_await AppToLink();
@@ -604,7 +605,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       if (pid == 0 || impl_->cancel_keys.count(pid) != 0) continue;
       cancel_pid_ = pid;
       cancel_secret_ = bytes->substr(4, 4);
-      impl_->cancel_keys[pid] = Client::Impl::CancelTarget{cancel_secret_, this, ""};
+      impl_->cancel_keys[pid] = Client::Impl::CancelTarget{cancel_secret_, this, "", database_};
       return true;
     }
     return false;
@@ -614,15 +615,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // key and open a cancel link for it. The app gets no answer either way.
   asio::awaitable<void> ForwardCancel(int32_t pid, const std::string& secret) {
     std::string session_id;
+    std::string database;
     {
       std::lock_guard lock(impl_->mu);
       auto it = impl_->cancel_keys.find(pid);
       if (it != impl_->cancel_keys.end() && auth::ConstantTimeEquals(it->second.secret, secret)) {
         session_id = it->second.session_id;
+        database = it->second.database;
       }
     }
     if (session_id.empty() || impl_->stopping) co_return;  // unknown key, or nothing running yet
-    auto link = co_await impl_->transport.Open(executor(), client::BuildCancelHello(session_id));
+    auto link = co_await impl_->transport.Open(executor(), client::BuildCancelHello(session_id, database));
     if (link.ok()) (*link)->Close();
   }
 
@@ -639,6 +642,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     session_id_ = *id;
     client::ParamList hello_params = app_params_;
     if (!impl_->client_id.empty()) hello_params.emplace_back("hyperpool.client_id", impl_->client_id);
+    hello_params.emplace_back(client::kDatabaseParam, database_);  // for a router of several databases
     // The pid of our BackendKeyData: the Endpoint shows it as the sender of
     // this session's notifications (src/endpoint/notification_pid.h).
     if (cancel_pid_ != 0) hello_params.emplace_back("hyperpool.backend_pid", std::to_string(cancel_pid_));

@@ -72,10 +72,11 @@ std::string BuildLinkHello(const ParamList& app_params, std::string_view session
   return out;
 }
 
-std::string BuildCancelHello(std::string_view session_id) {
+std::string BuildCancelHello(std::string_view session_id, std::string_view database) {
   protocol::StartupMessage hello;
   hello.protocol_version = protocol::kProtocolVersion30;
   hello.parameters.emplace_back(kCancelSessionParam, session_id);
+  if (!database.empty()) hello.parameters.emplace_back(kDatabaseParam, database);
   std::string out;
   protocol::Encode(hello, out);
   return out;

@@ -29,6 +29,9 @@ inline constexpr std::string_view kAppOverlayParams[] = {
 inline constexpr std::string_view kSessionIdParam = "hyperpool.session_id";
 // Name of the hello parameter that makes a link a cancel link.
 inline constexpr std::string_view kCancelSessionParam = "hyperpool.cancel_session";
+// Name of the hello parameter that carries the app's database: where a
+// router of several databases (database_router.h) sends the link.
+inline constexpr std::string_view kDatabaseParam = "hyperpool.database";
 
 // RFC 3986 percent-encoding of everything except unreserved characters.
 std::string PercentEncode(std::string_view text);
@@ -51,9 +54,10 @@ absl::StatusOr<std::string> NewSessionId();
 // hyperpool.session_id = `session_id`.
 std::string BuildLinkHello(const ParamList& app_params, std::string_view session_id);
 
-// The hello of a cancel link: a StartupMessage whose only parameter is
-// hyperpool.cancel_session = `session_id`.
-std::string BuildCancelHello(std::string_view session_id);
+// The hello of a cancel link: a StartupMessage whose parameters are
+// hyperpool.cancel_session = `session_id` and, unless empty,
+// hyperpool.database = `database` (the session's).
+std::string BuildCancelHello(std::string_view session_id, std::string_view database = {});
 
 // The ParameterStatus set to report to an app: the origin's `origin` values,
 // with client_encoding, DateStyle, TimeZone, IntervalStyle and

@@ -1,9 +1,12 @@
 // hyperpool::connect(): one Client and one in-process Endpoint, on worker
-// threads hyperpool owns (one io_context each) or on the host's io_context.
+// threads hyperpool owns (one io_context each) or on the host's io_context;
+// with ConnectOptions::databases one Endpoint per database behind a
+// DatabaseRouter (database_router.h).
 // hyperpool::connect_remote(): the same with only the Client, whose links go
 // to a remote Endpoint through a SocketTransport.
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -17,6 +20,8 @@
 #include <asio/io_context.hpp>
 #include <asio/strand.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "client/database_router.h"
 #include "client/endpoint_set.h"
 #include "hyperpool/hyperpool.h"
 
@@ -27,6 +32,22 @@ namespace {
 // io_contexts outright.
 constexpr std::chrono::seconds kDrainLimit{5};
 
+// ClientOptions::databases when the host gives none: every database the
+// router serves, open to every app user.
+class RouterDirectory final : public DatabaseDirectory {
+ public:
+  explicit RouterDirectory(std::shared_ptr<const client::DatabaseRouter> router) : router_(std::move(router)) {}
+  Access Check(std::string_view, std::string_view database) const override {
+    for (const std::string& name : router_->Names()) {
+      if (name == database) return Access::kAllowed;
+    }
+    return Access::kUnknown;
+  }
+
+ private:
+  std::shared_ptr<const client::DatabaseRouter> router_;
+};
+
 class ConnectionImpl final : public Connection {
  public:
   ~ConnectionImpl() override { Close(); }
@@ -35,7 +56,7 @@ class ConnectionImpl final : public Connection {
 
   EndpointStats endpoint_stats() const override {
     std::lock_guard lock(mu_);
-    return endpoint_ ? endpoint_->Stats() : EndpointStats{};
+    return default_endpoint_ ? default_endpoint_->Stats() : EndpointStats{};
   }
 
   ClientStats client_stats() const override {
@@ -49,7 +70,45 @@ class ConnectionImpl final : public Connection {
   }
   Endpoint* endpoint() override {
     std::lock_guard lock(mu_);
-    return endpoint_.get();
+    return default_endpoint_;
+  }
+
+  std::vector<std::string> databases() const override {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> names;
+    for (const auto& [name, db] : databases_) names.push_back(name);
+    return names;
+  }
+
+  Endpoint* endpoint(std::string_view database) override {
+    std::lock_guard lock(mu_);
+    auto it = databases_.find(database);
+    return it == databases_.end() ? nullptr : it->second.endpoint.get();
+  }
+
+  absl::Status AddDatabase(std::string name, EndpointOptions options) override {
+    std::lock_guard lock(mu_);
+    if (!router_ || closed_) return absl::FailedPreconditionError("this connection serves one database");
+    return AddDatabaseLocked(std::move(name), std::move(options));
+  }
+
+  absl::Status RemoveDatabase(std::string_view name) override {
+    std::lock_guard lock(mu_);
+    if (!router_ || closed_) return absl::FailedPreconditionError("this connection serves one database");
+    auto it = databases_.find(name);
+    if (it == databases_.end()) return absl::NotFoundError(absl::StrCat("database \"", std::string(name), "\" is not served"));
+    if (it->second.endpoint.get() == default_endpoint_) {
+      return absl::FailedPreconditionError(absl::StrCat("database \"", std::string(name), "\" is the default; it stays"));
+    }
+    router_->Remove(name);
+    // Its origin connections go as they become free (min_idle would reopen them).
+    PoolOptions pool = it->second.pool;
+    pool.min_idle = 0;
+    (void)it->second.endpoint->UpdatePool(pool);
+    it->second.endpoint->ReconnectPool();
+    retired_.push_back(std::move(it->second.endpoint));  // its sessions still use it
+    databases_.erase(it);
+    return absl::OkStatus();
   }
 
   std::string cache_report() const override {
@@ -57,6 +116,7 @@ class ConnectionImpl final : public Connection {
     std::string out;
     if (client_) out += client_->CacheReport();
     if (endpoint_) out += endpoint_->CacheReport(10);
+    for (const auto& [name, db] : databases_) out += "database " + name + ":\n" + db.endpoint->CacheReport(10);
     return out;
   }
 
@@ -67,6 +127,8 @@ class ConnectionImpl final : public Connection {
     if (client_) client_->Stop();
     if (socket_transport_) socket_transport_->Stop();  // its background work keeps the workers busy
     if (endpoint_) endpoint_->Stop();
+    for (auto& [name, db] : databases_) db.endpoint->Stop();
+    for (auto& retired : retired_) retired->Stop();
     guards_.clear();  // worker threads return once their work has unwound
     if (!threads_.empty()) {
       std::unique_lock running_lock(running_mu_);
@@ -87,11 +149,16 @@ class ConnectionImpl final : public Connection {
     client_.reset();
     socket_transport_ = nullptr;
     transport_.reset();
+    router_.reset();
+    default_endpoint_ = nullptr;
+    databases_.clear();
+    retired_.clear();
     endpoint_.reset();
   }
 
   absl::Status Start(ConnectOptions options) {
     std::vector<asio::any_io_executor> executors = StartWorkers(options.io_context, options.threads);
+    if (!options.databases.empty()) return StartDatabases(std::move(executors), std::move(options));
     // The Endpoint's state belongs to one executor: on a host's io_context,
     // which several threads may run, that is a strand of it.
     asio::any_io_executor endpoint_executor =
@@ -103,8 +170,44 @@ class ConnectionImpl final : public Connection {
         Endpoint::Create(std::move(endpoint_executor), std::move(options.endpoint));
     if (!endpoint.ok()) return endpoint.status();
     endpoint_ = *std::move(endpoint);
+    default_endpoint_ = endpoint_.get();
     transport_ = MakeInProcessTransport(*endpoint_);
     return StartClient(std::move(executors), std::move(options.client));
+  }
+
+  // One Endpoint per database, spread over the executors, behind a router.
+  absl::Status StartDatabases(std::vector<asio::any_io_executor> executors, ConnectOptions options) {
+    std::lock_guard lock(mu_);
+    executors_ = executors;
+    router_ = std::make_shared<client::DatabaseRouter>();
+    const std::string default_name = options.databases.front().name;
+    router_->SetDefault(default_name);
+    for (ConnectOptions::Database& db : options.databases) {
+      if (absl::Status s = AddDatabaseLocked(std::move(db.name), std::move(db.endpoint)); !s.ok()) return s;
+    }
+    default_endpoint_ = databases_.find(default_name)->second.endpoint.get();
+    if (!options.client.databases) options.client.databases = std::make_shared<RouterDirectory>(router_);
+    return StartClient(std::move(executors), std::move(options.client), router_.get());
+  }
+
+  // Requires mu_ and a router.
+  absl::Status AddDatabaseLocked(std::string name, EndpointOptions options) {
+    if (name.empty()) return absl::InvalidArgumentError("a database needs a name");
+    if (databases_.count(name) != 0) return absl::AlreadyExistsError(absl::StrCat("database \"", name, "\" is listed twice"));
+    const asio::any_io_executor& base = executors_[next_database_executor_++ % executors_.size()];
+    asio::any_io_executor executor = ios_.empty() ? asio::any_io_executor(asio::make_strand(base)) : base;
+    PoolOptions pool = options.pool;
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(std::move(executor), std::move(options));
+    if (!endpoint.ok()) {
+      return absl::Status(endpoint.status().code(),
+                          absl::StrCat("database \"", name, "\": ", endpoint.status().message()));
+    }
+    Database& db = databases_[name];
+    db.endpoint = *std::move(endpoint);
+    db.pool = pool;
+    db.transport = MakeInProcessTransport(*db.endpoint);
+    router_->Set(name, db.transport);
+    return absl::OkStatus();
   }
 
   absl::Status StartRemote(RemoteConnectOptions options) {
@@ -149,9 +252,11 @@ class ConnectionImpl final : public Connection {
     return executors;
   }
 
-  absl::Status StartClient(std::vector<asio::any_io_executor> executors, ClientOptions options) {
+  absl::Status StartClient(std::vector<asio::any_io_executor> executors, ClientOptions options,
+                           Transport* transport = nullptr) {
     options.one_thread_per_executor = !ios_.empty();  // our workers: one thread per io_context
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(std::move(executors), *transport_, std::move(options));
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Create(std::move(executors), transport ? *transport : *transport_, std::move(options));
     if (!client.ok()) return client.status();
     client_ = *std::move(client);
     url_ = client_->connection_string();
@@ -167,6 +272,20 @@ class ConnectionImpl final : public Connection {
   size_t running_ = 0;
 
   std::unique_ptr<Endpoint> endpoint_;
+  // ConnectOptions::databases: each database's Endpoint and its transport
+  // (shared with the router, which may hold it for an Open in progress);
+  // removed ones stay until Close() (their sessions may still run).
+  struct Database {
+    std::unique_ptr<Endpoint> endpoint;
+    std::shared_ptr<Transport> transport;
+    PoolOptions pool;
+  };
+  std::map<std::string, Database, std::less<>> databases_;
+  std::vector<std::unique_ptr<Endpoint>> retired_;
+  std::shared_ptr<client::DatabaseRouter> router_;
+  std::vector<asio::any_io_executor> executors_;
+  size_t next_database_executor_ = 0;
+  Endpoint* default_endpoint_ = nullptr;  // endpoint_, or the first database's
   std::unique_ptr<Transport> transport_;
   SocketTransport* socket_transport_ = nullptr;  // transport_, when the Endpoint is remote
   std::unique_ptr<Client> client_;

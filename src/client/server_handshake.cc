@@ -18,6 +18,7 @@ constexpr std::string_view kSqlStateConnectionFailure = "08006";
 constexpr std::string_view kSqlStateInvalidAuthorization = "28000";
 constexpr std::string_view kSqlStateInvalidPassword = "28P01";
 constexpr std::string_view kSqlStateInvalidCatalog = "3D000";
+constexpr std::string_view kSqlStateInsufficientPrivilege = "42501";
 
 int32_t LoadInt32(std::string_view bytes) {
   const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -244,6 +245,7 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   if (verifier == nullptr && admin) verifier = &config_->verifier;
   known_user_ = verifier != nullptr;
   known_database_ = database_ == config_->database || admin;
+  admin_database_ = admin;
   auth::ScramServer::Options options;
   if (known_user_) {
     options.verifier = *verifier;
@@ -310,9 +312,18 @@ bool ServerHandshake::OnSaslMessage(std::string_view payload, Step& step) {
   }
   pr::Encode(pr::Authentication{pr::AuthenticationSaslFinal{*server_final}}, step.output);
   pr::Encode(pr::Authentication{pr::AuthenticationOk{}}, step.output);
-  if (!known_database_) {
-    // What PostgreSQL does: the database is looked up after authentication.
+  // What PostgreSQL does: the database is looked up, and CONNECT
+  // privilege checked, after authentication.
+  DatabaseDirectory::Access access =
+      known_database_ ? DatabaseDirectory::Access::kAllowed : DatabaseDirectory::Access::kUnknown;
+  if (config_->databases && !admin_database_) access = config_->databases->Check(user_, database_);
+  if (access == DatabaseDirectory::Access::kUnknown) {
     Fail(step, kSqlStateInvalidCatalog, absl::StrCat("database \"", database_, "\" does not exist"));
+    return false;
+  }
+  if (access == DatabaseDirectory::Access::kDenied) {
+    Fail(step, kSqlStateInsufficientPrivilege, absl::StrCat("permission denied for database \"", database_, "\""));
+    step.log = absl::StrCat("user \"", user_, "\" may not use database \"", database_, "\"");
     return false;
   }
   SetState(State::kAuthenticated);

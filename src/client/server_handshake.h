@@ -19,7 +19,9 @@
 //   PostgreSQL's COMMERROR "invalid length of startup packet" does;
 // - an unknown user runs a full, always-failing SCRAM exchange with a mock
 //   verifier and gets the same 28P01 as a wrong password; an unknown
-//   database is reported (3D000) only after a successful authentication;
+//   database is reported (3D000) only after a successful authentication,
+//   and so is a database the user may not use (42501, PostgreSQL's
+//   missing CONNECT privilege);
 // - during authentication any message whose tag is not 'p' fails at once
 //   with 08P01, before its length is even known;
 // - SSLRequest gets 'S' when TLS is offered (the session then runs the TLS
@@ -39,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyperpool/options.h"
 #include "protocol/auth/scram.h"
 
 namespace hyperpool::client {
@@ -55,6 +58,9 @@ struct HandshakeConfig {
   // The admin console's database (ClientOptions::admin_database) when a
   // console is configured, else empty.
   std::string admin_database;
+  // Several databases (ClientOptions::databases): decides instead of
+  // `database` which ones exist and who may use them. Null: `database` only.
+  std::shared_ptr<const DatabaseDirectory> databases;
   // Of the Client's password, computed once per Client.
   auth::ScramVerifier verifier;
   // More app users (ClientOptions::users): name -> verifier. All of them
@@ -172,6 +178,7 @@ class ServerHandshake {
   std::string peer_host_;
   bool known_user_ = false;
   bool known_database_ = false;
+  bool admin_database_ = false;
   std::optional<auth::ScramServer> scram_;
 
   std::string user_;

@@ -1,14 +1,23 @@
 #include "client/session_key.h"
 
+#include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "cache/sql_analysis.h"
 #include "protocol/frame_reader.h"
 
 namespace hyperpool::client {
 
-void SessionKey::Start(const std::vector<std::pair<std::string, std::string>>& params) {
-  base_ = cache::HelloFingerprint(params, &unsupported_);
+void SessionKey::Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params) {
+  base_.clear();
+  if (!database.empty()) {
+    // Length-prefixed, so no database name is a prefix of another's key.
+    const uint32_t n = static_cast<uint32_t>(database.size());
+    for (int shift = 24; shift >= 0; shift -= 8) base_.push_back(static_cast<char>((n >> shift) & 0xff));
+    base_.append(database);
+  }
+  base_ += cache::HelloFingerprint(params, &unsupported_);
   fingerprint_ = base_;
 }
 

@@ -19,7 +19,10 @@ namespace hyperpool::client {
 class SessionKey {
  public:
   // From the startup parameters (cache::HelloFingerprint).
-  void Start(const std::vector<std::pair<std::string, std::string>>& params);
+  void Start(const std::vector<std::pair<std::string, std::string>>& params) { Start({}, params); }
+  // The same, for a session of `database` (keys of different databases
+  // never match: one Client may serve several).
+  void Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params);
 
   // A Query or Parse text the session forwards, classified (`fx`).
   // `lasts`: the statement is its own implicit transaction, sent with

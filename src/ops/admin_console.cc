@@ -67,25 +67,34 @@ void Error(std::string& out, std::string_view sqlstate, std::string_view message
   pr::EncodeErrorResponse(out, "ERROR", sqlstate, message, detail);
 }
 
-// Sessions that are applications' (not admin consoles, not mid-login).
-std::size_t AppClients(const AdminSnapshot& s, std::string_view state) {
+// Sessions of `database` that are applications' (not admin consoles, not mid-login).
+std::size_t AppClients(const AdminSnapshot& s, std::string_view database, std::string_view state) {
   return static_cast<std::size_t>(std::count_if(s.clients.begin(), s.clients.end(), [&](const ClientSessionInfo& c) {
-    return c.database == s.database && c.state == state;
+    return c.database == database && c.state == state;
   }));
+}
+
+// One per database: s.pools, or the one database of s.database.
+std::vector<AdminSnapshot::Pool> Pools(const AdminSnapshot& s) {
+  if (!s.pools.empty()) return s.pools;
+  return {{s.database, s.pool_mode, s.endpoint.value_or(EndpointStats{})}};
 }
 
 void ShowPools(const AdminSnapshot& s, std::string& out) {
   Result r({"database", "user", "cl_active", "cl_waiting", "sv_active", "sv_idle", "sv_used", "sv_login", "maxwait",
             "maxwait_us", "pool_mode", "pool_size", "paused"});
-  const EndpointStats e = s.endpoint.value_or(EndpointStats{});
-  const std::size_t waiting = e.waiting;
-  const std::size_t active = AppClients(s, "active") + AppClients(s, "idle");
-  const std::size_t login = e.origin_open >= e.origin_idle + e.origin_lent ? e.origin_open - e.origin_idle - e.origin_lent : 0;
-  // maxwait (s) and maxwait_us (the rest, in µs), as PgBouncer splits them:
-  // how long the longest-waiting unit of work has waited for a connection.
-  r.Row({s.database, s.user, N(active >= waiting ? active - waiting : 0), N(waiting), N(e.origin_lent),
-         N(e.origin_idle), "0", N(login), N(e.max_wait_us / 1000000), N(e.max_wait_us % 1000000), s.pool_mode,
-         N(e.pool_max_size), e.pool_paused ? "yes" : "no"});
+  for (const AdminSnapshot::Pool& pool : Pools(s)) {
+    const EndpointStats& e = pool.endpoint;
+    const std::size_t waiting = e.waiting;
+    const std::size_t active = AppClients(s, pool.database, "active") + AppClients(s, pool.database, "idle");
+    const std::size_t login =
+        e.origin_open >= e.origin_idle + e.origin_lent ? e.origin_open - e.origin_idle - e.origin_lent : 0;
+    // maxwait (s) and maxwait_us (the rest, in µs), as PgBouncer splits them:
+    // how long the longest-waiting unit of work has waited for a connection.
+    r.Row({pool.database, s.user, N(active >= waiting ? active - waiting : 0), N(waiting), N(e.origin_lent),
+           N(e.origin_idle), "0", N(login), N(e.max_wait_us / 1000000), N(e.max_wait_us % 1000000), pool.pool_mode,
+           N(e.pool_max_size), e.pool_paused ? "yes" : "no"});
+  }
   r.AppendTo(out);
 }
 
@@ -108,7 +117,7 @@ void ShowClients(const AdminSnapshot& s, std::string& out) {
 void ShowServers(const AdminSnapshot& s, const std::vector<OriginServerInfo>& servers, std::string& out) {
   Result r({"type", "user", "database", "state", "remote_pid", "connect_time", "pinned", "close_needed"});
   for (const OriginServerInfo& server : servers) {
-    r.Row({"S", s.user, s.database, server.state, N(static_cast<std::uint64_t>(server.backend_pid)),
+    r.Row({"S", s.user, server.database.empty() ? s.database : server.database, server.state, N(static_cast<std::uint64_t>(server.backend_pid)),
            server.connect_time == std::chrono::system_clock::time_point{} ? "" : FormatTime(server.connect_time),
            server.pinned ? "yes" : "no", server.retired ? "1" : "0"});
   }
@@ -118,13 +127,19 @@ void ShowServers(const AdminSnapshot& s, const std::vector<OriginServerInfo>& se
 void ShowStats(const AdminSnapshot& s, std::string& out) {
   Result r({"database", "total_xact_count", "total_query_count", "total_received", "total_sent", "total_xact_time",
             "total_wait_time", "avg_xact_time", "avg_wait_time", "p99_xact_time", "p99_wait_time"});
-  const EndpointStats e = s.endpoint.value_or(EndpointStats{});
   const ClientStats c = s.client.value_or(ClientStats{});
-  const auto& x = e.transaction_time;
-  const auto& w = e.acquire_wait;
-  r.Row({s.database, N(e.transactions), N(e.queries), N(c.bytes_received), N(c.bytes_sent), N(x.sum_us),
-         N(w.sum_us), N(x.count ? x.sum_us / x.count : 0), N(w.count ? w.sum_us / w.count : 0),
-         N(HistogramPercentileUs(x, 99)), N(HistogramPercentileUs(w, 99))});
+  const std::vector<AdminSnapshot::Pool> pools = Pools(s);
+  for (const AdminSnapshot::Pool& pool : pools) {
+    const EndpointStats& e = pool.endpoint;
+    const auto& x = e.transaction_time;
+    const auto& w = e.acquire_wait;
+    // The Client counts bytes for all its databases together: with several,
+    // they are on no database's row (0).
+    const bool one = pools.size() == 1;
+    r.Row({pool.database, N(e.transactions), N(e.queries), N(one ? c.bytes_received : 0), N(one ? c.bytes_sent : 0),
+           N(x.sum_us), N(w.sum_us), N(x.count ? x.sum_us / x.count : 0), N(w.count ? w.sum_us / w.count : 0),
+           N(HistogramPercentileUs(x, 99)), N(HistogramPercentileUs(w, 99))});
+  }
   r.AppendTo(out);
 }
 
@@ -220,15 +235,15 @@ void UnknownCommand(std::string_view command, std::string& out) {
         fmt::format("The admin console understands: {}.", list));
 }
 
-// PAUSE/RESUME/RECONNECT take an optional database: the one database served.
+// PAUSE/RESUME/RECONNECT take an optional database: one of those served.
 bool CheckDatabase(const std::vector<std::string_view>& words, AdminBackend& backend, std::string& out) {
   if (words.size() > 2) {
     Error(out, "42601", fmt::format("{} takes at most one database name", Upper(words[0])));
     return false;
   }
   if (words.size() == 2) {
-    const std::string database = backend.Snapshot().database;
-    if (words[1] != database) {
+    const std::vector<AdminSnapshot::Pool> pools = Pools(backend.Snapshot());
+    if (std::none_of(pools.begin(), pools.end(), [&](const AdminSnapshot::Pool& p) { return p.database == words[1]; })) {
       Error(out, "3D000", fmt::format("database \"{}\" does not exist", std::string(words[1].substr(0, 200))));
       return false;
     }
@@ -271,9 +286,10 @@ void ExecuteOne(std::string_view command, AdminBackend& backend, std::string& ou
   }
   if (verb == "PAUSE" || verb == "RESUME" || verb == "RECONNECT") {
     if (!CheckDatabase(words, backend, out)) return;
-    if (verb == "PAUSE") backend.Pause();
-    if (verb == "RESUME") backend.Resume();
-    if (verb == "RECONNECT") backend.Reconnect();
+    const std::string_view database = words.size() == 2 ? words[1] : std::string_view();
+    if (verb == "PAUSE") backend.Pause(database);
+    if (verb == "RESUME") backend.Resume(database);
+    if (verb == "RECONNECT") backend.Reconnect(database);
     Complete(out, verb);
     return;
   }

@@ -25,6 +25,15 @@ struct AdminSnapshot {
   std::string user;       // the app user
   std::string pool_mode;  // "transaction" or "session"
   std::optional<EndpointStats> endpoint;  // null when the Endpoint runs elsewhere
+  // Several databases (hyperpool serve's [databases]): one each, for the
+  // per-database rows of SHOW POOLS and SHOW STATS. Empty: the one of
+  // `database` and `endpoint`.
+  struct Pool {
+    std::string database;
+    std::string pool_mode;
+    EndpointStats endpoint;
+  };
+  std::vector<Pool> pools;
   std::optional<ClientStats> client;
   std::vector<ClientSessionInfo> clients;
   // SHOW CONFIG rows: key, value, whether a reload applies it ("yes"/"no").
@@ -46,9 +55,10 @@ class AdminBackend {
   virtual AdminSnapshot Snapshot() = 0;
   // The origin connections (SHOW SERVERS only: it may wait for the Endpoint).
   virtual std::vector<OriginServerInfo> Servers() = 0;
-  virtual void Pause() = 0;
-  virtual void Resume() = 0;
-  virtual void Reconnect() = 0;
+  // `database`: one of the snapshot's databases; empty: all of them.
+  virtual void Pause(std::string_view database) = 0;
+  virtual void Resume(std::string_view database) = 0;
+  virtual void Reconnect(std::string_view database) = 0;
   virtual bool KillClient(std::uint64_t id) = 0;
   // Re-reads the config file: an error when it is rejected (the old one stays).
   virtual absl::Status Reload() = 0;

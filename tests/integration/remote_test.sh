@@ -75,10 +75,26 @@ if "$HYPERPOOL_BINARY" endpoint --listen 127.0.0.1:0 --origin "$ORIGIN" --link-s
 fi
 grep -q -- "--tls-cert" "$tmp/usage.err" || fail "no usage error naming --tls-cert"
 
+# The endpoint and the client read most of their settings from --config FILE
+# (the same TOML keys as serve's, plus [link]); the flags given override it.
+cat >"$tmp/ep.toml" <<TOML
+[listen]
+address = "127.0.0.1:1"
+[origin]
+url = "$ORIGIN"
+[pool]
+size = 4
+[link]
+tls_cert = "$tmp/certs/server.crt"
+tls_key = "$tmp/certs/server.key"
+secret_file = "$tmp/secret"
+[log]
+connections = true
+TOML
+chmod 600 "$tmp/ep.toml"
 start_endpoint() {  # listen address
   rm -f "$tmp/ep.out"
-  "$HYPERPOOL_BINARY" endpoint --listen "$1" --origin "$ORIGIN" --tls-cert "$tmp/certs/server.crt" \
-    --tls-key "$tmp/certs/server.key" --link-secret-file "$tmp/secret" --pool-size 4 --log-connections >"$tmp/ep.out" 2>>"$tmp/ep.err" &
+  "$HYPERPOOL_BINARY" endpoint --config "$tmp/ep.toml" --listen "$1" >"$tmp/ep.out" 2>>"$tmp/ep.err" &
   ep=$!
   wait_for 15 test -s "$tmp/ep.out" || fail "endpoint printed no address"
   addr=$(head -1 "$tmp/ep.out")
@@ -87,8 +103,19 @@ start_endpoint() {  # listen address
 start_endpoint 127.0.0.1:0
 port=${addr##*:}
 
-"$HYPERPOOL_BINARY" client --endpoint "$addr" --tls-ca "$tmp/certs/ca.crt" --link-secret-file "$tmp/secret" \
-  --threads 2 --user app --database appdb --log-connections >"$tmp/cl.out" 2>"$tmp/cl.err" &
+cat >"$tmp/cl.toml" <<TOML
+threads = 2
+[client]
+user = "not_this_one"
+database = "appdb"
+[link]
+endpoints = ["$addr"]
+tls_ca = "$tmp/certs/ca.crt"
+secret_file = "$tmp/secret"
+[log]
+connections = true
+TOML
+"$HYPERPOOL_BINARY" client --config "$tmp/cl.toml" --user app >"$tmp/cl.out" 2>"$tmp/cl.err" &
 cl=$!
 wait_for 15 test -s "$tmp/cl.out" || fail "client printed no connection string"
 url=$(head -1 "$tmp/cl.out")

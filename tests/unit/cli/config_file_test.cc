@@ -5,6 +5,7 @@
 
 #include "cli/config_file.h"
 
+#include <algorithm>
 #include <string>
 
 #include <catch2/catch_test_macros.hpp>
@@ -58,6 +59,14 @@ connections = true
 disconnections = false
 [admin]
 users = ["ops"]
+[link]
+tls_cert = "/etc/hyperpool/link.crt"
+tls_key = "/etc/hyperpool/link.key"
+tls_ca = "/etc/hyperpool/ca.crt"
+tls_server_name = "db-near.example.com"
+secret_file = "/etc/hyperpool/link.secret"
+endpoints = ["db-near.example.com:6433"]
+region = "eu"
 )";
 
 TEST_CASE("every key of a full file maps to its flag") {
@@ -91,8 +100,15 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--log-connections") == "true");
   CHECK(ValueOf(*config, "--log-disconnections") == "false");
   CHECK(ValueOf(*config, "--admin-user") == "ops");
-  // All but the two inline passwords and users.<name>.
-  CHECK(config->settings.size() == ConfigKeys().size() - 3);
+  CHECK(ValueOf(*config, "--tls-cert") == "/etc/hyperpool/link.crt");
+  CHECK(ValueOf(*config, "--endpoint") == "db-near.example.com:6433");
+  CHECK(ValueOf(*config, "--link-secret-file") == "/etc/hyperpool/link.secret");
+  // All but the two inline passwords, users.<name> and databases.<name>.*.
+  const std::vector<std::string> keys = ConfigKeys();
+  const auto per_database = std::count_if(keys.begin(), keys.end(),
+                                          [](const std::string& k) { return k.rfind("databases.", 0) == 0; });
+  CHECK(per_database > 0);
+  CHECK(config->settings.size() == keys.size() - 3 - static_cast<size_t>(per_database));
   CHECK(config->warnings.empty());
   for (const ConfigSetting& s : config->settings) CHECK(s.where.rfind("hp.toml:", 0) == 0);
 }
@@ -114,6 +130,58 @@ batch = { verifier = "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy" }
   CHECK(config->users[2].password_file == "/etc/hyperpool/reporting");
   CHECK(config->users[2].where == "f:2: users.reporting");
   CHECK(config->settings.empty());
+}
+
+TEST_CASE("[databases.NAME] holds each database's own settings; users may be limited to some") {
+  auto config = ParseConfig(R"([databases.app]
+url = "postgresql://app@db1/app"
+pool_size = 8
+pool_mode = "transaction"
+[databases.reports]
+url = "postgresql://rep@db2/reports"
+password = "s3cret"
+pool_mode = "session"
+cache = false
+cache_max_age_s = 5
+[users]
+batch = { password_file = "/etc/hyperpool/batch", databases = ["reports"] }
+)",
+                            "f", 0600);
+  REQUIRE(config.ok());
+  REQUIRE(config->databases.size() == 2);
+  const ConfigDatabase& app = config->databases[0];
+  CHECK(app.name == "app");
+  CHECK(app.where == "f:1: databases.app");
+  REQUIRE(app.settings.size() == 3);
+  CHECK(app.settings[0].flag == "--pool-mode");  // sorted by key
+  CHECK(app.settings[1].flag == "--pool-size");
+  CHECK(app.settings[1].value == "8");
+  CHECK(app.settings[2].flag == "--origin");
+  CHECK(app.settings[2].where == "f:2: databases.app.url");
+  const ConfigDatabase& reports = config->databases[1];
+  CHECK(reports.origin_password == "s3cret");
+  std::vector<std::string> flags;
+  for (const ConfigSetting& setting : reports.settings) flags.push_back(setting.flag + "=" + setting.value);
+  CHECK(flags == std::vector<std::string>{"--no-cache=", "--cache-max-age=5", "--pool-mode=session",
+                                          "--origin=postgresql://rep@db2/reports"});
+  CHECK(config->settings.empty());  // nothing global
+  REQUIRE(config->users.size() == 1);
+  REQUIRE(config->users[0].databases.has_value());
+  CHECK(*config->users[0].databases == std::vector<std::string>{"reports"});
+}
+
+TEST_CASE("bad [databases] entries are errors naming the database and key") {
+  auto [text, message] = GENERATE(table<std::string, std::string>({
+      {"[databases.a]\npool_size = 3\n", "f:1: databases.a: needs url"},
+      {"[databases.a]\nurl = \"x\"\nbogus = 1\n", "f:3: databases.a.bogus: unknown key"},
+      {"[databases.a]\nurl = \"x\"\npool_size = \"big\"\n", "f:3: databases.a.pool_size: must be an integer"},
+      {"[databases]\na = \"x\"\n", "databases.a: must be a table"},
+      {"[users]\nu = { verifier = \"SCRAM-SHA-256$x\", databases = [1] }\n", "users.u.databases: must hold"},
+  }));
+  auto config = ParseConfig(text, "f", 0600);
+  REQUIRE_FALSE(config.ok());
+  INFO(config.status().message());
+  CHECK(std::string(config.status().message()).find(message) != std::string::npos);
 }
 
 TEST_CASE("cache.enabled = true adds no setting; an empty file none at all") {

@@ -3,6 +3,7 @@
 
 #include "client/server_handshake.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -454,6 +455,64 @@ TEST_CASE("with several users, a wrong password and an unknown user get identica
   REQUIRE(b);
   CHECK(SqlStateOf(*a) == "28P01");
   CHECK(Replace(a->second, "\"reporting\"", "\"<u>\"") == Replace(b->second, "\"reportinf\"", "\"<u>\""));
+}
+
+// A DatabaseDirectory double: "appdb" and "reports"; "reporting" may use only "reports".
+class TwoDatabases final : public DatabaseDirectory {
+ public:
+  Access Check(std::string_view user, std::string_view database) const override {
+    if (database != "appdb" && database != "reports") return Access::kUnknown;
+    if (user == "reporting" && database != "reports") return Access::kDenied;
+    return Access::kAllowed;
+  }
+};
+
+HandshakeConfig DirectoryConfig() {
+  HandshakeConfig c = TwoUsersConfig();
+  c.databases = std::make_shared<TwoDatabases>();
+  return c;
+}
+
+TEST_CASE("with a database directory: allowed logs in, denied gets 42501 and unknown 3D000 after authentication") {
+  auto [user, password, database, sqlstate] = GENERATE(table<std::string, std::string, std::string, std::string>({
+      {"app", "s3cret", "reports", ""},
+      {"reporting", "r3ports", "reports", ""},
+      {"app", "s3cret", "appdb", ""},
+      {"reporting", "r3ports", "appdb", "42501"},
+      {"app", "s3cret", "nosuchdb", "3D000"},
+      {"reporting", "nope", "appdb", "28P01"},
+      {"reporting", "nope", "nosuchdb", "28P01"},
+  }));
+  CAPTURE(user, database);
+  Driver d(DirectoryConfig());
+  REQUIRE(d.Feed(Startup({{"user", user}, {"database", database}})) == Event::kNeedMore);
+  const Event end = RunScram(d, password);
+  if (sqlstate.empty()) {
+    CHECK(end == Event::kAuthenticated);
+    CHECK(d.hs.database() == database);
+    return;
+  }
+  CHECK(end == Event::kClose);
+  // After a correct password, AuthenticationOk comes first (as PostgreSQL).
+  const bool authenticated = d.written.find(std::string("R\0\0\0\x08\0\0\0\0", 9)) != std::string::npos;
+  CHECK(authenticated == (sqlstate != "28P01"));
+  auto e = d.LastWritten();
+  REQUIRE(e);
+  CHECK(SqlStateOf(*e) == sqlstate);
+  if (sqlstate == "42501") {
+    CHECK(pr::DecodeErrorResponse(e->second)->message() == "permission denied for database \"appdb\"");
+  }
+}
+
+TEST_CASE("with a database directory, a wrong password reads the same whether the database exists or not") {
+  Driver known(DirectoryConfig());
+  REQUIRE(known.Feed(Startup({{"user", "reporting"}, {"database", "appdb"}})) == Event::kNeedMore);
+  RunScram(known, "nope");
+  Driver unknown(DirectoryConfig());
+  REQUIRE(unknown.Feed(Startup({{"user", "reporting"}, {"database", "nosuchdb"}})) == Event::kNeedMore);
+  RunScram(unknown, "nope");
+  CHECK(known.events == unknown.events);
+  CHECK(known.written == unknown.written);
 }
 
 TEST_CASE("a CancelRequest reports its key") {

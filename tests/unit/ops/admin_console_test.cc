@@ -27,9 +27,12 @@ class FakeBackend : public AdminBackend {
  public:
   AdminSnapshot Snapshot() override { return snapshot; }
   std::vector<OriginServerInfo> Servers() override { return servers; }
-  void Pause() override { calls.push_back("pause"); }
-  void Resume() override { calls.push_back("resume"); }
-  void Reconnect() override { calls.push_back("reconnect"); }
+  void Pause(std::string_view db) override { calls.push_back(Call("pause", db)); }
+  void Resume(std::string_view db) override { calls.push_back(Call("resume", db)); }
+  void Reconnect(std::string_view db) override { calls.push_back(Call("reconnect", db)); }
+  static std::string Call(std::string verb, std::string_view db) {
+    return db.empty() ? verb : verb + " " + std::string(db);
+  }
   bool KillClient(std::uint64_t id) override {
     calls.push_back("kill " + std::to_string(id));
     return id == 7;
@@ -290,9 +293,9 @@ TEST_CASE("SHOW CONFIG, PINS, VERSION and HELP") {
 TEST_CASE("the control commands call the backend and answer their tag") {
   auto [command, call, tag] = GENERATE(table<std::string, std::string, std::string>({
       {"PAUSE", "pause", "PAUSE"},
-      {"pause app", "pause", "PAUSE"},
+      {"pause app", "pause app", "PAUSE"},
       {"RESUME", "resume", "RESUME"},
-      {"RESUME app;", "resume", "RESUME"},
+      {"RESUME app;", "resume app", "RESUME"},
       {"RECONNECT", "reconnect", "RECONNECT"},
       {"KILL_CLIENT 7", "kill 7", "KILL_CLIENT"},
       {"RELOAD", "reload", "RELOAD"},
@@ -305,6 +308,33 @@ TEST_CASE("the control commands call the backend and answer their tag") {
   CHECK(a[0].sqlstate.empty());
   CHECK(a[0].tag == tag);
   CHECK(b.calls == std::vector<std::string>{call});
+}
+
+TEST_CASE("several databases: a row each in SHOW POOLS and SHOW STATS, PAUSE takes any of their names") {
+  FakeBackend b;
+  b.snapshot = Sample();
+  EndpointStats one;
+  one.pool_max_size = 3;
+  one.transactions = 7;
+  EndpointStats two;
+  two.pool_max_size = 5;
+  two.origin_idle = 2;
+  b.snapshot.pools = {{"app", "transaction", one}, {"reports", "session", two}};
+  auto pools = Run("SHOW POOLS", b)[0];
+  REQUIRE(pools.rows.size() == 2);
+  CHECK(Cell(pools, 0, "database") == "app");
+  CHECK(Cell(pools, 0, "pool_size") == "3");
+  CHECK(Cell(pools, 1, "database") == "reports");
+  CHECK(Cell(pools, 1, "pool_mode") == "session");
+  CHECK(Cell(pools, 1, "sv_idle") == "2");
+  auto stats = Run("SHOW STATS", b)[0];
+  REQUIRE(stats.rows.size() == 2);
+  CHECK(Cell(stats, 0, "total_xact_count") == "7");
+  CHECK(Cell(stats, 1, "total_xact_count") == "0");
+  CHECK(Run("PAUSE reports", b)[0].tag == "PAUSE");
+  CHECK(Run("RECONNECT app", b)[0].tag == "RECONNECT");
+  CHECK(Run("PAUSE nothere", b)[0].sqlstate == "3D000");
+  CHECK(b.calls == std::vector<std::string>{"pause reports", "reconnect app"});
 }
 
 TEST_CASE("bad commands get the SQLSTATE PostgreSQL would use and change nothing") {

@@ -1,0 +1,67 @@
+#include "client/database_router.h"
+
+#include <cstdint>
+#include <utility>
+#include <variant>
+
+#include "client/client_util.h"
+#include "protocol/frontend_messages.h"
+
+namespace hyperpool::client {
+
+std::optional<std::string> HelloDatabase(std::string_view initial_bytes) {
+  if (initial_bytes.size() < 8) return std::nullopt;
+  const auto* b = reinterpret_cast<const unsigned char*>(initial_bytes.data());
+  const uint32_t length = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+  if (length < 8 || length > initial_bytes.size()) return std::nullopt;
+  absl::StatusOr<protocol::StartupPacket> packet = protocol::DecodeStartupPacket(initial_bytes.substr(4, length - 4));
+  if (!packet.ok()) return std::nullopt;
+  const auto* hello = std::get_if<protocol::StartupMessage>(&*packet);
+  if (hello == nullptr) return std::nullopt;
+  for (const auto& [name, value] : hello->parameters) {
+    if (name == kDatabaseParam) return std::string(value);
+  }
+  return std::nullopt;
+}
+
+void DatabaseRouter::Set(std::string name, std::shared_ptr<Transport> transport) {
+  std::lock_guard lock(mu_);
+  routes_[std::move(name)] = std::move(transport);
+}
+
+void DatabaseRouter::Remove(std::string_view name) {
+  std::lock_guard lock(mu_);
+  if (auto it = routes_.find(name); it != routes_.end()) routes_.erase(it);
+}
+
+void DatabaseRouter::SetDefault(std::string name) {
+  std::lock_guard lock(mu_);
+  default_ = std::move(name);
+}
+
+std::vector<std::string> DatabaseRouter::Names() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, transport] : routes_) names.push_back(name);
+  return names;
+}
+
+std::shared_ptr<Transport> DatabaseRouter::Find(const std::optional<std::string>& database) const {
+  std::lock_guard lock(mu_);
+  auto it = routes_.find(database ? *database : default_);
+  if (it == routes_.end() && !database && !routes_.empty()) it = routes_.begin();
+  return it == routes_.end() ? nullptr : it->second;
+}
+
+asio::awaitable<absl::StatusOr<std::unique_ptr<Link>>> DatabaseRouter::Open(asio::any_io_executor executor,
+                                                                             std::string initial_bytes) {
+  const std::optional<std::string> database = HelloDatabase(initial_bytes);
+  // Held for the Open: a reload may remove the route meanwhile.
+  std::shared_ptr<Transport> transport = Find(database);
+  if (transport == nullptr) {
+    co_return absl::NotFoundError("database \"" + database.value_or("") + "\" is no longer served");
+  }
+  co_return co_await transport->Open(std::move(executor), std::move(initial_bytes));
+}
+
+}  // namespace hyperpool::client
