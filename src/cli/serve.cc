@@ -688,6 +688,9 @@ int Serve(int argc, char** argv) {
         m.endpoint = running.endpoint_stats();
         m.pool_max = m.endpoint->pool_max_size;
         m.client = running.client_stats();
+        for (const std::string& name : running.databases()) {
+          if (Endpoint* e = running.endpoint(name)) m.databases.emplace_back(name, e->Stats());
+        }
         return m;
       },
       LogLine);

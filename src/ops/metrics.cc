@@ -6,43 +6,83 @@ namespace hyperpool::ops {
 
 namespace {
 
-void WriteEndpoint(ExpositionWriter& w, const EndpointStats& s, std::size_t pool_max) {
-  const std::size_t active = s.origin_open >= s.origin_idle ? s.origin_open - s.origin_idle : 0;
-  w.Gauge("hyperpool_pool_connections", "Origin connections open, by state (active: lent or being opened).",
-          static_cast<double>(active), {{"state", "active"}});
-  w.Gauge("hyperpool_pool_connections", "", static_cast<double>(s.origin_idle), {{"state", "idle"}});
-  w.Gauge("hyperpool_pool_max_connections", "Most origin connections the pool opens at once.",
-          static_cast<double>(pool_max));
-  w.Gauge("hyperpool_pool_waiting", "Transactions waiting for an origin connection.", static_cast<double>(s.waiting));
-  w.LatencyHistogram("hyperpool_pool_acquire_wait_seconds",
-                     "Time units of work waited for an origin connection (including 53300 timeouts).",
-                     s.acquire_wait);
-  w.Counter("hyperpool_pool_acquire_timeouts_total", "Waits for an origin connection that ended in 53300.",
-            s.acquire_timeouts);
-  w.Counter("hyperpool_pool_discarded_total", "Origin connections closed instead of returned to the pool.",
-            s.discarded);
-  w.Gauge("hyperpool_endpoint_sessions", "Client links open to the Endpoint (one per application session).",
-          static_cast<double>(s.sessions));
-  w.Counter("hyperpool_transactions_total", "Transactions completed on origin connections.", s.transactions);
-  w.Counter("hyperpool_queries_total",
-            "Units of work the origin answered (simple Query, extended-query Sync, FunctionCall).", s.queries);
-  w.LatencyHistogram("hyperpool_transaction_duration_seconds",
-                     "Transaction time at the Endpoint: first message forwarded to ReadyForQuery 'I'.",
-                     s.transaction_time);
-  w.Gauge("hyperpool_pinned_sessions", "Sessions pinned to their origin connection now.",
-          static_cast<double>(s.pinned_sessions));
+// One Endpoint's samples: its stats and the labels that tell it apart.
+struct EndpointSample {
+  const EndpointStats* stats;
+  Labels labels;  // {} for the one Endpoint of a one-database process
+  std::size_t pool_max = 0;
+};
+
+Labels With(Labels labels, const Labels& more) {
+  labels.insert(labels.end(), more.begin(), more.end());
+  return labels;
+}
+
+// Each family is written over every Endpoint before the next one (the text
+// format wants one family's samples together).
+void WriteEndpoints(ExpositionWriter& w, const std::vector<EndpointSample>& es) {
+  auto gauge = [&](const char* name, const char* help, auto value, const Labels& more = {}) {
+    for (const EndpointSample& e : es) w.Gauge(name, help, static_cast<double>(value(*e.stats)), With(e.labels, more));
+  };
+  auto counter = [&](const char* name, const char* help, auto value, const Labels& more = {}) {
+    for (const EndpointSample& e : es) w.Counter(name, help, value(*e.stats), With(e.labels, more));
+  };
+  auto histogram = [&](const char* name, const char* help, auto value) {
+    for (const EndpointSample& e : es) w.LatencyHistogram(name, help, value(*e.stats), e.labels);
+  };
+  const char* const kPoolHelp = "Origin connections open, by state (active: lent or being opened).";
+  for (const EndpointSample& e : es) {
+    const EndpointStats& s = *e.stats;
+    const std::size_t active = s.origin_open >= s.origin_idle ? s.origin_open - s.origin_idle : 0;
+    w.Gauge("hyperpool_pool_connections", kPoolHelp, static_cast<double>(active), With(e.labels, {{"state", "active"}}));
+    w.Gauge("hyperpool_pool_connections", kPoolHelp, static_cast<double>(s.origin_idle),
+            With(e.labels, {{"state", "idle"}}));
+  }
+  for (const EndpointSample& e : es) {
+    w.Gauge("hyperpool_pool_max_connections", "Most origin connections the pool opens at once.",
+            static_cast<double>(e.pool_max), e.labels);
+  }
+  gauge("hyperpool_pool_waiting", "Transactions waiting for an origin connection.",
+        [](const EndpointStats& s) { return s.waiting; });
+  histogram("hyperpool_pool_acquire_wait_seconds",
+            "Time units of work waited for an origin connection (including 53300 timeouts).",
+            [](const EndpointStats& s) -> const LatencyHistogramSnapshot& { return s.acquire_wait; });
+  counter("hyperpool_pool_acquire_timeouts_total", "Waits for an origin connection that ended in 53300.",
+          [](const EndpointStats& s) { return s.acquire_timeouts; });
+  counter("hyperpool_pool_discarded_total", "Origin connections closed instead of returned to the pool.",
+          [](const EndpointStats& s) { return s.discarded; });
+  gauge("hyperpool_endpoint_sessions", "Client links open to the Endpoint (one per application session).",
+        [](const EndpointStats& s) { return s.sessions; });
+  counter("hyperpool_transactions_total", "Transactions completed on origin connections.",
+          [](const EndpointStats& s) { return s.transactions; });
+  counter("hyperpool_queries_total",
+          "Units of work the origin answered (simple Query, extended-query Sync, FunctionCall).",
+          [](const EndpointStats& s) { return s.queries; });
+  histogram("hyperpool_transaction_duration_seconds",
+            "Transaction time at the Endpoint: first message forwarded to ReadyForQuery 'I'.",
+            [](const EndpointStats& s) -> const LatencyHistogramSnapshot& { return s.transaction_time; });
+  gauge("hyperpool_pinned_sessions", "Sessions pinned to their origin connection now.",
+        [](const EndpointStats& s) { return s.pinned_sessions; });
   const char* const kPinHelp = "Sessions pinned to their origin connection since start, by reason.";
-  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_prepared_sql, {{"reason", "prepared_sql"}});
-  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_temp_table, {{"reason", "temp_table"}});
-  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_advisory_lock, {{"reason", "advisory_lock"}});
-  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_listen, {{"reason", "listen"}});
-  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_with_hold_cursor, {{"reason", "with_hold_cursor"}});
-  w.Counter("hyperpool_pins_total", kPinHelp, s.pins_set_role, {{"reason", "set_role"}});
+  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_prepared_sql; },
+          {{"reason", "prepared_sql"}});
+  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_temp_table; },
+          {{"reason", "temp_table"}});
+  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_advisory_lock; },
+          {{"reason", "advisory_lock"}});
+  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_listen; },
+          {{"reason", "listen"}});
+  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_with_hold_cursor; },
+          {{"reason", "with_hold_cursor"}});
+  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_set_role; },
+          {{"reason", "set_role"}});
   const char* const kCancelHelp = "Cancel requests: forwarded to the origin, or ignored (nothing running).";
-  w.Counter("hyperpool_cancels_total", kCancelHelp, s.cancels_forwarded, {{"result", "forwarded"}});
-  w.Counter("hyperpool_cancels_total", kCancelHelp, s.cancels_ignored, {{"result", "ignored"}});
-  w.Gauge("hyperpool_origin_rtt_seconds", "Smallest recent round trip to the origin (0 until measured).",
-          s.origin_rtt_us / 1e6);
+  counter("hyperpool_cancels_total", kCancelHelp, [](const EndpointStats& s) { return s.cancels_forwarded; },
+          {{"result", "forwarded"}});
+  counter("hyperpool_cancels_total", kCancelHelp, [](const EndpointStats& s) { return s.cancels_ignored; },
+          {{"result", "ignored"}});
+  gauge("hyperpool_origin_rtt_seconds", "Smallest recent round trip to the origin (0 until measured).",
+        [](const EndpointStats& s) { return s.origin_rtt_us / 1e6; });
 }
 
 // Families that both cache tiers have are written together, one sample per tier.
@@ -126,7 +166,10 @@ std::string RenderMetrics(const ProcessMetrics& m) {
     w.Counter("hyperpool_client_connections_accepted_total", "Application connections accepted (TCP and Unix).",
               m.client->accepted);
   }
-  if (m.endpoint) WriteEndpoint(w, *m.endpoint, m.pool_max);
+  std::vector<EndpointSample> endpoints;
+  for (const auto& [name, stats] : m.databases) endpoints.push_back({&stats, {{"database", name}}, stats.pool_max_size});
+  if (endpoints.empty() && m.endpoint) endpoints.push_back({&*m.endpoint, {}, m.pool_max});
+  WriteEndpoints(w, endpoints);
   WriteCache(w, m);
   return w.text();
 }

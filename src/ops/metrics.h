@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hyperpool/client.h"
 #include "hyperpool/endpoint.h"
@@ -16,6 +18,11 @@ struct ProcessMetrics {
   std::optional<EndpointStats> endpoint;  // set when an Endpoint runs here
   std::size_t pool_max = 0;               // its pool's max_size
   std::optional<ClientStats> client;      // set when a Client runs here
+  // With several databases in one process ([databases]): each database's
+  // Endpoint. Pool, session, transaction and pin families then have one
+  // sample per database (label `database`) instead of `endpoint`'s alone;
+  // the cache families stay `endpoint`'s.
+  std::vector<std::pair<std::string, EndpointStats>> databases;
   bool draining = false;
 };
 

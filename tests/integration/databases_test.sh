@@ -70,6 +70,8 @@ database = "alpha"
 password = "$APP_PW"
 [admin]
 users = ["app"]
+[metrics]
+listen = "127.0.0.1:0"
 [databases.alpha]
 url = "$(origin "$DB_A")${4:-}"
 password_file = "$tmp/origin-pw"
@@ -163,6 +165,15 @@ async def main():
     assert wrong[0] == "28P01" and unknown_db == wrong, (wrong, unknown_db)
 asyncio.run(main())
 PYEOF
+
+# --- /metrics: one sample per database ---
+maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$tmp/err" | head -1)
+[ -n "$maddr" ] || fail "no metrics listener logged"
+metrics=$(curl -sf "http://$maddr/metrics") || fail "/metrics did not answer"
+grep -q '^hyperpool_transactions_total{database="alpha"} [1-9]' <<<"$metrics" &&
+  grep -q '^hyperpool_transactions_total{database="beta"} ' <<<"$metrics" &&
+  grep -q '^hyperpool_pool_max_connections{database="beta"} 3$' <<<"$metrics" ||
+  fail "/metrics lacks per-database samples: $(grep -E 'transactions_total|pool_max' <<<"$metrics")"
 
 # --- SHOW POOLS: one row per database ---
 pools=$(admin_at "SHOW POOLS")

@@ -185,6 +185,34 @@ TEST_CASE("RenderMetrics exposes pools, transactions, histogram, pins, cancels a
   CHECK(t.find("# TYPE hyperpool_cache_hits_total counter") == t.rfind("# TYPE hyperpool_cache_hits_total counter"));
 }
 
+TEST_CASE("RenderMetrics with several databases: one sample per database, each family's samples together") {
+  ProcessMetrics m;
+  EndpointStats a;
+  a.transactions = 7;
+  a.pool_max_size = 4;
+  a.origin_open = 2;
+  EndpointStats b;
+  b.transactions = 3;
+  b.pool_max_size = 6;
+  b.waiting = 1;
+  m.endpoint = a;  // the default database's, for the cache families
+  m.databases = {{"alpha", a}, {"beta", b}};
+  const std::string t = RenderMetrics(m);
+  CHECK(t.find("hyperpool_transactions_total{database=\"alpha\"} 7\n") != std::string::npos);
+  CHECK(t.find("hyperpool_transactions_total{database=\"beta\"} 3\n") != std::string::npos);
+  CHECK(t.find("hyperpool_pool_max_connections{database=\"beta\"} 6\n") != std::string::npos);
+  CHECK(t.find("hyperpool_pool_waiting{database=\"beta\"} 1\n") != std::string::npos);
+  CHECK(t.find("hyperpool_pool_connections{database=\"alpha\",state=\"active\"} 2\n") != std::string::npos);
+  CHECK(t.find("hyperpool_pins_total{database=\"beta\",reason=\"listen\"} 0\n") != std::string::npos);
+  CHECK(t.find("hyperpool_transaction_duration_seconds_count{database=\"beta\"} 0\n") != std::string::npos);
+  CHECK(t.find("hyperpool_transactions_total 7") == std::string::npos);  // no unlabelled sample beside them
+  // Each family's samples follow its TYPE line before the next family starts.
+  const size_t type = t.find("# TYPE hyperpool_transactions_total counter\n");
+  const size_t beta = t.find("hyperpool_transactions_total{database=\"beta\"}");
+  REQUIRE(type != std::string::npos);
+  CHECK(t.find("# TYPE", type + 1) > beta);
+}
+
 TEST_CASE("RenderMetrics for a Client alone (hyperpool client) has no Endpoint families") {
   ProcessMetrics m;
   m.client = ClientStats{};
