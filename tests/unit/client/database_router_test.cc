@@ -50,7 +50,7 @@ TEST_CASE("HelloDatabase reads hyperpool.database from a link hello, and nothing
   CHECK(HelloDatabase(BuildCancelHello("abc", "app")) == "app");
   CHECK(HelloDatabase(BuildLinkHello({{"application_name", "x"}}, "1")) == std::nullopt);
   CHECK(HelloDatabase("") == std::nullopt);
-  CHECK(HelloDatabase(std::string("\0\0\0\x10garbagegarbage", 20)) == std::nullopt);
+  CHECK(HelloDatabase(std::string("\0\0\0\x10" "garbagegarbage", 18)) == std::nullopt);
   std::string hello = BuildLinkHello({{std::string(kDatabaseParam), "app"}}, "1");
   CHECK(HelloDatabase(hello.substr(0, hello.size() - 3)) == std::nullopt);  // truncated
   CHECK(HelloDatabase(hello + "Q...") == "app");                            // frames after it
