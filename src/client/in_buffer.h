@@ -12,6 +12,7 @@
 #ifndef HYPERPOOL_CLIENT_IN_BUFFER_H_
 #define HYPERPOOL_CLIENT_IN_BUFFER_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -42,9 +43,9 @@ class InBuffer {
   size_t ReadSize(size_t want) {
     if (size() == 0) {
       if (data_.size() > kIdleKeep && !last_read_filled_) Release();
-      return want < kIdleRead ? kIdleRead : (want > kMaxReadChunk ? kMaxReadChunk : want);
+      return std::clamp(want, kIdleRead, kMaxReadChunk);
     }
-    return want < kReadChunk ? kReadChunk : (want > kMaxReadChunk ? kMaxReadChunk : want);
+    return std::clamp(want, kReadChunk, kMaxReadChunk);
   }
 
   // Frames found in it are views that stay valid until Prepare() or Take().

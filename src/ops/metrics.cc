@@ -1,5 +1,7 @@
 #include "ops/metrics.h"
 
+#include <utility>
+
 #include "ops/exposition_writer.h"
 
 namespace hyperpool::ops {
@@ -64,18 +66,15 @@ void WriteEndpoints(ExpositionWriter& w, const std::vector<EndpointSample>& es) 
   gauge("hyperpool_pinned_sessions", "Sessions pinned to their origin connection now.",
         [](const EndpointStats& s) { return s.pinned_sessions; });
   const char* const kPinHelp = "Sessions pinned to their origin connection since start, by reason.";
-  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_prepared_sql; },
-          {{"reason", "prepared_sql"}});
-  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_temp_table; },
-          {{"reason", "temp_table"}});
-  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_advisory_lock; },
-          {{"reason", "advisory_lock"}});
-  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_listen; },
-          {{"reason", "listen"}});
-  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_with_hold_cursor; },
-          {{"reason", "with_hold_cursor"}});
-  counter("hyperpool_pins_total", kPinHelp, [](const EndpointStats& s) { return s.pins_set_role; },
-          {{"reason", "set_role"}});
+  static constexpr std::pair<const char*, std::size_t EndpointStats::*> kPins[] = {
+      {"prepared_sql", &EndpointStats::pins_prepared_sql}, {"temp_table", &EndpointStats::pins_temp_table},
+      {"advisory_lock", &EndpointStats::pins_advisory_lock}, {"listen", &EndpointStats::pins_listen},
+      {"with_hold_cursor", &EndpointStats::pins_with_hold_cursor}, {"set_role", &EndpointStats::pins_set_role},
+  };
+  for (const auto& [reason, field] : kPins) {
+    counter("hyperpool_pins_total", kPinHelp, [field = field](const EndpointStats& s) { return s.*field; },
+            {{"reason", reason}});
+  }
   const char* const kCancelHelp = "Cancel requests: forwarded to the origin, or ignored (nothing running).";
   counter("hyperpool_cancels_total", kCancelHelp, [](const EndpointStats& s) { return s.cancels_forwarded; },
           {{"result", "forwarded"}});
