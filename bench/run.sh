@@ -63,6 +63,8 @@ if has_target pgbouncer118; then command -v pgbouncer >/dev/null || die "pgbounc
 if has_target nullproxy; then command -v cc >/dev/null || die "cc not found (for bench/nullproxy.c)"; fi
 # shellcheck source=bench/pgbouncer.sh
 . "$BENCH/pgbouncer.sh"
+# shellcheck source=bench/common.sh
+. "$BENCH/common.sh"
 $PY -c 'import asyncpg' 2>/dev/null || die "python3-asyncpg missing (apt-get install python3-asyncpg)"
 if ! $PY -c 'import matplotlib' 2>/dev/null; then
   log "installing python3-matplotlib for the plots"
@@ -154,12 +156,7 @@ log "$runs pgbench runs of ${DURATION}s (~$(( runs * (DURATION + 1) / 60 + 1 )) 
 
 # --- PostgreSQL ---------------------------------------------------------------
 log "starting PostgreSQL 15"
-bash "$ROOT/tests/support/pgcluster.sh" start "$PGDIR" >"$WORK/pgcluster.log" 2>&1 \
-  || { cat "$WORK/pgcluster.log" >&2; die "pgcluster.sh start failed"; }
-set -a
-# shellcheck disable=SC1091
-. "$PGDIR/env"
-set +a
+start_pg_cluster "$PGDIR" "$WORK/pgcluster.log"
 DB=$PGDATABASE
 BUSER=$SCRAM_USER
 BPASS=$SCRAM_PASSWORD

@@ -52,6 +52,8 @@ log() { echo "[seed $(date +%H:%M:%S)] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 # shellcheck source=bench/pgbouncer.sh
 . "$BENCH/pgbouncer.sh"
+# shellcheck source=bench/common.sh
+. "$BENCH/common.sh"
 
 for t in "${TARGETS[@]}"; do
   case $t in direct|pgbouncer|hyperpool|hyperpool-cache) ;; *) die "unknown target '$t' in SEED_TARGETS" ;; esac
@@ -68,15 +70,6 @@ chmod 755 "$WORK"
 PGDIR=$WORK/pg
 PIDS=()
 
-stop_pids() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
-  PIDS=()
-}
 cleanup() {
   local rc=$?
   set +e
@@ -89,26 +82,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Starts a background command whose first stdout line is an address or URL;
-# sets FIRST_LINE to it. start_bg NAME CMD...
-start_bg() {
-  local name=$1${NAME_SUFFIX:-}; shift
-  "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-  PIDS+=($!)
-  local _
-  for _ in $(seq 150); do [ -s "$WORK/$name.out" ] && break; sleep 0.1; done
-  [ -s "$WORK/$name.out" ] || { tail -5 "$WORK/$name.err" >&2; die "$name printed nothing"; }
-  FIRST_LINE=$(head -1 "$WORK/$name.out")
-}
 
 # --- PostgreSQL and its standard tables ----------------------------------------
 log "starting PostgreSQL 15"
-bash "$ROOT/tests/support/pgcluster.sh" start "$PGDIR" >"$WORK/pgcluster.log" 2>&1 \
-  || { cat "$WORK/pgcluster.log" >&2; die "pgcluster.sh start failed"; }
-set -a
-# shellcheck disable=SC1091
-. "$PGDIR/env"
-set +a
+start_pg_cluster "$PGDIR" "$WORK/pgcluster.log"
 DB=$PGDATABASE
 BUSER=$SCRAM_USER
 BPASS=$SCRAM_PASSWORD

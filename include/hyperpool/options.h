@@ -148,10 +148,13 @@ struct ClientOptions {
   std::string password;
   std::string database = "hyperpool";
   // PBKDF2 iterations of the SCRAM verifier apps log in against (the work a
-  // driver does per login, like PostgreSQL's scram_iterations). 0 = 4096.
-  // Lower counts make logins cheaper (the generated password is 24 random
-  // bytes and needs no key stretching) but PgJDBC refuses any count below
-  // 4096 ("iteration must be >= 4096"), so the default stays there.
+  // driver does per login, like PostgreSQL's scram_iterations), for every
+  // client. 0 = 4096, except that with a generated password (24 random
+  // bytes: key stretching adds nothing) clients known to accept fewer
+  // (libpq and its drivers, node-postgres, postgres.js, asyncpg) are offered
+  // 16, making their login cost microseconds; PgJDBC and other clients of
+  // the ongres SCRAM library refuse counts below 4096 ("iteration must be
+  // >= 4096") and keep 4096 (client/server_handshake.h, AcceptsQuickScram).
   std::uint32_t scram_iterations = 0;
   // client_login_timeout: how long an application may take to finish its
   // handshake (like PostgreSQL's authentication_timeout). The connection is

@@ -72,8 +72,9 @@ Options:
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
   --password-file FILE    read that password from FILE (first line; mode 0600)
-  --scram-iterations N    PBKDF2 iterations of the app login (default 4096; lower is a
-                          faster login, but PgJDBC refuses counts below 4096)
+  --scram-iterations N    PBKDF2 iterations of the app login, for every driver (default
+                          4096, and 16 with a generated password for drivers known to
+                          accept it; PgJDBC refuses counts below 4096)
   --database D            database name applications use (default hyperpool)
   --threads N             worker threads (default 0 = one per core)
   --client-login-timeout S  close an application that has not logged in after S seconds

@@ -1455,6 +1455,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   if (options.user.empty()) return absl::InvalidArgumentError("Client::Create: empty user name");
   if (options.database.empty()) return absl::InvalidArgumentError("Client::Create: empty database name");
   uint32_t iterations = options.scram_iterations;
+  // A generated password with no count chosen also gets a quick verifier
+  // (HandshakeConfig::quick_verifier).
+  const bool quick = options.password.empty() && iterations == 0;
   if (options.password.empty()) {
     absl::StatusOr<std::string> generated = client::GeneratePassword();
     if (!generated.ok()) return generated.status();
@@ -1477,6 +1480,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
     impl->handshake_config.admin_database = impl->options.admin_database;
   }
   impl->handshake_config.verifier = *std::move(verifier);
+  if (quick) {
+    absl::StatusOr<std::string> quick_salt = auth::RandomBytes(auth::kDefaultScramSaltSize);
+    if (!quick_salt.ok()) return quick_salt.status();
+    absl::StatusOr<auth::ScramVerifier> quick_verifier =
+        auth::MakeScramVerifier(impl->options.password, *quick_salt, client::kQuickScramIterations);
+    if (!quick_verifier.ok()) return quick_verifier.status();
+    impl->handshake_config.quick_verifier = *std::move(quick_verifier);
+  }
   absl::StatusOr<std::string> mock_secret = auth::RandomBytes(32);
   if (!mock_secret.ok()) return mock_secret.status();
   impl->handshake_config.mock_secret = *std::move(mock_secret);

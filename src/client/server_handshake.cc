@@ -1,9 +1,11 @@
 #include "client/server_handshake.h"
 
+#include <algorithm>
 #include <utility>
 #include <variant>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "protocol/codec.h"
 
@@ -195,6 +197,9 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
       has_database = true;
     } else if (name == "replication") {
       replication = std::string(value);
+    } else if (name == "extra_float_digits") {
+      extra_float_digits_ = true;
+      parameters_.emplace_back(std::string(name), std::string(value));
     } else if (name.substr(0, 5) == "_pq_.") {
       unrecognized.push_back(name);
     } else {
@@ -249,25 +254,43 @@ void ServerHandshake::BeginAuthentication(Step& step) {
   auth::ScramServer::Options options;
   if (known_user_) {
     options.verifier = *verifier;
+    quick_eligible_ = verifier == &config_->verifier;
   } else {
     options.verifier = auth::MakeMockScramVerifier(user_, config_->mock_secret);
     // The Client's own count, so that server-first does not tell an
     // unknown user from the Client's user (PostgreSQL's mock uses its
-    // scram_iterations the same way).
+    // scram_iterations the same way). With more users (their own counts)
+    // the quick count would tell an unknown name from theirs instead.
     options.verifier.iterations = config_->verifier.iterations;
+    quick_eligible_ = config_->other_users.empty();
   }
   options.always_fail = !known_user_;
   options.server_nonce = config_->server_nonce;
-  absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(std::move(options));
-  if (!scram.ok()) {
-    Fail(step, kSqlStateConnectionFailure, "could not start SCRAM authentication");
-    return;
-  }
-  scram_.emplace(*std::move(scram));
+  scram_options_ = std::move(options);
   pr::AuthenticationSasl sasl;
   sasl.mechanisms = {auth::kScramSha256};
   pr::Encode(pr::Authentication{sasl}, step.output);
   SetState(State::kAwaitingSaslInitial);
+}
+
+bool AcceptsQuickScram(bool startup_has_extra_float_digits, std::string_view client_first) {
+  if (startup_has_extra_float_digits) return false;
+  // client-first = gs2-header "," "n=" user "," "r=" nonce ["," extensions];
+  // the gs2 header is cbind-flag "," [authzid] ",".
+  std::string_view rest = client_first;
+  for (int commas = 0; commas < 2; ++commas) {
+    const std::size_t comma = rest.find(',');
+    if (comma == std::string_view::npos) return false;
+    rest.remove_prefix(comma + 1);
+  }
+  const std::size_t at = rest.find(",r=");
+  if (at == std::string_view::npos) return false;
+  std::string_view nonce = rest.substr(at + 3);
+  nonce = nonce.substr(0, nonce.find(','));
+  if (nonce.empty()) return false;
+  return std::all_of(nonce.begin(), nonce.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || c == '=';
+  });
 }
 
 const auth::ScramVerifier* ServerHandshake::FindVerifier() const {
@@ -291,6 +314,20 @@ bool ServerHandshake::OnSaslMessage(std::string_view payload, Step& step) {
       Fail(step, kSqlStateProtocolViolation, "SASLInitialResponse carries no client-first message");
       return false;
     }
+    if (quick_eligible_ && config_->quick_verifier && AcceptsQuickScram(extra_float_digits_, *initial->data)) {
+      if (known_user_) {
+        scram_options_->verifier = *config_->quick_verifier;
+      } else {
+        scram_options_->verifier.iterations = config_->quick_verifier->iterations;
+      }
+    }
+    absl::StatusOr<auth::ScramServer> scram = auth::ScramServer::Create(*std::move(scram_options_));
+    scram_options_.reset();
+    if (!scram.ok()) {
+      Fail(step, kSqlStateConnectionFailure, "could not start SCRAM authentication");
+      return false;
+    }
+    scram_.emplace(*std::move(scram));
     absl::StatusOr<std::string> server_first = scram_->HandleClientFirst(initial->mechanism, *initial->data);
     if (!server_first.ok()) {
       FailScram(step, server_first.status());

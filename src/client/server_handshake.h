@@ -63,6 +63,12 @@ struct HandshakeConfig {
   std::shared_ptr<const DatabaseDirectory> databases;
   // Of the Client's password, computed once per Client.
   auth::ScramVerifier verifier;
+  // Of the same password with kQuickScramIterations, when the password was
+  // generated (random and long: key stretching adds nothing) and no count
+  // was chosen: offered instead of `verifier` to clients whose SCRAM code
+  // accepts a count below 4096 (AcceptsQuickScram), so that their login
+  // costs microseconds. Unset: `verifier` for every client.
+  std::optional<auth::ScramVerifier> quick_verifier;
   // More app users (ClientOptions::users): name -> verifier. All of them
   // reach the one origin role the Endpoint logs in as. `user` wins a clash.
   std::map<std::string, auth::ScramVerifier, std::less<>> other_users;
@@ -78,6 +84,19 @@ struct HandshakeConfig {
   // Empty: a fresh random nonce per exchange. Tests and the fuzzer fix it.
   std::string server_nonce;
 };
+
+// PBKDF2 count of HandshakeConfig::quick_verifier.
+inline constexpr uint32_t kQuickScramIterations = 16;
+
+// Whether a client may be offered fewer than 4096 iterations: PgJDBC (and
+// every client on the ongres SCRAM library) refuses them ("iteration must be
+// >= 4096"). It always sends extra_float_digits in its startup packet and
+// draws its nonce from all printable characters; libpq (psql, psycopg,
+// pgbench), node-postgres, postgres.js and asyncpg send neither, their
+// nonces being base64. So: no extra_float_digits parameter, and a non-empty
+// r= of base64 characters only. `client_first` is the whole client-first
+// message (gs2 header included).
+bool AcceptsQuickScram(bool startup_has_extra_float_digits, std::string_view client_first);
 
 class ServerHandshake {
  public:
@@ -179,6 +198,13 @@ class ServerHandshake {
   bool known_user_ = false;
   bool known_database_ = false;
   bool admin_database_ = false;
+  bool extra_float_digits_ = false;  // the startup packet set it (AcceptsQuickScram)
+  // Set by BeginAuthentication, used at client-first: the exchange starts
+  // then, once the client's nonce tells which iteration count it accepts.
+  std::optional<auth::ScramServer::Options> scram_options_;
+  // The verifier offered is the Client's own (main user or admin console),
+  // or a mock that must look like it: quick_verifier may replace it.
+  bool quick_eligible_ = false;
   std::optional<auth::ScramServer> scram_;
 
   std::string user_;

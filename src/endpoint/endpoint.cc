@@ -1645,6 +1645,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
   callbacks.health_check = [weak](PooledConnection& c) { return TimedPing(weak, static_cast<OriginConnection&>(c)); };
   // Session mode: DISCARD ALL before the next session (release_policy.h).
   callbacks.reset = [](PooledConnection& c) { return endpoint::ResetConnection(static_cast<OriginConnection&>(c)); };
+  callbacks.rollback = [](PooledConnection& c) {
+    return endpoint::RollbackConnection(static_cast<OriginConnection&>(c));
+  };
   auto pool = Pool::Create(executor, impl->options.pool, std::move(callbacks));
   if (!pool.ok()) return pool.status();
   impl->pool = std::move(*pool);

@@ -98,4 +98,12 @@ asio::awaitable<absl::Status> ResetConnection(OriginConnection& conn) {
   co_return absl::OkStatus();
 }
 
+asio::awaitable<absl::Status> RollbackConnection(OriginConnection& conn) {
+  auto result = co_await RunSimpleQuery(conn, "ROLLBACK");
+  if (!result.ok()) co_return result.status();
+  if (result->failed()) co_return absl::AbortedError(result->message);
+  if (conn.transaction_status() != 'I') co_return absl::FailedPreconditionError("not idle after ROLLBACK");
+  co_return absl::OkStatus();
+}
+
 }  // namespace hyperpool::endpoint

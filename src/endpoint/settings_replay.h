@@ -65,4 +65,8 @@ asio::awaitable<absl::StatusOr<CaptureOutcome>> CaptureSettings(OriginConnection
 // carries nothing. OK only if it ended at ReadyForQuery 'I'.
 asio::awaitable<absl::Status> ResetConnection(OriginConnection& conn);
 
+// The pool's rollback hook (ReleaseDecision::kRollbackThenReturn): ROLLBACK
+// of the block a vanished client left open; OK only when it ends at 'I'.
+asio::awaitable<absl::Status> RollbackConnection(OriginConnection& conn);
+
 }  // namespace hyperpool::endpoint

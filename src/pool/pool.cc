@@ -4,7 +4,7 @@
 //
 //   kOpening  -> kIdle | kLent (a waiter) | kClosing (pool stopped) | kClosed (factory failed)
 //   kIdle     -> kLent | kChecking (health check) | kClosing (idle timeout, lifetime, Stop)
-//   kLent     -> kIdle (kReturn) | kChecking (kResetThenReturn) | kClosing (kClose)
+//   kLent     -> kIdle (kReturn) | kChecking (kResetThenReturn, kRollbackThenReturn) | kClosing (kClose)
 //   kChecking -> kIdle | kLent (a waiter) | kClosing (hook failed)
 //   kClosing  -> kClosed (Close() finished; the entry is destroyed)
 
@@ -232,11 +232,12 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   // The origin spoke to (or closed) an idle connection: close it.
   void OnIdleActivity(PoolEntry* entry, std::uint64_t generation);
   void StartCheck(PoolEntry& entry);
-  void StartReset(PoolEntry& entry);
+  // Runs `hook` (callbacks_.reset or .rollback) before offering `entry`.
+  void StartReset(PoolEntry& entry, const ConnectionHook& hook);
   void StartClose(PoolEntry& entry);
 
   static asio::awaitable<void> OpenOne(std::shared_ptr<PoolImpl> self, PoolEntry* entry);
-  static asio::awaitable<void> CheckOne(std::shared_ptr<PoolImpl> self, PoolEntry* entry, bool reset);
+  static asio::awaitable<void> CheckOne(std::shared_ptr<PoolImpl> self, PoolEntry* entry, const ConnectionHook* hook);
   static asio::awaitable<void> CloseOne(std::shared_ptr<PoolImpl> self, PoolEntry* entry);
   static asio::awaitable<void> Maintain(std::shared_ptr<PoolImpl> self);
 
@@ -517,19 +518,19 @@ asio::awaitable<void> PoolImpl::OpenOne(std::shared_ptr<PoolImpl> self, PoolEntr
 
 void PoolImpl::StartCheck(PoolEntry& entry) {
   Transition(entry, ConnState::kChecking);
-  asio::co_spawn(executor_, CheckOne(shared_from_this(), &entry, /*reset=*/false), asio::detached);
+  asio::co_spawn(executor_, CheckOne(shared_from_this(), &entry, &callbacks_.health_check), asio::detached);
 }
 
-void PoolImpl::StartReset(PoolEntry& entry) {
+void PoolImpl::StartReset(PoolEntry& entry, const ConnectionHook& hook) {
   Transition(entry, ConnState::kChecking);
-  asio::co_spawn(executor_, CheckOne(shared_from_this(), &entry, /*reset=*/true), asio::detached);
+  asio::co_spawn(executor_, CheckOne(shared_from_this(), &entry, &hook), asio::detached);
 }
 
-asio::awaitable<void> PoolImpl::CheckOne(std::shared_ptr<PoolImpl> self, PoolEntry* entry, bool reset) {
+asio::awaitable<void> PoolImpl::CheckOne(std::shared_ptr<PoolImpl> self, PoolEntry* entry,
+                                         const ConnectionHook* hook) {
   absl::Status status;
   try {
-    const ConnectionHook& hook = reset ? self->callbacks_.reset : self->callbacks_.health_check;
-    status = co_await hook(*entry->connection);
+    status = co_await (*hook)(*entry->connection);
   } catch (const std::exception& e) {
     status = absl::InternalError(std::string("pool hook threw: ") + e.what());
   }
@@ -582,13 +583,17 @@ void PoolImpl::Release(PoolEntry* entry, ReleaseDecision decision) {
       }
       break;
     case ReleaseDecision::kResetThenReturn:
-      if (stopped_ || !callbacks_.reset || LifetimeExceeded(*entry)) {
+    case ReleaseDecision::kRollbackThenReturn: {
+      const ConnectionHook& hook =
+          decision == ReleaseDecision::kResetThenReturn ? callbacks_.reset : callbacks_.rollback;
+      if (stopped_ || !hook || LifetimeExceeded(*entry)) {
         discarded_.fetch_add(1, std::memory_order_relaxed);
         StartClose(*entry);
       } else {
-        StartReset(*entry);
+        StartReset(*entry, hook);
       }
       break;
+    }
     case ReleaseDecision::kClose:
       discarded_.fetch_add(1, std::memory_order_relaxed);
       StartClose(*entry);

@@ -109,6 +109,9 @@ struct PoolCallbacks {
   // For ReleaseDecision::kResetThenReturn (e.g. DISCARD ALL, ending at 'I').
   // Unset, or failing: the connection is closed instead.
   ConnectionHook reset;
+  // For ReleaseDecision::kRollbackThenReturn (ROLLBACK, ending at 'I').
+  // Unset, or failing: the connection is closed instead.
+  ConnectionHook rollback;
 };
 
 // A snapshot of the pool's gauges and counters.
@@ -189,8 +192,8 @@ class Lease {
   // Applies `decision`: kKeep does nothing (the lease still holds the
   // connection); kReturn gives it to the next waiter or the idle list (or
   // closes it if the pool stopped or its lifetime is over); kResetThenReturn
-  // runs the reset hook first; kClose closes it. After anything but kKeep the
-  // lease is empty.
+  // and kRollbackThenReturn run the reset or rollback hook first; kClose
+  // closes it. After anything but kKeep the lease is empty.
   void Release(ReleaseDecision decision);
 
   // The connection stops counting towards max_size (the pool may open a

@@ -49,6 +49,7 @@ enum class ReleaseDecision {
   kKeep,              // stay with the client (more of its unit of work follows)
   kReturn,            // back to the idle list for the next client
   kResetThenReturn,   // the pool's reset hook (DISCARD ALL) runs first; on success it returns
+  kRollbackThenReturn,  // the pool's rollback hook (ROLLBACK, ending at 'I') runs first; on success it returns
   kClose,             // close it; the pool opens a replacement on demand
 };
 
@@ -69,6 +70,8 @@ struct ReleaseInputs {
 //  - broken -> kClose;
 //  - kReturn / kResetThenReturn only with status 'I', outstanding == 0,
 //    no pin, and lifetime not exceeded;
+//  - kRollbackThenReturn only for a gone client in transaction mode with
+//    status 'T' or 'E', outstanding == 0, no pin, lifetime not exceeded;
 //  - a gone client never gets kKeep;
 //  - a present client in session mode, or pinned, or mid-transaction gets kKeep.
 ReleaseDecision DecideRelease(const ReleaseInputs& in);

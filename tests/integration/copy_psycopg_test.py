@@ -14,25 +14,14 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 
 import psycopg
+
+from pgtest_env import origin_url  # beside this script
 
 POOL = 2
 
 
-def env_get(name):
-    with open(os.environ["HYPERPOOL_TEST_PG_ENV"]) as f:
-        for line in f:
-            if line.startswith(name + "="):
-                return line.rstrip("\n").split("=", 1)[1]
-    raise KeyError(name)
-
-
-def origin_url():
-    return "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
-        env_get("ADMIN_USER"), urllib.parse.quote(env_get("ADMIN_PASSWORD"), safe=""),
-        env_get("PGHOST"), env_get("PGPORT"), env_get("PGDATABASE"))
 
 
 def direct():

@@ -47,7 +47,8 @@ struct Driver {
   explicit Driver(HandshakeConfig config = Config()) : hs(std::move(config)) {}
   ServerHandshake hs;
   std::string pending;  // bytes "received", not yet consumed
-  std::string written;  // everything the handshake asked to write
+  std::string written;  // what the handshake asked to write, not yet taken
+  std::string all_written;  // everything it asked to write
   std::vector<Event> events;
   bool auth_failed = false;  // some step said so
 
@@ -67,6 +68,7 @@ struct Driver {
         REQUIRE(s.consumed <= pending.size());
         pending.erase(0, s.consumed);
         written += s.output;
+        all_written += s.output;
         events.push_back(s.event);
         auth_failed = auth_failed || s.auth_failed;
         if (s.event == Event::kEncryptionRefused) continue;
@@ -202,6 +204,79 @@ TEST_CASE("an unknown user's server-first names the real verifier's iteration co
     pr::Encode(pr::SaslInitialResponse{client->mechanism(), client->ClientFirstMessage()}, initial);
     REQUIRE(d.Feed(initial) == Event::kNeedMore);
     CHECK(d.written.find(",i=16") != std::string::npos);
+  }
+}
+
+TEST_CASE("AcceptsQuickScram: base64 nonces without extra_float_digits") {
+  CHECK(AcceptsQuickScram(false, "n,,n=,r=Z8mR+/abcdEFGH0123456789=="));      // libpq, node-postgres, postgres.js
+  CHECK(AcceptsQuickScram(false, "y,,n=*,r=abc"));
+  CHECK(AcceptsQuickScram(false, "p=tls-server-end-point,,n=,r=abc,x=ext"));  // channel binding, an extension
+  CHECK(AcceptsQuickScram(false, "n,a=authz,n=user,r=abc"));
+  CHECK_FALSE(AcceptsQuickScram(true, "n,,n=,r=Z8mR"));                       // PgJDBC always sets extra_float_digits
+  CHECK_FALSE(AcceptsQuickScram(false, "n,,n=,r=rOprNGfwEbeRWgbNEkqO%hvYD"));  // ongres: any printable character
+  CHECK_FALSE(AcceptsQuickScram(false, "n,,n=,r=a)b"));
+  CHECK_FALSE(AcceptsQuickScram(false, "n,,n=,r="));
+  CHECK_FALSE(AcceptsQuickScram(false, "n,,n=user"));
+  CHECK_FALSE(AcceptsQuickScram(false, "n,,"));
+  CHECK_FALSE(AcceptsQuickScram(false, ""));
+}
+
+namespace {
+
+// The count a server-first message names (",i=N"), or 0.
+uint32_t IterationsIn(const std::string& written) {
+  const std::size_t at = written.find(",i=");
+  return at == std::string::npos ? 0 : static_cast<uint32_t>(std::stoul(written.substr(at + 3)));
+}
+
+HandshakeConfig QuickConfig() {
+  HandshakeConfig c = Config();
+  c.quick_verifier = *auth::MakeScramVerifier("s3cret", "fedcba9876543210", kQuickScramIterations);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a generated password's quick verifier: 16 iterations where the client accepts them") {
+  SECTION("a libpq-like client logs in with 16") {
+    Driver d(QuickConfig());
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kAuthenticated);
+    CHECK(IterationsIn(d.all_written) == kQuickScramIterations);
+  }
+  SECTION("a startup with extra_float_digits (PgJDBC) gets 4096 and logs in") {
+    Driver d(QuickConfig());
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}, {"extra_float_digits", "3"}})) ==
+            Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kAuthenticated);
+    CHECK(IterationsIn(d.all_written) == 4096);
+    // The parameter still reaches the session.
+    CHECK(d.hs.parameters() == std::vector<std::pair<std::string, std::string>>{{"extra_float_digits", "3"}});
+  }
+  SECTION("a wrong password is 28P01 with 16 as with 4096") {
+    Driver d(QuickConfig());
+    REQUIRE(d.Feed(Startup({{"user", "app"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "nope") == Event::kClose);
+    CHECK(IterationsIn(d.all_written) == kQuickScramIterations);
+    CHECK(d.auth_failed);
+  }
+  SECTION("an unknown user is offered the same count as the Client's user") {
+    Driver d(QuickConfig());
+    REQUIRE(d.Feed(Startup({{"user", "mallory"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kClose);
+    CHECK(IterationsIn(d.all_written) == kQuickScramIterations);
+    CHECK(d.auth_failed);
+  }
+  SECTION("with more users (their own counts) unknown users and those users keep theirs") {
+    HandshakeConfig c = QuickConfig();
+    c.other_users.emplace("batch", *auth::MakeScramVerifier("b4tch", "0011223344556677", 4096));
+    for (std::string_view user : {"mallory", "batch"}) {
+      CAPTURE(user);
+      Driver d(c);
+      REQUIRE(d.Feed(Startup({{"user", user}})) == Event::kNeedMore);
+      (void)RunScram(d, "b4tch");
+      CHECK(IterationsIn(d.all_written) == 4096);
+    }
   }
 }
 

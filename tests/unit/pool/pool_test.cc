@@ -38,10 +38,12 @@ struct FakeOrigin {
   int open_calls = 0;
   int checks = 0;
   int resets = 0;
+  int rollbacks = 0;
   std::deque<absl::Status> open_failures;  // the next factory calls fail with these
   std::vector<int> closed;                 // ids, in Close() order
   std::vector<int> unhealthy;              // ids whose health check fails
   bool reset_fails = false;
+  bool rollback_fails = false;
   // Idle watches in progress, by connection id (WatchIdle's callbacks).
   std::map<int, std::function<void()>> watches;
   int watch_stops = 0;
@@ -102,6 +104,7 @@ bool RunUntil(asio::io_context& io, Done done, std::chrono::milliseconds limit =
 struct Hooks {
   bool health_check = false;
   bool reset = false;
+  bool rollback = false;
 };
 
 PoolOptions Options(std::size_t max_size) {
@@ -140,6 +143,12 @@ struct Fixture {
       callbacks.reset = [this](PooledConnection&) -> asio::awaitable<absl::Status> {
         ++origin.resets;
         co_return origin.reset_fails ? absl::UnavailableError("reset failed") : absl::OkStatus();
+      };
+    }
+    if (hooks.rollback) {
+      callbacks.rollback = [this](PooledConnection&) -> asio::awaitable<absl::Status> {
+        ++origin.rollbacks;
+        co_return origin.rollback_fails ? absl::UnavailableError("rollback failed") : absl::OkStatus();
       };
     }
     pool = Pool::Create(io.get_executor(), options, std::move(callbacks)).value();
@@ -726,6 +735,41 @@ TEST_CASE("reset-then-return runs the reset hook before sharing") {
   (*b)->Release(ReleaseDecision::kResetThenReturn);
   Settle(f.io);
   CHECK(f.origin.resets == 2);
+  CHECK(f.pool->Stats().idle == 0);
+  CHECK(f.origin.closed == std::vector<int>{id});
+}
+
+TEST_CASE("rollback-then-return runs the rollback hook (not the reset) before sharing") {
+  Fixture f(Options(1), {.reset = true, .rollback = true});
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  int id = IdOf(a);
+  ReleaseInputs gone{.status = TransactionStatus::kInTransaction, .client_gone = true};
+  REQUIRE(DecideRelease(gone) == ReleaseDecision::kRollbackThenReturn);
+  (*a)->Release(DecideRelease(gone));
+  Settle(f.io);
+  CHECK(f.origin.rollbacks == 1);
+  CHECK(f.origin.resets == 0);
+  CHECK(f.pool->Stats().idle == 1);
+  Result b = f.AcquireNow();
+  REQUIRE(b->ok());
+  CHECK(IdOf(b) == id);
+
+  f.origin.rollback_fails = true;
+  (*b)->Release(ReleaseDecision::kRollbackThenReturn);
+  Settle(f.io);
+  CHECK(f.origin.rollbacks == 2);
+  CHECK(f.pool->Stats().idle == 0);
+  CHECK(f.origin.closed == std::vector<int>{id});
+}
+
+TEST_CASE("rollback-then-return without a rollback hook closes") {
+  Fixture f(Options(1));
+  Result a = f.AcquireNow();
+  REQUIRE(a->ok());
+  int id = IdOf(a);
+  (*a)->Release(ReleaseDecision::kRollbackThenReturn);
+  Settle(f.io);
   CHECK(f.pool->Stats().idle == 0);
   CHECK(f.origin.closed == std::vector<int>{id});
 }

@@ -47,13 +47,28 @@ TEST_CASE("release policy invariants hold over the full input product") {
     CHECK(in.outstanding == 0);
     CHECK(in.status == TransactionStatus::kIdle);
   }
+  // Rolled back only where ROLLBACK ends everything: a gone client's
+  // transaction block with nothing running, in transaction mode, unpinned.
+  const bool rollback = d == ReleaseDecision::kRollbackThenReturn;
+  if (rollback) {
+    CHECK(in.client_gone);
+    CHECK(in.mode == PoolMode::kTransaction);
+    CHECK(in.outstanding == 0);
+    CHECK((in.status == TransactionStatus::kInTransaction || in.status == TransactionStatus::kFailed));
+  }
   // Never back to the pool pinned, old, or broken.
-  if (in.pin != PinReason::kNone) CHECK_FALSE(shares);
-  if (in.lifetime_exceeded) CHECK_FALSE(shares);
+  if (in.pin != PinReason::kNone) CHECK_FALSE((shares || rollback));
+  if (in.lifetime_exceeded) CHECK_FALSE((shares || rollback));
   // A gone client keeps nothing.
   if (in.client_gone) CHECK(d != ReleaseDecision::kKeep);
-  // A gone client leaving a pin or an unfinished transaction: close.
-  if (in.client_gone && (in.pin != PinReason::kNone || !at_rest)) CHECK(d == ReleaseDecision::kClose);
+  // A gone client leaving a pin, or work outstanding: close.
+  if (in.client_gone && (in.pin != PinReason::kNone || in.outstanding > 0)) CHECK(d == ReleaseDecision::kClose);
+  // A gone client's healthy, unpinned transaction-mode block: rolled back.
+  if (in.client_gone && !in.broken && !in.lifetime_exceeded && in.pin == PinReason::kNone && in.outstanding == 0 &&
+      in.mode == PoolMode::kTransaction &&
+      (in.status == TransactionStatus::kInTransaction || in.status == TransactionStatus::kFailed)) {
+    CHECK(rollback);
+  }
   // A present, healthy client keeps its connection in session mode, while
   // pinned, and mid-transaction.
   if (!in.client_gone && !in.broken) {
@@ -90,8 +105,12 @@ TEST_CASE("release policy: the main cases") {
       {{kT, kI, 0, PinReason::kNone, false, false, true}, kClose},   // old: replaced when free
       {{kT, kI, 0, PinReason::kNone, false, true, false}, kClose},
       {{kT, kI, 0, PinReason::kNone, true, false, false}, kReturn},  // client left between transactions
-      {{kT, kTx, 0, PinReason::kNone, true, false, false}, kClose},  // client vanished mid-transaction
-      {{kT, kI, 1, PinReason::kNone, true, false, false}, kClose},   // ... or with a query running
+      {{kT, kTx, 0, PinReason::kNone, true, false, false}, kRollbackThenReturn},  // left in BEGIN, nothing running
+      {{kT, kE, 0, PinReason::kNone, true, false, false}, kRollbackThenReturn},   // ... or in a failed block
+      {{kT, kTx, 1, PinReason::kNone, true, false, false}, kClose},  // ... with a query running
+      {{kT, kI, 1, PinReason::kNone, true, false, false}, kClose},   // a query running outside a block
+      {{kT, kTx, 0, PinReason::kTempTable, true, false, false}, kClose},
+      {{kS, kTx, 0, PinReason::kNone, true, false, false}, kClose},  // session mode: untracked state
       {{kT, kI, 0, PinReason::kListen, true, false, false}, kClose},
       {{kS, kI, 0, PinReason::kNone, false, false, false}, kKeep},
       {{kS, kI, 0, PinReason::kNone, true, false, false}, kResetThenReturn},

@@ -1,0 +1,19 @@
+"""The test cluster as the Python integration tests see it: the KEY=VALUE
+lines of $HYPERPOOL_TEST_PG_ENV (tests/support/pgcluster.sh writes them)."""
+import os
+import urllib.parse
+
+
+def env_get(name):
+    with open(os.environ["HYPERPOOL_TEST_PG_ENV"]) as f:
+        for line in f:
+            if line.startswith(name + "="):
+                return line.rstrip("\n").split("=", 1)[1]
+    raise KeyError(name)
+
+
+def origin_url():
+    """The cluster as its admin role, plaintext."""
+    return "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
+        env_get("ADMIN_USER"), urllib.parse.quote(env_get("ADMIN_PASSWORD"), safe=""),
+        env_get("PGHOST"), env_get("PGPORT"), env_get("PGDATABASE"))
