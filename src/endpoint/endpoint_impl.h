@@ -1,0 +1,196 @@
+#pragma once
+// Internal to src/endpoint/: the Endpoint's shared state (Endpoint::Impl)
+// and the small helpers that endpoint.cc and the Session
+// (endpoint_session.h) both use.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "absl/status/status.h"
+#include "endpoint/endpoint_cache.h"
+#include "endpoint/listen_state.h"
+#include "endpoint/listener.h"
+#include "endpoint/notification_pid.h"
+#include "endpoint/origin_config.h"
+#include "endpoint/origin_connection.h"
+#include "endpoint/pin_budget.h"
+#include "endpoint/signal.h"
+#include "endpoint/statement_registry.h"
+#include "hyperpool/endpoint.h"
+#include "ops/latency_histogram.h"
+#include "pool/pool.h"
+#include "pool/release_policy.h"
+#include "protocol/codec.h"
+
+namespace hyperpool {
+
+using endpoint::OriginConnection;
+using endpoint::Signal;  // endpoint/signal.h
+
+// These were endpoint.cc's anonymous namespace: constexpr and static, they
+// keep internal linkage in each file that includes this header.
+constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+// The payload key under which a connect failure's SQLSTATE travels through
+// the pool's absl::Status.
+constexpr char kSqlStatePayload[] = "type.hyperpool/sqlstate";
+
+// One Send to the link carries at most about this much (a burst of small
+// frames becomes one Send; a large result becomes several).
+constexpr std::size_t kMaxLinkBatch = 256 * 1024;
+// Frontend bytes written to the origin in one go.
+constexpr std::size_t kMaxOriginBatch = 256 * 1024;
+// A session buffer that grew past this for one large message is freed once
+// empty, so an idle session does not keep the message's size.
+constexpr std::size_t kKeepBufferCapacity = 256 * 1024;
+static inline void ReleaseIfLarge(std::string& buffer) {
+  if (buffer.empty() && buffer.capacity() > kKeepBufferCapacity) std::string().swap(buffer);
+}
+// Locally made answers waiting for the link before Run() stops reading.
+constexpr std::size_t kMaxLocalBacklog = 1024 * 1024;
+
+constexpr std::string_view kSqlStateTooManyConnections = "53300";
+constexpr std::string_view kSqlStateQueryCanceled = "57014";
+constexpr std::string_view kSqlStateIdleInTransactionTimeout = "25P03";
+constexpr std::string_view kSqlStateProtocolViolation = "08P01";
+constexpr std::string_view kSqlStateAdminShutdown = "57P01";
+
+// The SQLSTATE to report to the app for a failed Acquire().
+static inline std::string SqlStateOf(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) return std::string(kSqlStateTooManyConnections);
+  if (status.code() == absl::StatusCode::kCancelled) return std::string(kSqlStateAdminShutdown);
+  if (auto payload = status.GetPayload(kSqlStatePayload); payload && !payload->empty()) {
+    return std::string(*payload);
+  }
+  return std::string(endpoint::kSqlStateCannotConnect);
+}
+
+static inline std::string AcquireErrorMessage(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    return "Failed to acquire a connection from the pool";
+  }
+  if (status.code() == absl::StatusCode::kCancelled) return "hyperpool endpoint is shutting down";
+  // The origin's own error (settings replay) or a cancel before the work started.
+  if (status.code() == absl::StatusCode::kAborted) return std::string(status.message());
+  return fmt::format("hyperpool could not connect to the origin database: {}", std::string(status.message()));
+}
+
+static inline void AppendReadyForQuery(std::string& out, char status) {
+  protocol::AppendFrame(out, 'Z', std::string_view(&status, 1));
+}
+
+static inline TransactionStatus ToPoolStatus(char status) {
+  switch (status) {
+    case 'I': return TransactionStatus::kIdle;
+    case 'T': return TransactionStatus::kInTransaction;
+    case 'E': return TransactionStatus::kFailed;
+    default: return TransactionStatus::kNone;
+  }
+}
+
+class Session;  // endpoint_session.h
+
+struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
+  asio::any_io_executor executor;
+  EndpointOptions options;
+  std::shared_ptr<const OriginConfig> config;
+  std::unique_ptr<Pool> pool;
+  // The Endpoint cache tier (endpoint_cache.h); created with the pool.
+  std::shared_ptr<endpoint::EndpointCache> cache;
+
+  // Executor-only state.
+  // The origin's ParameterStatus set as of the most recent login (link-ready).
+  std::vector<std::pair<std::string, std::string>> origin_parameters;
+  std::unordered_set<Session*> sessions;
+  // Sessions by their hello's hyperpool.session_id: where cancel links go.
+  std::unordered_map<std::string, Session*> sessions_by_id;
+  // One server-side name per distinct prepared statement (statement_registry.h).
+  endpoint::StatementCatalog statements;
+  // Sessions holding a pinned connection outside the pool's cap (pin_budget.h).
+  endpoint::PinBudget pin_budget{1};
+  // The last session serial given out (sequence_state.h: never reused).
+  std::uint64_t last_session_serial = 0;
+  // Origin backend pid -> app pid of its last session (notification_pid.h).
+  endpoint::NotifierPids notifier_pids;
+  // LISTEN/NOTIFY without pinning (listener.h): the listener connection and
+  // the sessions it delivers to, by subscriber id.
+  std::shared_ptr<endpoint::ListenerConnection> listener;
+  std::unordered_map<endpoint::ListenRegistry::Subscriber, Session*> listen_sessions;
+  endpoint::ListenRegistry::Subscriber next_listen_id = 0;
+
+  // Thread-safe.
+  std::atomic<bool> stopped{false};
+  std::atomic<std::thread::id> executor_thread{};
+  std::atomic<std::size_t> session_count{0};
+  std::atomic<std::size_t> watch_count{0};  // invalidation watch links (not sessions)
+  std::atomic<std::size_t> transactions{0};
+  std::atomic<std::size_t> queries{0};
+  ops::LatencyHistogram transaction_time;  // observed at each ReadyForQuery 'I'
+  ops::LatencyHistogram acquire_wait;      // observed at each unit's pool Acquire()
+  std::atomic<std::size_t> acquire_timeouts{0};
+  std::atomic<std::size_t> discarded{0};
+  std::atomic<std::size_t> pending_cancels{0};
+  std::atomic<std::size_t> pinned_sessions{0};
+  std::atomic<std::size_t> pinned_connections{0};
+  std::atomic<std::size_t> pins_rejected{0};
+  std::atomic<std::size_t> pinned_idle_timeouts{0};
+  std::array<std::atomic<std::size_t>, static_cast<std::size_t>(kLastPinReason) + 1> pins{};
+  std::atomic<std::size_t> cancels_forwarded{0};
+  std::atomic<std::size_t> cancels_ignored{0};
+  std::atomic<std::size_t> notifications_delivered{0};
+  std::mutex mutex;
+  std::condition_variable sessions_done;
+
+  // Origin round trips (executor only), and their minimum for Stats().
+  static constexpr std::size_t kRttWindow = 8;
+  std::array<std::chrono::microseconds, kRttWindow> rtt_samples{};
+  std::size_t rtt_count = 0;
+  std::chrono::steady_clock::time_point rtt_measured_at{};
+  bool rtt_refreshing = false;  // a background probe measurement runs
+  std::atomic<std::size_t> origin_rtt_us{0};
+
+  void NoteThread() { executor_thread.store(std::this_thread::get_id(), std::memory_order_relaxed); }
+
+  void RecordOriginRtt(std::chrono::microseconds rtt) {
+    rtt_samples[rtt_count++ % kRttWindow] = rtt;
+    rtt_measured_at = std::chrono::steady_clock::now();
+    const std::size_t n = std::min(rtt_count, kRttWindow);
+    auto best = *std::min_element(rtt_samples.begin(), rtt_samples.begin() + static_cast<std::ptrdiff_t>(n));
+    origin_rtt_us.store(static_cast<std::size_t>(std::max<std::int64_t>(1, best.count())));
+  }
+};
+
+namespace endpoint::detail {
+
+// An empty-query round trip on `conn`, recorded as an origin RTT sample.
+asio::awaitable<absl::Status> TimedPing(std::weak_ptr<Endpoint::Impl> weak, OriginConnection& conn);
+
+// Borrows a pooled connection for one timed empty query (an origin RTT
+// sample). A failed ping reports kAborted with the origin's words.
+asio::awaitable<absl::Status> MeasureOriginRtt(std::shared_ptr<Endpoint::Impl> ep);
+
+}  // namespace endpoint::detail
+
+using endpoint::detail::MeasureOriginRtt;
+using endpoint::detail::TimedPing;
+
+}  // namespace hyperpool
