@@ -76,11 +76,6 @@ constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 // a session that sends a longer one bypasses the Client tier from then on.
 constexpr size_t kMaxClassifiedSql = 1 << 20;
 
-constexpr std::string_view kSqlStateProtocolViolation = "08P01";
-constexpr std::string_view kSqlStateConnectionFailure = "08006";
-constexpr std::string_view kSqlStateAdminShutdown = "57P01";
-constexpr std::string_view kSqlStateIdleSessionTimeout = "57P05";
-constexpr std::string_view kSqlStateProgramLimitExceeded = "54000";
 
 // True when `bytes` starts with a frame header whose (well-formed) length
 // is above `limit`: a size we refuse, not a malformed stream.

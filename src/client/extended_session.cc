@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "protocol/codec.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::client {
 namespace {
@@ -50,7 +51,7 @@ void AppendCachedPlanChanged(std::string& out) {
   };
   field('S', "ERROR");
   field('V', "ERROR");
-  field('C', "0A000");
+  field('C', kSqlStateFeatureNotSupported);
   field('M', "cached plan must not change result type");
   field('F', "plancache.c");
   field('R', "RevalidateCachedQuery");
@@ -394,7 +395,7 @@ void ExtendedSession::OnError(std::string_view raw, std::string& out) {
     // the shapes it knows can be promised any more (the driver re-prepares
     // next, and must get the origin's answer).
     auto e = pr::DecodeErrorResponse(raw.substr(5));
-    if (e.ok() && e->sqlstate() == "0A000") store_->InvalidateAll();
+    if (e.ok() && e->sqlstate() == kSqlStateFeatureNotSupported) store_->InvalidateAll();
   }
   if (front.kind == Expect::kParse && front.swallow && store_ != nullptr) {
     // A deferred Parse failed: its error is the driver's answer at this Bind.

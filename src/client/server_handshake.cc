@@ -8,19 +8,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "protocol/codec.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::client {
 namespace {
 
 namespace pr = protocol;
 
-constexpr std::string_view kSqlStateProtocolViolation = "08P01";
-constexpr std::string_view kSqlStateFeatureNotSupported = "0A000";
-constexpr std::string_view kSqlStateConnectionFailure = "08006";
-constexpr std::string_view kSqlStateInvalidAuthorization = "28000";
-constexpr std::string_view kSqlStateInvalidPassword = "28P01";
-constexpr std::string_view kSqlStateInvalidCatalog = "3D000";
-constexpr std::string_view kSqlStateInsufficientPrivilege = "42501";
 
 int32_t LoadInt32(std::string_view bytes) {
   const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());

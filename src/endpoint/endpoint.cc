@@ -84,7 +84,7 @@ asio::awaitable<absl::Status> MeasureOriginRtt(std::shared_ptr<Endpoint::Impl> e
   if (!pinged.ok()) {
     absl::Status failed =
         absl::AbortedError(fmt::format("hyperpool: the origin did not answer: {}", std::string(pinged.message())));
-    failed.SetPayload(kSqlStatePayload, absl::Cord(std::string(endpoint::kSqlStateConnectionFailure)));
+    failed.SetPayload(kSqlStatePayload, absl::Cord(std::string(kSqlStateConnectionFailure)));
     co_return failed;
   }
   co_return absl::OkStatus();

@@ -40,6 +40,7 @@
 #include "pool/pool.h"
 #include "pool/release_policy.h"
 #include "protocol/codec.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool {
 
@@ -68,11 +69,6 @@ static inline void ReleaseIfLarge(std::string& buffer) {
 // Locally made answers waiting for the link before Run() stops reading.
 constexpr std::size_t kMaxLocalBacklog = 1024 * 1024;
 
-constexpr std::string_view kSqlStateTooManyConnections = "53300";
-constexpr std::string_view kSqlStateQueryCanceled = "57014";
-constexpr std::string_view kSqlStateIdleInTransactionTimeout = "25P03";
-constexpr std::string_view kSqlStateProtocolViolation = "08P01";
-constexpr std::string_view kSqlStateAdminShutdown = "57P01";
 
 // The SQLSTATE to report to the app for a failed Acquire().
 static inline std::string SqlStateOf(const absl::Status& status) {
@@ -81,7 +77,7 @@ static inline std::string SqlStateOf(const absl::Status& status) {
   if (auto payload = status.GetPayload(kSqlStatePayload); payload && !payload->empty()) {
     return std::string(*payload);
   }
-  return std::string(endpoint::kSqlStateCannotConnect);
+  return std::string(kSqlStateCannotConnect);
 }
 
 static inline std::string AcquireErrorMessage(const absl::Status& status) {

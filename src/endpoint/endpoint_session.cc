@@ -24,6 +24,7 @@
 #include "endpoint/settings_replay.h"
 #include "placement/probe.h"
 #include "protocol/codec.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool {
 
@@ -64,7 +65,7 @@ void Session::DeliverNotification(std::string_view raw_frame) {
     // too, and a full one makes NOTIFY fail).
     notifications_overflowed_ = true;
     pending_notifications_.clear();
-    QueueError("FATAL", "53200", "hyperpool: too many notifications queued for this session");
+    QueueError("FATAL", kSqlStateOutOfMemory, "hyperpool: too many notifications queued for this session");
     close_after_send_ = true;
     return;
   }
@@ -425,7 +426,7 @@ asio::awaitable<absl::Status> Session::PrepareConnection() {
   prepare_cancelled_ = status.ok() && cancel_requested_;
   if (prepare_cancelled_) {
     status = absl::AbortedError("canceling statement due to user request");
-    status.SetPayload(endpoint::kSqlStateStatusPayload, absl::Cord("57014"));
+    status.SetPayload(endpoint::kSqlStateStatusPayload, absl::Cord(std::string(kSqlStateQueryCanceled)));
   }
   cancel_requested_ = false;
   co_return status;
@@ -601,7 +602,7 @@ asio::awaitable<void> Session::WatchPinnedIdle() {
     const auto now = std::chrono::steady_clock::now();
     if (pin_budget_held_ && idle && now - last_activity_ >= limit) {
       endpoint_->pinned_idle_timeouts++;
-      QueueError("FATAL", "57P05", "terminating connection due to idle-session timeout");
+      QueueError("FATAL", kSqlStateIdleSessionTimeout, "terminating connection due to idle-session timeout");
       close_after_send_ = true;
       co_return;
     }

@@ -370,7 +370,7 @@ void Session::OnOriginLost(OriginConnection* c, const absl::Status& reason) {
   if (conn_ != c || discard_pending_) return;
   listens_.OnConnectionLost();
   if (!origin_fatal_sent_) {
-    QueueError("FATAL", endpoint::kSqlStateConnectionFailure,
+    QueueError("FATAL", kSqlStateConnectionFailure,
                fmt::format("hyperpool: the connection to the origin database was lost: {}",
                            std::string(reason.message())));
   }

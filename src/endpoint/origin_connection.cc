@@ -26,6 +26,7 @@
 #include "protocol/auth/password.h"
 #include "protocol/auth/scram.h"
 #include "protocol/codec.h"
+#include "protocol/sqlstate.h"
 #include "tls/tls_context.h"
 #include "tls/tls_stream.h"
 
@@ -418,22 +419,22 @@ bool IsHostNotFound(const std::error_code& ec) {
 OriginFailure LoginError(std::string_view payload, bool on_tls) {
   auto error = protocol::DecodeErrorResponse(payload);
   if (!error.ok()) {
-    return Failure(ValidationFailure::kOther, "08P01", "the origin sent a malformed ErrorResponse during login");
+    return Failure(ValidationFailure::kOther, kSqlStateProtocolViolation, "the origin sent a malformed ErrorResponse during login");
   }
   const std::string sqlstate(error->sqlstate());
   const std::string message = OneLine(error->message());
   const std::string text = fmt::format("the origin refused the login: {} (SQLSTATE {})", message,
                                        sqlstate.empty() ? "none" : sqlstate);
-  if (sqlstate == "28000" && !on_tls && message.find("no encryption") != std::string::npos) {
+  if (sqlstate == kSqlStateInvalidAuthorization && !on_tls && message.find("no encryption") != std::string::npos) {
     return Failure(ValidationFailure::kTlsUnavailable, sqlstate,
                    fmt::format("the origin requires TLS for this user and database: {} (use sslmode=require "
                                "or stronger)",
                                message));
   }
-  if (sqlstate == "28P01" || sqlstate == "28000") {
+  if (sqlstate == kSqlStateInvalidPassword || sqlstate == kSqlStateInvalidAuthorization) {
     return Failure(ValidationFailure::kBadCredentials, sqlstate, text);
   }
-  if (sqlstate == "3D000") return Failure(ValidationFailure::kNoSuchDatabase, sqlstate, text);
+  if (sqlstate == kSqlStateInvalidCatalog) return Failure(ValidationFailure::kNoSuchDatabase, sqlstate, text);
   return Failure(ValidationFailure::kOther, sqlstate.empty() ? kSqlStateCannotConnect : sqlstate, text);
 }
 
@@ -472,19 +473,19 @@ asio::awaitable<std::optional<OriginFailure>> Login(OriginConnection& conn, cons
     if (tag == 'N' || tag == 'S' || tag == 'K' || tag == 'v') continue;  // S, K recorded by ReadFrame
     if (tag == 'Z') {
       if (!authenticated) {
-        co_return Failure(ValidationFailure::kOther, "08P01",
+        co_return Failure(ValidationFailure::kOther, kSqlStateProtocolViolation,
                           "protocol violation by the origin: ReadyForQuery before AuthenticationOk");
       }
       co_return std::nullopt;
     }
     if (tag != 'R' || authenticated) {
-      co_return Failure(ValidationFailure::kOther, "08P01",
+      co_return Failure(ValidationFailure::kOther, kSqlStateProtocolViolation,
                         fmt::format("protocol violation by the origin: unexpected message '{}' during login",
                                     std::string(1, tag)));
     }
     auto auth_message = protocol::DecodeAuthentication(frame->payload);
     if (!auth_message.ok()) {
-      co_return Failure(ValidationFailure::kOther, "08P01",
+      co_return Failure(ValidationFailure::kOther, kSqlStateProtocolViolation,
                         fmt::format("protocol violation by the origin: {}",
                                     std::string(auth_message.status().message())));
     }
@@ -492,12 +493,12 @@ asio::awaitable<std::optional<OriginFailure>> Login(OriginConnection& conn, cons
     std::optional<OriginFailure> failure;
     auto need_password = [&]() -> bool {
       if (!config.password.empty()) return true;
-      failure = Failure(ValidationFailure::kBadCredentials, "28P01",
+      failure = Failure(ValidationFailure::kBadCredentials, kSqlStateInvalidPassword,
                         "the origin asks for a password but the origin string has none");
       return false;
     };
     auto protocol_violation = [&](std::string_view what) {
-      failure = Failure(ValidationFailure::kOther, "08P01", fmt::format("protocol violation by the origin: {}", what));
+      failure = Failure(ValidationFailure::kOther, kSqlStateProtocolViolation, fmt::format("protocol violation by the origin: {}", what));
     };
     std::visit(
         [&](const auto& m) {
@@ -529,7 +530,7 @@ asio::awaitable<std::optional<OriginFailure>> Login(OriginConnection& conn, cons
             if (!need_password()) return;
             auto choice = auth::ChooseScramMechanism(absl::MakeConstSpan(m.mechanisms), !cert_hash.empty());
             if (!choice.ok()) {
-              failure = Failure(ValidationFailure::kOther, "28000",
+              failure = Failure(ValidationFailure::kOther, kSqlStateInvalidAuthorization,
                                 fmt::format("the origin offers no supported SASL mechanism: {}",
                                             std::string(choice.status().message())));
               return;
@@ -540,7 +541,7 @@ asio::awaitable<std::optional<OriginFailure>> Login(OriginConnection& conn, cons
             if (choice->binding == auth::ChannelBinding::kTlsServerEndPoint) scram_options.cert_hash = cert_hash;
             auto client = auth::ScramClient::Create(std::move(scram_options));
             if (!client.ok()) {
-              failure = Failure(ValidationFailure::kOther, "28000",
+              failure = Failure(ValidationFailure::kOther, kSqlStateInvalidAuthorization,
                                 fmt::format("SCRAM: {}", std::string(client.status().message())));
               return;
             }
@@ -558,13 +559,13 @@ asio::awaitable<std::optional<OriginFailure>> Login(OriginConnection& conn, cons
             if (!scram) return protocol_violation("AuthenticationSASLFinal without SASL");
             absl::Status st = scram->HandleServerFinal(m.data);
             if (!st.ok()) {
-              failure = Failure(ValidationFailure::kOther, "28000",
+              failure = Failure(ValidationFailure::kOther, kSqlStateInvalidAuthorization,
                                 fmt::format("the origin failed to prove it knows the password (SCRAM): {}",
                                             std::string(st.message())));
             }
           } else {
             // Kerberos, GSS, SSPI: not supported (nor are they in Hyperdrive).
-            failure = Failure(ValidationFailure::kOther, "28000",
+            failure = Failure(ValidationFailure::kOther, kSqlStateInvalidAuthorization,
                               "the origin asks for GSSAPI/SSPI/Kerberos authentication, which hyperpool does not "
                               "support; use scram-sha-256, md5 or password in pg_hba.conf");
           }
@@ -675,7 +676,7 @@ asio::awaitable<ConnectResult> ConnectOnce(asio::any_io_executor executor, const
       if (!offer.ok()) {
         watchdog->tcp = nullptr;
         const bool injected = offer.status().code() == absl::StatusCode::kPermissionDenied;
-        result.failure = Failure(ValidationFailure::kOther, injected ? "08P01" : kSqlStateCannotConnect,
+        result.failure = Failure(ValidationFailure::kOther, injected ? kSqlStateProtocolViolation : kSqlStateCannotConnect,
                                  fmt::format("TLS negotiation with the origin at {} failed: {}", where,
                                              std::string(offer.status().message())));
         co_return result;
@@ -787,7 +788,7 @@ asio::awaitable<ConnectResult> ConnectOrigin(asio::any_io_executor executor, con
     // allow: retry with TLS only when the origin refused the plaintext login.
     // prefer: retry in plaintext only when TLS itself failed (not a login error).
     if (config.sslmode == SslMode::kAllow &&
-        !(result.failure.sqlstate == "28000" || result.failure.failure == ValidationFailure::kTlsUnavailable)) {
+        !(result.failure.sqlstate == kSqlStateInvalidAuthorization || result.failure.failure == ValidationFailure::kTlsUnavailable)) {
       break;
     }
     if (config.sslmode == SslMode::kPrefer && !handshake_failed) break;

@@ -37,6 +37,7 @@
 #include "hyperpool/validate.h"
 #include "pool/pool.h"
 #include "protocol/frame_reader.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::endpoint {
 
@@ -198,10 +199,7 @@ class OriginConnection final : public PooledConnection {
 asio::awaitable<void> CancelOriginQuery(asio::any_io_executor executor, const OriginConfig& config, BackendKey key,
                                         std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
-// The SQLSTATE class of connection exceptions when an origin connection is
-// lost: "connection_failure".
-inline constexpr std::string_view kSqlStateConnectionFailure = "08006";
-// "sqlclient_unable_to_establish_sqlconnection".
-inline constexpr std::string_view kSqlStateCannotConnect = "08001";
+// An origin connection lost: kSqlStateConnectionFailure; none could be made:
+// kSqlStateCannotConnect (protocol/sqlstate.h).
 
 }  // namespace hyperpool::endpoint

@@ -7,6 +7,7 @@
 #include "protocol/backend_messages.h"
 #include "protocol/wire_reader.h"
 #include "protocol/wire_writer.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::endpoint {
 namespace {
@@ -35,7 +36,7 @@ std::string StalePlanError() {
   };
   field('S', "ERROR");
   field('V', "ERROR");
-  field('C', "0A000");
+  field('C', kSqlStateFeatureNotSupported);
   field('M', kStalePlanMessage);
   field('F', "plancache.c");
   field('R', "RevalidateCachedQuery");

@@ -60,11 +60,12 @@
 
 #include "endpoint/statement_registry.h"
 #include "protocol/frame_reader.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::endpoint {
 
-// The SQLSTATE of "cached plan must not change result type".
-inline constexpr std::string_view kSqlStateFeatureNotSupported = "0A000";
+// "cached plan must not change result type" is kSqlStateFeatureNotSupported
+// (protocol/sqlstate.h).
 
 // If `sql` is exactly one "DEALLOCATE [PREPARE] name" (not ALL), the name as
 // PostgreSQL resolves it (unquoted: folded to lower case), written to

@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "protocol/backend_messages.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::ops {
 
@@ -231,20 +232,20 @@ std::vector<std::string_view> Words(std::string_view text) {
 void UnknownCommand(std::string_view command, std::string& out) {
   std::string list;
   for (const std::string& c : AdminCommands()) list += (list.empty() ? "" : ", ") + c;
-  Error(out, "42601", fmt::format("unknown admin command \"{}\"", std::string(command.substr(0, 200))),
+  Error(out, kSqlStateSyntaxError, fmt::format("unknown admin command \"{}\"", std::string(command.substr(0, 200))),
         fmt::format("The admin console understands: {}.", list));
 }
 
 // PAUSE/RESUME/RECONNECT take an optional database: one of those served.
 bool CheckDatabase(const std::vector<std::string_view>& words, AdminBackend& backend, std::string& out) {
   if (words.size() > 2) {
-    Error(out, "42601", fmt::format("{} takes at most one database name", Upper(words[0])));
+    Error(out, kSqlStateSyntaxError, fmt::format("{} takes at most one database name", Upper(words[0])));
     return false;
   }
   if (words.size() == 2) {
     const std::vector<AdminSnapshot::Pool> pools = Pools(backend.Snapshot());
     if (std::none_of(pools.begin(), pools.end(), [&](const AdminSnapshot::Pool& p) { return p.database == words[1]; })) {
-      Error(out, "3D000", fmt::format("database \"{}\" does not exist", std::string(words[1].substr(0, 200))));
+      Error(out, kSqlStateInvalidCatalog, fmt::format("database \"{}\" does not exist", std::string(words[1].substr(0, 200))));
       return false;
     }
   }
@@ -296,11 +297,11 @@ void ExecuteOne(std::string_view command, AdminBackend& backend, std::string& ou
   if (verb == "KILL_CLIENT") {
     std::uint64_t id = 0;
     if (words.size() != 2 || !absl::SimpleAtoi(std::string(words[1]), &id)) {
-      Error(out, "42601", "KILL_CLIENT takes one client id (the id column of SHOW CLIENTS)");
+      Error(out, kSqlStateSyntaxError, "KILL_CLIENT takes one client id (the id column of SHOW CLIENTS)");
       return;
     }
     if (!backend.KillClient(id)) {
-      Error(out, "42704", fmt::format("no client with id {}", id));
+      Error(out, kSqlStateUndefinedObject, fmt::format("no client with id {}", id));
       return;
     }
     Complete(out, "KILL_CLIENT");

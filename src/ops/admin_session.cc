@@ -2,6 +2,7 @@
 
 #include "protocol/backend_messages.h"
 #include "protocol/frontend_messages.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::ops {
 
@@ -28,7 +29,7 @@ bool AdminProtocolSession::OnMessage(char tag, std::string_view body, std::strin
       if (skipping_to_sync_) return true;  // PostgreSQL ignores it too until Sync
       absl::StatusOr<pr::Query> query = pr::DecodeQuery(body);
       if (!query.ok()) {
-        pr::EncodeErrorResponse(out, "FATAL", "08P01", "invalid Query message");
+        pr::EncodeErrorResponse(out, "FATAL", kSqlStateProtocolViolation, "invalid Query message");
         return false;
       }
       out += ExecuteAdminQuery(query->query, backend_);
@@ -47,7 +48,7 @@ bool AdminProtocolSession::OnMessage(char tag, std::string_view body, std::strin
     case 'E':
     case 'C':
       if (!skipping_to_sync_) {
-        pr::EncodeErrorResponse(out, "ERROR", "0A000",
+        pr::EncodeErrorResponse(out, "ERROR", kSqlStateFeatureNotSupported,
                                 "the hyperpool admin console supports only the simple query protocol",
                                 {}, "Send commands as simple queries, e.g. psql -c 'SHOW POOLS'.");
         skipping_to_sync_ = true;
@@ -56,11 +57,11 @@ bool AdminProtocolSession::OnMessage(char tag, std::string_view body, std::strin
     case 'H':
       return true;  // nothing is pending: nothing to flush
     case 'F':
-      pr::EncodeErrorResponse(out, "ERROR", "0A000", "the hyperpool admin console has no functions to call");
+      pr::EncodeErrorResponse(out, "ERROR", kSqlStateFeatureNotSupported, "the hyperpool admin console has no functions to call");
       pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out);
       return true;
     default:
-      pr::EncodeErrorResponse(out, "FATAL", "08P01",
+      pr::EncodeErrorResponse(out, "FATAL", kSqlStateProtocolViolation,
                               std::string("unexpected message type '") + (tag >= 32 && tag < 127 ? tag : '?') +
                                   "' on the admin console");
       return false;

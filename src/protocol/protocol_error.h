@@ -12,11 +12,12 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool::protocol {
 
 // SQLSTATE PostgreSQL reports for a malformed or unexpected message.
-inline constexpr std::string_view kSqlStateProtocolViolation = "08P01";
+using ::hyperpool::kSqlStateProtocolViolation;
 
 // Returns an absl::InvalidArgumentError carrying `message`. The codec uses it
 // for every malformed input; callers may use it for protocol-level violations

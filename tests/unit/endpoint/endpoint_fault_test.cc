@@ -63,7 +63,7 @@ TEST_CASE("an ErrorResponse without SQLSTATE during login is a clean failure") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.failure.failure == ValidationFailure::kOther);
   CHECK(r.failure.message.find("no sqlstate here") != std::string::npos);
-  CHECK(r.failure.sqlstate == endpoint::kSqlStateCannotConnect);
+  CHECK(r.failure.sqlstate == kSqlStateCannotConnect);
 }
 
 TEST_CASE("absurd or oversized message lengths during login fail at once") {
