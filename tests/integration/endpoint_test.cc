@@ -448,9 +448,11 @@ TEST_CASE("a backend terminated while its session idles in a transaction: the ne
   Result pid = Await(io, client->Query("SELECT pg_backend_pid()"));
   REQUIRE(pid.status == 'T');
   // The lent backend, found as the test would find any hyperpool backend
-  // (it carries the session's own application_name from the hello).
+  // (it carries the session's own application_name from the hello); the
+  // only one inside a transaction: backends of earlier cases' pools (idle,
+  // their Endpoints stopped) may still be exiting.
   auto found = RunPsql(pg, "SELECT pid FROM pg_stat_activity WHERE application_name = 'hp_test' AND usename = '" +
-                               pg.scram.user + "'");
+                               pg.scram.user + "' AND state LIKE 'idle in transaction%'");
   REQUIRE(found.ok());
   CHECK(*found == pid.Cell());
   REQUIRE(RunPsql(pg, "SELECT pg_terminate_backend(" + pid.Cell() + ")").ok());
