@@ -1,0 +1,139 @@
+#pragma once
+// Internal to src/client/: the Client's shared state (Client::Impl) and the
+// small helpers that client.cc and the session (client_session.h) both use.
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "client/client_cache.h"
+#include "client/client_util.h"
+#include "client/invalidation_watch.h"
+#include "client/server_handshake.h"
+#include "client/statement_metadata.h"
+#include "hyperpool/client.h"
+#include "protocol/codec.h"
+#include "protocol/sqlstate.h"
+#include "tls/tls_context.h"
+
+namespace hyperpool {
+
+// These were client.cc's anonymous namespace. The constants are constexpr and
+// the functions static inline, so they keep internal linkage in each file
+// that includes this header; pr and tcp read as they did in client.cc.
+namespace pr = protocol;
+using asio::ip::tcp;
+constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+static inline void Log(std::string_view line) {
+  std::string text = fmt::format("hyperpool client: {}\n", line);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+static inline std::string ErrorFrame(std::string_view sqlstate, std::string_view message) {
+  std::string out;
+  pr::EncodeErrorResponse(out, "FATAL", sqlstate, message);
+  return out;
+}
+
+class ClientSession;  // client_session.h
+
+struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
+  Impl(std::vector<asio::any_io_executor> executors_in, Transport& transport_in, ClientOptions options_in)
+      : executors(std::move(executors_in)),
+        transport(transport_in),
+        options(std::move(options_in)),
+        accept_strand(asio::make_strand(executors[0])),
+        acceptor(accept_strand),
+        unix_acceptor(accept_strand) {}
+
+  // Coroutines take `self` so that the Impl outlives them.
+  asio::awaitable<void> AcceptLoop(std::shared_ptr<Impl> self);
+  asio::awaitable<void> UnixAcceptLoop(std::shared_ptr<Impl> self);
+  // The executor the next session runs on (round robin over the workers).
+  asio::any_io_executor NextSessionExecutor();
+  // Starts a session on an accepted socket (bound to its session executor).
+  void StartSession(std::shared_ptr<Impl> self, tcp::socket socket);
+  asio::awaitable<void> Probe(std::shared_ptr<Impl> self);
+  void Stop();
+
+  // Requires `mu`: opens a probe link unless one is in flight.
+  void StartProbeLocked();
+  // Stores fresh origin parameters and wakes the sessions waiting for them.
+  void PublishParams(client::ParamList params);
+  // Wakes the waiting sessions with `error_frame` (an ErrorResponse).
+  void FailParams(std::string error_frame);
+
+  const std::vector<asio::any_io_executor> executors;
+  Transport& transport;
+  const ClientOptions options;
+  // User, database, the verifier of options.password (computed once) and
+  // the mock secret for unknown users: what every session's handshake needs.
+  client::HandshakeConfig handshake_config;
+  // TLS offered to applications (options.ssl_cert_file); empty: SSLRequest gets 'N'.
+  std::optional<tls::ServerContext> app_tls;
+  // options.logger, or Logger::Default().
+  std::shared_ptr<const Logger> logger;
+  std::string connection_string;
+  asio::strand<asio::any_io_executor> accept_strand;
+  tcp::acceptor acceptor;                // used on accept_strand only
+  // Open when options.listen_unix_dir is set; accept_strand only.
+  asio::local::stream_protocol::acceptor unix_acceptor;
+  std::string unix_socket_path;  // removed by Stop()
+  std::atomic<size_t> accepted{0};
+  std::atomic<uint64_t> next_session_id{1};  // ClientSessionInfo::id
+  // Bytes of sessions that ended (guarded by mu); live ones count their own.
+  uint64_t bytes_received_closed = 0;
+  uint64_t bytes_sent_closed = 0;
+  std::unique_ptr<Link> probe_link;      // used on accept_strand only
+  std::atomic<size_t> next_executor{0};
+  std::atomic<bool> stopping{false};
+
+  std::mutex mu;
+  // The origin's reported parameters from the latest link-ready answer.
+  std::optional<client::ParamList> params;
+  bool probe_in_flight = false;
+  std::vector<std::weak_ptr<ClientSession>> params_waiters;
+  std::unordered_map<const ClientSession*, std::weak_ptr<ClientSession>> sessions;
+  struct CancelTarget {
+    std::string secret;
+    const ClientSession* session = nullptr;
+    std::string session_id;  // empty until the session's link is open
+    std::string database;    // the session's: a cancel link goes where its session's link went
+  };
+  std::unordered_map<int32_t, CancelTarget> cancel_keys;
+
+  // The Client cache tier (client_cache.h); null when caching is off.
+  std::shared_ptr<client::ClientTier> cache;
+  // Its invalidation watch (invalidation_watch.h); null when off.
+  std::shared_ptr<client::InvalidationWatch> watch;
+  // Statement metadata answered locally (statement_metadata.h): protocol
+  // work, kept with the cache on or off.
+  std::shared_ptr<client::StatementMetadataStore> metadata;
+  // Sent in every link hello (hyperpool.client_id): the Endpoint sends
+  // invalidations to one link of each Client.
+  std::string client_id;
+  // HYPERPOOL_TRACE_LINK: log every flight to the link (link_trace.h).
+  bool trace_link = false;
+  // Flights sent over links that the app waits for (link_trace.h,
+  // ExpectsAnswer): the WAN round trips its sessions cost.
+  std::atomic<uint64_t> link_flights{0};
+};
+
+}  // namespace hyperpool

@@ -1,0 +1,449 @@
+// ClientSession (client_session.h), part one: construction, the session's
+// state and timers, the socket helpers, the handshake (with the origin's
+// parameters and cancel keys) and the admin console. Part two is
+// client_session_forward.cc.
+#include "client/client_session.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/write.hpp>
+#include <fmt/format.h>
+
+#include "client/app_tls.h"
+#include "client/client_util.h"
+#include "client/server_handshake.h"
+#include "hyperpool/admin.h"
+#include "protocol/auth/auth_util.h"
+#include "protocol/codec.h"
+
+namespace hyperpool {
+
+ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket)
+    : impl_(std::move(impl)),
+      socket_(std::move(socket)),
+      peer_(client::PeerAddress(socket_)),
+      started_(std::chrono::steady_clock::now()),
+      watchdog_(socket_.get_executor()),
+      idle_timer_(socket_.get_executor()),
+      params_timer_(socket_.get_executor()),
+      write_done_(socket_.get_executor()) {}
+
+ClientSession::~ClientSession() {
+  if (logged_in_ && impl_->logger->log_disconnections()) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
+    impl_->logger->Log(LogLevel::kInfo, "session_end",
+                       {{"client", peer_.text}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
+                        {"db", database_}, {"duration_ms", std::to_string(ms.count())}});
+  }
+  std::lock_guard lock(impl_->mu);
+  impl_->sessions.erase(this);
+  impl_->bytes_received_closed += received_.load(std::memory_order_relaxed);
+  impl_->bytes_sent_closed += sent_.load(std::memory_order_relaxed);
+  if (cancel_pid_ != 0) {
+    auto it = impl_->cancel_keys.find(cancel_pid_);
+    if (it != impl_->cancel_keys.end() && it->second.session == this) impl_->cancel_keys.erase(it);
+  }
+}
+
+std::string ClientSession::shown_state() const {
+  static constexpr const char* kNames[] = {"login", "login", "login", "idle", "active", "closed"};
+  return admin_ ? "admin" : kNames[shown_state_.load(std::memory_order_relaxed)];
+}
+
+void ClientSession::Kill(std::shared_ptr<ClientSession> self) {
+  if (reason_ != EndReason::kNone || state_ == State::kClosed) return;
+  reason_ = EndReason::kKilled;
+  DisarmIdleTimer();
+  asio::co_spawn(executor(),
+                 EndSession(self, kSqlStateAdminShutdown, "terminating connection due to administrator command"),
+                 asio::detached);
+}
+
+asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
+  StartWatchdog();
+  bool ready = co_await Handshake();
+  watchdog_.cancel();
+  if (!ready) {
+    CloseSocket();
+    if (state_ != State::kClosed) SetState(State::kClosed);
+    co_return;
+  }
+  if (admin_) {
+    co_await RunAdmin();
+    co_return;
+  }
+  ArmIdleTimer();
+  key_.Start(database_, app_params_);
+  cache::ApplyStartupParameters(app_params_, cache_settings_);
+  ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, key_.fingerprint());
+  co_await AppToLink();
+}
+
+void ClientSession::Shutdown() {
+  if (reason_ == EndReason::kNone) reason_ = EndReason::kStopped;
+  timed_out_ = true;
+  DisarmIdleTimer();
+  params_timer_.cancel();
+  watchdog_.cancel();
+  CloseLink();
+  CloseSocket();
+}
+
+void ClientSession::OnParams(std::string error_frame) {
+  params_error_ = std::move(error_frame);
+  params_notified_ = true;
+  params_timer_.cancel();
+}
+
+void ClientSession::SetState(State next) {
+  // Allowed: forward along the handshake, kIdle <-> kBusy, anything -> kClosed.
+  bool ok = next == State::kClosed || static_cast<int>(next) > static_cast<int>(state_) ||
+            (state_ == State::kBusy && next == State::kIdle);
+  if (!ok) Log(fmt::format("internal: session state {} -> {} refused", int(state_), int(next)));
+  if (ok) state_ = next;
+  shown_state_.store(static_cast<int>(state_), std::memory_order_relaxed);
+}
+
+void ClientSession::StartWatchdog() {
+  watchdog_.expires_after(impl_->options.handshake_timeout);
+  watchdog_.async_wait([weak = weak_from_this()](asio::error_code ec) {
+    if (ec) return;
+    auto self = weak.lock();
+    if (!self) return;
+    if (self->state_ == State::kIdle || self->state_ == State::kBusy || self->state_ == State::kClosed) return;
+    self->timed_out_ = true;
+    if (self->state_ == State::kAwaitingParams) {
+      self->params_timer_.cancel();  // Handshake() reports the timeout itself
+    } else {
+      self->CloseSocket();
+    }
+  });
+}
+
+void ClientSession::ArmIdleTimer() {
+  ++idle_generation_;
+  if (impl_->options.idle_timeout <= std::chrono::milliseconds(0) || reason_ != EndReason::kNone) return;
+  idle_timer_.expires_after(impl_->options.idle_timeout);
+  idle_timer_.async_wait([weak = weak_from_this(), generation = idle_generation_](asio::error_code ec) {
+    if (ec) return;
+    auto self = weak.lock();
+    if (!self || self->idle_generation_ != generation) return;
+    if (self->state_ != State::kIdle || self->outstanding_ != 0 || self->txn_status_ != 'I') return;
+    if (self->reason_ != EndReason::kNone) return;
+    // Set now, not when the coroutine starts: AppToLink must not send on
+    // the link in between.
+    self->reason_ = EndReason::kIdleTimeout;
+    asio::co_spawn(self->executor(),
+                   self->EndSession(self, kSqlStateIdleSessionTimeout,
+                                    "terminating connection due to idle-session timeout"),
+                   asio::detached);
+  });
+}
+
+void ClientSession::DisarmIdleTimer() {
+  ++idle_generation_;
+  idle_timer_.cancel();
+}
+
+asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> self, std::string_view sqlstate,
+                                                std::string message) {
+  pending_error_ = ErrorFrame(sqlstate, message);
+  Log(fmt::format("closing an app connection: {}", message));
+  if (link_) {
+    // LinkToApp is the socket's writer: it delivers pending_error_ when
+    // the link ends.
+    std::string terminate;
+    pr::Encode(pr::Terminate{}, terminate);
+    (void)co_await link_->Send(std::move(terminate));
+    CloseLink();
+    co_return;
+  }
+  co_await Write(pending_error_);
+  CloseSocket();
+  SetState(State::kClosed);
+}
+
+void ClientSession::CloseSocket() {
+  tls_abort_.Abort();  // a TLS handshake in progress holds the real socket
+  asio::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+}
+
+void ClientSession::CloseLink() {
+  if (link_) link_->Close();
+}
+
+asio::awaitable<absl::StatusOr<pr::Frame>> ClientSession::ReadFrame(const pr::FrameReader& reader) {
+  for (;;) {
+    pr::FrameReader::Result r = reader.Read(in_.view());
+    if (r.is_frame()) co_return r.frame();
+    if (r.is_error()) co_return r.status();
+    if (!co_await Fill(r.bytes_needed())) co_return absl::UnavailableError("app closed the connection");
+  }
+}
+
+asio::awaitable<bool> ClientSession::Fill(size_t needed) {
+  size_t want = needed > in_.size() ? needed - in_.size() : 1;
+  auto [space, space_size] = in_.Prepare(in_.ReadSize(want));
+  auto buffer = asio::buffer(space, space_size);
+  auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
+  if (ec || n == 0) co_return false;
+  received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  in_.Commit(n);
+  co_return true;
+}
+
+asio::awaitable<void> ClientSession::Write(std::string_view bytes) {
+  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes.data(), bytes.size()), kAsTuple);
+  (void)ec;
+  CountSent(n);
+}
+
+asio::awaitable<void> ClientSession::Fatal(std::string_view sqlstate, std::string message) {
+  out_.clear();
+  pr::EncodeErrorResponse(out_, "FATAL", sqlstate, message);
+  co_await Write(out_);
+  CloseSocket();
+  SetState(State::kClosed);
+}
+
+// ---- Handshake (PostgreSQL docs, "Message Flow" > "Start-up")
+
+asio::awaitable<bool> ClientSession::Handshake() {
+  using Event = client::ServerHandshake::Event;
+  // Aliases the Impl's config: no per-connection copy of the users.
+  client::ServerHandshake hs(std::shared_ptr<const client::HandshakeConfig>(impl_, &impl_->handshake_config));
+  hs.set_peer_host(peer_.host);
+  if (peer_.unix_socket) hs.set_unix_socket();
+  for (;;) {
+    client::ServerHandshake::Step step = hs.Advance(in_.view());
+    in_.Consume(step.consumed);
+    if (!step.log.empty()) LogRefused(step.log, step.auth_failed);
+    if (step.event == Event::kNeedMore) {
+      if (!step.output.empty()) co_await Write(step.output);
+      if (hs.state() != client::ServerHandshake::State::kStartup && state_ == State::kStartup) {
+        SetState(State::kAuthenticating);
+      }
+      // EOF before a complete packet, or the login timeout: close silently
+      // (PostgreSQL does the same).
+      if (!co_await Fill(step.bytes_needed)) co_return false;
+      continue;
+    }
+    if (step.event == Event::kEncryptionRefused) {
+      // Bytes already on their way before our answer: see ServerHandshake.
+      asio::error_code ec;
+      if (socket_.available(ec) > 0) {
+        Log("closing an app connection: data received after SSLRequest/GSSENCRequest before the answer");
+        co_return false;
+      }
+      co_await Write(step.output);
+      continue;
+    }
+    if (step.event == Event::kTlsAccepted) {
+      // The relay (client/app_tls.h) gives back a socket carrying the
+      // decrypted conversation; the login continues on it.
+      asio::error_code ec;
+      if (socket_.available(ec) > 0) {
+        LogRefused("received unencrypted data after SSL request");
+        co_return false;
+      }
+      asio::any_io_executor ex = socket_.get_executor();
+      absl::StatusOr<tcp::socket> inner =
+          co_await client::AcceptAppTls(std::move(socket_), *impl_->app_tls, step.output, tls_abort_);
+      socket_ = inner.ok() ? *std::move(inner) : tcp::socket(ex);
+      if (!inner.ok()) {
+        LogRefused(fmt::format("TLS handshake failed: {}", std::string(inner.status().message())));
+        SetState(State::kClosed);
+        co_return false;
+      }
+      hs.OnTlsEstablished();
+      continue;
+    }
+    if (step.event == Event::kCancelRequest) {
+      co_await ForwardCancel(hs.cancel_process_id(), hs.cancel_secret());
+      co_return false;
+    }
+    if (step.event == Event::kClose) {
+      if (!step.output.empty() && !timed_out_) co_await Write(step.output);
+      CloseSocket();
+      SetState(State::kClosed);
+      co_return false;
+    }
+    // kAuthenticated: output holds [NegotiateProtocolVersion] ... AuthenticationOk.
+    out_ = std::move(step.output);
+    user_ = hs.user();
+    database_ = hs.database();
+    app_params_ = hs.parameters();
+    break;
+  }
+  if (state_ == State::kStartup) SetState(State::kAuthenticating);
+  {
+    std::lock_guard lock(impl_->mu);
+    info_.user = user_;
+    info_.database = database_;
+  }
+  if (impl_->options.admin && database_ == impl_->options.admin_database) {
+    // The admin console: no origin parameters, no link (RunAdmin).
+    admin_ = true;
+    co_await Write(out_);
+    out_.clear();
+    co_return true;
+  }
+
+  client::ParamList origin_params;
+  bool have_params = false;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->params) {
+      origin_params = *impl_->params;
+      have_params = true;
+    }
+  }
+  if (!have_params) {
+    co_await Write(out_);
+    out_.clear();
+    SetState(State::kAwaitingParams);
+    auto params = co_await AwaitParams();
+    if (!params) co_return false;
+    origin_params = std::move(*params);
+  }
+  for (const auto& [name, value] : client::OverlayParams(origin_params, app_params_)) {
+    pr::Encode(pr::ParameterStatus{name, value}, out_);
+  }
+  if (!RegisterCancelKey()) {
+    co_await Fatal(kSqlStateConnectionFailure, "could not generate a cancellation key");
+    co_return false;
+  }
+  pr::Encode(pr::BackendKeyData{cancel_pid_, cancel_secret_}, out_);
+  pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out_);
+  SetState(State::kIdle);
+  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_), kAsTuple);
+  CountSent(n);
+  if (ec) co_return false;
+  out_.clear();
+  out_.shrink_to_fit();
+  logged_in_ = true;
+  if (impl_->logger->log_connections()) {
+    impl_->logger->Log(LogLevel::kInfo, "session_start",
+                       {{"client", peer_.text}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
+                        {"db", database_}, {"tls", hs.encrypted() ? "on" : "off"}});
+  }
+  co_return true;
+}
+
+asio::awaitable<std::optional<client::ParamList>> ClientSession::AwaitParams() {
+  for (;;) {
+    {
+      std::lock_guard lock(impl_->mu);
+      if (impl_->params) co_return *impl_->params;
+      if (!params_notified_) {
+        impl_->params_waiters.push_back(weak_from_this());
+        impl_->StartProbeLocked();
+      }
+    }
+    if (!params_notified_) {
+      params_timer_.expires_at(asio::steady_timer::time_point::max());
+      co_await params_timer_.async_wait(kAsTuple);
+    }
+    if (timed_out_) {
+      if (reason_ == EndReason::kNone) {
+        co_await Fatal(kSqlStateConnectionFailure, "timed out waiting for the origin database");
+      }
+      co_return std::nullopt;
+    }
+    if (params_notified_ && !params_error_.empty()) {
+      co_await Write(params_error_);
+      CloseSocket();
+      SetState(State::kClosed);
+      co_return std::nullopt;
+    }
+    params_notified_ = false;
+  }
+}
+
+bool ClientSession::RegisterCancelKey() {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    absl::StatusOr<std::string> bytes = auth::RandomBytes(8);
+    if (!bytes.ok()) return false;
+    const auto* u = reinterpret_cast<const unsigned char*>(bytes->data());
+    int32_t pid = static_cast<int32_t>(((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) |
+                                        (uint32_t{u[2]} << 8) | u[3]) & 0x7fffffffu);
+    std::lock_guard lock(impl_->mu);
+    if (pid == 0 || impl_->cancel_keys.count(pid) != 0) continue;
+    cancel_pid_ = pid;
+    cancel_secret_ = bytes->substr(4, 4);
+    impl_->cancel_keys[pid] = Client::Impl::CancelTarget{cancel_secret_, this, "", database_};
+    return true;
+  }
+  return false;
+}
+
+asio::awaitable<void> ClientSession::ForwardCancel(int32_t pid, const std::string& secret) {
+  std::string session_id;
+  std::string database;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->cancel_keys.find(pid);
+    if (it != impl_->cancel_keys.end() && auth::ConstantTimeEquals(it->second.secret, secret)) {
+      session_id = it->second.session_id;
+      database = it->second.database;
+    }
+  }
+  if (session_id.empty() || impl_->stopping) co_return;  // unknown key, or nothing running yet
+  auto link = co_await impl_->transport.Open(executor(), client::BuildCancelHello(session_id, database));
+  if (link.ok()) (*link)->Close();
+}
+
+void ClientSession::LogRefused(std::string_view reason, bool auth_failed) {
+  impl_->logger->Log(auth_failed ? LogLevel::kWarn : LogLevel::kInfo,
+                     auth_failed ? "auth_failed" : "connection_refused", {{"client", peer_.text}, {"reason", reason}});
+}
+
+// ---- The admin console (include/hyperpool/admin.h)
+
+asio::awaitable<void> ClientSession::RunAdmin() {
+  AdminConsole& console = *impl_->options.admin;
+  if (!console.IsAdmin(user_)) {
+    co_await Fatal(kSqlStateInsufficientPrivilege, fmt::format("permission denied for database \"{}\"", database_));
+    co_return;
+  }
+  AdminLogin login;
+  {
+    std::lock_guard lock(impl_->mu);
+    login.client_id = info_.id;
+    login.address = info_.address;
+  }
+  login.user = user_;
+  std::unique_ptr<AdminSession> session = console.Open(login);
+  session->Greeting(out_);
+  SetState(State::kIdle);
+  co_await Write(out_);
+  pr::FrameReader reader(pr::FrameReader::Mode::kTagged, pr::FrameLimits{.max_message_length = 1u << 20});
+  for (bool open = true; open && reason_ == EndReason::kNone;) {
+    absl::StatusOr<pr::Frame> frame = co_await ReadFrame(reader);
+    if (!frame.ok()) {
+      if (absl::IsInvalidArgument(frame.status()) && reason_ == EndReason::kNone) {
+        co_await Fatal(kSqlStateProtocolViolation, std::string(frame.status().message()));
+      }
+      break;
+    }
+    out_.clear();
+    open = session->OnMessage(frame->tag, frame->payload, out_);
+    in_.Consume(frame->size());
+    if (reason_ == EndReason::kNone) co_await Write(out_);
+  }
+  if (reason_ == EndReason::kKilled) co_return;  // EndSession closes
+  CloseSocket();
+  SetState(State::kClosed);
+}
+
+}  // namespace hyperpool

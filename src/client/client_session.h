@@ -1,0 +1,268 @@
+#pragma once
+// The Client's per-app-connection session. Internal to src/client/: made by
+// Client::Impl::StartSession (client.cc); its methods are in
+// client_session.cc (construction, the handshake, cancels, the admin
+// console) and client_session_forward.cc (the link, the Client cache tier,
+// AppToLink and LinkToApp).
+//
+// One coroutine per app connection, on one worker's executor (a strand of it
+// when the executor's io_context may run on several threads).
+// After the handshake two legs run concurrently on that strand:
+//   AppToLink: reads whole frontend frames from the socket, sends them on the
+//              link (one Send per read, many frames per Send);
+//   LinkToApp: the only writer to the socket: one write per received chunk,
+//              tracking ReadyForQuery for the transaction status.
+// Each leg, when it ends, closes what the other is waiting on, so the session
+// unwinds without joins; the Session object lives as long as either leg.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "absl/status/statusor.h"
+#include "cache/tier.h"
+#include "client/app_tls.h"
+#include "client/client_cache.h"
+#include "client/client_impl.h"
+#include "client/client_util.h"
+#include "client/extended_session.h"
+#include "client/in_buffer.h"
+#include "client/session_key.h"
+#include "hyperpool/client.h"
+#include "hyperpool/transport.h"
+#include "protocol/codec.h"
+
+namespace hyperpool {
+
+class ClientSession : public std::enable_shared_from_this<ClientSession> {
+ public:
+  // The session's life. Change it only through SetState().
+  enum class State {
+    kStartup,         // waiting for StartupMessage (SSLRequest: 'S' and TLS when configured, else 'N')
+    kAuthenticating,  // SCRAM-SHA-256 exchange in progress
+    kAwaitingParams,  // authenticated; waiting for the origin's parameters (first app of a Client)
+    kIdle,            // ReadyForQuery sent and nothing outstanding (the link may not exist yet)
+    kBusy,            // requests (Query, Sync, FunctionCall) forwarded without their ReadyForQuery
+    kClosed,          // socket and link closed; the legs are unwinding
+  };
+
+  // Why forwarding ended; decides what the app is told.
+  enum class EndReason {
+    kNone,              // still running
+    kTerminate,         // app sent Terminate: forwarded, then both closed
+    kAppGone,           // app socket closed or failed: link closed (a vanished client)
+    kAppProtocolError,  // app sent a malformed frame: pending_error_ goes to the app
+    kIdleTimeout,       // idle past options.idle_timeout: pending_error_ (57P05) goes to the app
+    kKilled,            // Client::Kill (admin KILL_CLIENT): pending_error_ (57P01) goes to the app
+    kLinkFailed,        // the link broke: 08006 to the app
+    kStopped,           // Client::Stop()
+  };
+
+  ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket);
+
+  ~ClientSession();
+
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+
+  // SHOW CLIENTS: `info_` is guarded by impl_->mu; the state is read from
+  // an atomic so SetState() takes no lock.
+  ClientSessionInfo& info() { return info_; }
+  std::string shown_state() const;
+
+  // Client::Kill(): runs on the session's executor. With a link, LinkToApp
+  // delivers the FATAL when the link ends; without one (an admin session,
+  // a handshake, an idle session with no link yet) EndSession writes it and
+  // closing the socket ends the reader.
+  void Kill(std::shared_ptr<ClientSession> self);
+
+  // `self` keeps the session alive for the coroutine's whole life (the
+  // body starts only after co_spawn returns).
+  asio::awaitable<void> Run(std::shared_ptr<ClientSession> self);
+
+  // Client::Stop(): runs on the session's strand.
+  void Shutdown();
+
+  // The probe finished: runs on the session's strand.
+  void OnParams(std::string error_frame);
+
+ private:
+  // The one transition function.
+  void SetState(State next);
+
+  void StartWatchdog();
+
+  // client_idle_timeout (ClientOptions::idle_timeout): armed whenever a
+  // ReadyForQuery 'I' leaves with nothing outstanding, disarmed by the next
+  // message from the app, as PostgreSQL's idle_session_timeout.
+  void ArmIdleTimer();
+  void DisarmIdleTimer();
+
+  // The idle timeout fired, or Kill(): FATAL to the app, Terminate to the
+  // Endpoint (a clean end, not a vanished client), then close both.
+  asio::awaitable<void> EndSession(std::shared_ptr<ClientSession> self, std::string_view sqlstate,
+                                   std::string message);
+
+  // SHOW STATS' total_sent (one writer: the session's executor).
+  void CountSent(size_t n) { sent_.store(sent_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+
+  void CloseSocket();
+
+  void CloseLink();
+
+  // Reads until a whole frame is buffered. The frame's views stay valid until
+  // the next read. InvalidArgument: protocol error; Unavailable: closed.
+  asio::awaitable<absl::StatusOr<pr::Frame>> ReadFrame(const pr::FrameReader& reader);
+
+  // Reads once, so that (when possible) `needed` bytes in total are buffered.
+  asio::awaitable<bool> Fill(size_t needed);
+
+  asio::awaitable<void> Write(std::string_view bytes);
+
+  // Sends a FATAL ErrorResponse and closes the socket.
+  asio::awaitable<void> Fatal(std::string_view sqlstate, std::string message);
+
+  // ---- Handshake (PostgreSQL docs, "Message Flow" > "Start-up") ----
+
+  // Runs the sans-I/O ServerHandshake over the socket, then sends the
+  // origin's parameters, BackendKeyData and ReadyForQuery. False: closed.
+  asio::awaitable<bool> Handshake();
+
+  // Waits until the Client knows the origin's parameters (only the first app
+  // connections of a Client ever wait). Reports failures to the app itself.
+  asio::awaitable<std::optional<client::ParamList>> AwaitParams();
+
+  bool RegisterCancelKey();
+
+  // CancelRequest ("Canceling Requests in Progress"): find the session by its
+  // key and open a cancel link for it. The app gets no answer either way.
+  asio::awaitable<void> ForwardCancel(int32_t pid, const std::string& secret);
+
+  // ---- Forwarding ----
+
+  // Opens the session's link with the hello and the first frames; starts LinkToApp.
+  asio::awaitable<bool> OpenLink(std::string first_frames);
+
+  // ---- The Client cache tier (client_cache.h, docs/architecture.md "Query cache") ----
+
+  // Whether a unit starting now may be answered locally / become a candidate.
+  bool CacheUsable() const;
+
+  // The unit at the start of `bytes` if it may be cached (shape and text);
+  // `key` is its Client-tier key.
+  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key) const;
+
+  // Whether the session's name resolution can key statement metadata.
+  bool MetadataKeyable() const { return key_.keyable(); }
+
+  // Applies what a forwarded Query / Parse text does to the session's cache
+  // state (hyperpool.* settings, settings that a key cannot describe).
+  void NoteForwardedFrame(const pr::Frame& f, std::string_view rest);
+
+  // One line per batch for the round-trip trace (link_trace.h).
+  void TraceFlight(std::string_view to_link, std::string_view local) const;
+
+  asio::awaitable<void> WaitWriteDone();
+
+  // Answers units at the front of in_ from the local tier, as long as they
+  // hit. False if the app connection failed.
+  asio::awaitable<bool> ServeLocalHits();
+
+  // A control message from the Endpoint (never forwarded to the app).
+  void OnControl(std::string_view payload);
+
+  // Splits received link bytes into whole frames: control messages are
+  // consumed, the rest is appended to `out` for the app (large DataRows
+  // stream through unbuffered). `consumed`: bytes of `buf` handled (a partial
+  // frame stays). False on a malformed header.
+  bool ProcessLinkBytes(const std::string& buf, std::string& out, size_t& consumed);
+
+  asio::awaitable<void> AppToLink();
+
+  asio::awaitable<void> LinkToApp(std::shared_ptr<ClientSession> self);
+
+  void OnReadyForQuery(char status);
+
+  // The link stopped delivering: tell the app why (unless it left or we stopped).
+  asio::awaitable<void> LinkEnded();
+
+  // A connection refused or closed during the handshake (ServerHandshake's
+  // reason); a failed password at warn, as PostgreSQL logs it at FATAL.
+  void LogRefused(std::string_view reason, bool auth_failed = false);
+
+  // ---- The admin console (include/hyperpool/admin.h) ----
+
+  // Serves an authenticated login to options.admin_database: 42501 for a
+  // user who is not an admin, else the console's frames until it or the
+  // app ends the session. Admin messages are bounded at 1 MiB.
+  asio::awaitable<void> RunAdmin();
+
+  std::shared_ptr<Client::Impl> impl_;
+  tcp::socket socket_;
+  const client::Peer peer_;  // the app's address, for the logs
+  const std::chrono::steady_clock::time_point started_;
+  bool logged_in_ = false;  // ReadyForQuery of the login sent
+  client::TlsAbort tls_abort_;  // armed only during the TLS handshake
+  asio::steady_timer watchdog_;
+  asio::steady_timer idle_timer_;
+  uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
+  asio::steady_timer params_timer_;
+  State state_ = State::kStartup;
+  EndReason reason_ = EndReason::kNone;
+  client::InBuffer in_;  // app bytes not consumed yet
+  std::string out_;
+  bool timed_out_ = false;
+  bool params_notified_ = false;
+  std::string params_error_;
+
+  std::string user_;
+  std::string database_;
+  client::ParamList app_params_;
+  int32_t cancel_pid_ = 0;
+  std::string cancel_secret_;
+
+  std::string session_id_;
+  std::unique_ptr<Link> link_;
+  size_t passthrough_ = 0;  // bytes of a partly received DataRow still to forward as they come
+  char last_tag_ = '\0';    // tag of the last frame forwarded to the app
+
+  // The query cache (client_cache.h).
+  client::SessionKey key_;  // what keys its entries and metadata (session_key.h)
+  cache::SessionCacheSettings cache_settings_;
+  struct PendingUnit {
+    bool candidate = false;
+    uint64_t digest = 0;
+    std::string key;
+  };
+  std::deque<PendingUnit> units_;
+  // The extended protocol as forwarded: local Parse/Describe answers,
+  // deferred Parses, result-shape checks (extended_session.h).
+  std::unique_ptr<client::ExtendedSession> ext_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery
+  std::unique_ptr<cache::ResultCapture> capture_;
+  std::string capture_key_;
+  std::optional<cache::StoreControl> capture_store_;
+  bool link_writing_ = false;  // LinkToApp is writing to the app
+  bool hit_writing_ = false;   // AppToLink is writing a local hit
+  asio::steady_timer write_done_;
+  size_t outstanding_ = 0;
+  char txn_status_ = 'I';  // from the latest ReadyForQuery (for the cache's later use)
+  bool farewell_sent_ = false;
+  std::string pending_error_;
+  std::atomic<bool> admin_{false};  // an admin console session (RunAdmin); read by SHOW CLIENTS
+  std::atomic<int> shown_state_{0};  // state_, for SHOW CLIENTS on other threads
+  ClientSessionInfo info_;           // guarded by impl_->mu
+ public:
+  // Bytes from and to the app; written on the session's executor only.
+  std::atomic<uint64_t> received_{0};
+  std::atomic<uint64_t> sent_{0};
+};
+
+}  // namespace hyperpool

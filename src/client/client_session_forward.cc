@@ -1,0 +1,532 @@
+// ClientSession (client_session.h), part two: opening the link, the Client
+// cache tier (local hits, candidates, control messages) and the two legs,
+// AppToLink and LinkToApp. Part one is client_session.cc.
+#include "client/client_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/write.hpp>
+#include <fmt/format.h>
+
+#include "cache/tier.h"
+#include "client/client_cache.h"
+#include "client/client_util.h"
+#include "client/extended_session.h"
+#include "client/link_trace.h"
+#include "client/session_key.h"
+#include "protocol/codec.h"
+
+namespace hyperpool {
+namespace {
+
+// Longest statement text the Client lexes for the cache (ClassifyStatements);
+// a session that sends a longer one bypasses the Client tier from then on.
+constexpr size_t kMaxClassifiedSql = 1 << 20;
+
+// True when `bytes` starts with a frame header whose (well-formed) length
+// is above `limit`: a size we refuse, not a malformed stream.
+bool DeclaresLengthAbove(std::string_view bytes, uint32_t limit) {
+  if (bytes.size() < 5) return false;
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
+  const uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  return len < 0x80000000u && len > limit;
+}
+
+}  // namespace
+
+// ---- Forwarding
+
+asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
+  if (impl_->stopping) co_return false;
+  absl::StatusOr<std::string> id = client::NewSessionId();
+  if (!id.ok()) {
+    co_await Fatal(kSqlStateConnectionFailure, "could not generate a session id");
+    co_return false;
+  }
+  session_id_ = *id;
+  client::ParamList hello_params = app_params_;
+  if (!impl_->client_id.empty()) hello_params.emplace_back("hyperpool.client_id", impl_->client_id);
+  hello_params.emplace_back(client::kDatabaseParam, database_);  // for a router of several databases
+  // The pid of our BackendKeyData: the Endpoint shows it as the sender of
+  // this session's notifications (src/endpoint/notification_pid.h).
+  if (cancel_pid_ != 0) hello_params.emplace_back("hyperpool.backend_pid", std::to_string(cancel_pid_));
+  // The hello goes in front of the frames (which may be one large
+  // message, moved here without a copy): one more copy of it is avoided.
+  first_frames.insert(0, client::BuildLinkHello(hello_params, session_id_));
+  auto link = co_await impl_->transport.Open(executor(), std::move(first_frames));
+  if (!link.ok()) {
+    Log(fmt::format("could not open a link to the endpoint: {}", std::string(link.status().message())));
+    co_await Fatal(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
+    co_return false;
+  }
+  if (reason_ != EndReason::kNone && reason_ != EndReason::kTerminate) {  // stopped while opening
+    (*link)->Close();
+    co_return false;
+  }
+  link_ = std::move(*link);
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->cancel_keys.find(cancel_pid_);
+    if (it != impl_->cancel_keys.end() && it->second.session == this) it->second.session_id = session_id_;
+  }
+  asio::co_spawn(executor(), LinkToApp(shared_from_this()), asio::detached);
+  co_return true;
+}
+
+// ---- The Client cache tier (client_cache.h, docs/architecture.md "Query cache")
+
+bool ClientSession::CacheUsable() const {
+  return impl_->cache && cache_settings_.enabled && key_.keyable() &&
+         outstanding_ == 0 && txn_status_ == 'I' && state_ == State::kIdle && ext_->idle() && !ext_->lost() &&
+         !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
+}
+
+bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key) const {
+  const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
+                                               std::vector<uint32_t>* types) {
+    const client::SessionStatement* st = ext_->Find(name);
+    if (st == nullptr) return false;
+    *sql = st->sql;
+    *types = st->param_types;
+    return true;
+  };
+  if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return false;
+  // As on the Endpoint: longer queries are never cached (and a key would
+  // copy the whole unit).
+  if (unit.sql.size() > impl_->options.cache.max_query_bytes) return false;
+  cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
+  if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) return false;
+  // Extended units always travel with a Describe(portal) (see
+  // ExtendedContext::describe_portal): one key with or without the
+  // driver's own.
+  if (unit.form == cache::ProtocolForm::kExtended && unit.describe == 0) unit.describe = 'P';
+  key = unit.form == cache::ProtocolForm::kSimple
+            ? cache::ClientLocalKey(key_.fingerprint(), cache_settings_, unit.frames)
+            : cache::ClientExtendedKey(key_.fingerprint(), cache_settings_, unit);
+  return true;
+}
+
+void ClientSession::NoteForwardedFrame(const pr::Frame& f, std::string_view rest) {
+  std::string_view sql;
+  if (f.tag == 'Q') {
+    auto q = pr::DecodeQuery(f.payload);
+    if (!q.ok()) return;
+    sql = q->query;
+  } else if (f.tag == 'P') {
+    auto p = pr::DecodeParse(f.payload);
+    if (!p.ok()) return;
+    sql = p->query;
+  } else if (f.tag == 'F') {
+    key_.Invalidate();
+    return;
+  } else {
+    return;
+  }
+  if (sql.size() > kMaxClassifiedSql) {
+    // Lexing it would cost several times its size; assume the worst.
+    key_.Invalidate();
+    return;
+  }
+  cache::StatementEffects fx = cache::ClassifyStatements(sql, &cache_settings_);
+  if (!fx.changes_session_state) return;
+  const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && client::OwnUnit(f.tag, sql, rest);
+  if (key_.Note(sql, fx, lasts)) ext_->set_fingerprint(key_.fingerprint());
+}
+
+void ClientSession::TraceFlight(std::string_view to_link, std::string_view local) const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count() % 1000000;
+  Log(fmt::format("trace {} t={}ms {}{}{}", cancel_pid_, ms,
+                  to_link.empty() ? std::string("local only")
+                                  : fmt::format("{} link: {}", link_ ? "to" : "opening", client::SummarizeFlight(to_link)),
+                  local.empty() ? "" : " | answered locally: ", client::SummarizeFlight(local, false)));
+}
+
+asio::awaitable<void> ClientSession::WaitWriteDone() {
+  write_done_.expires_at(asio::steady_timer::time_point::max());
+  (void)co_await write_done_.async_wait(kAsTuple);
+}
+
+asio::awaitable<bool> ClientSession::ServeLocalHits() {
+  while (CacheUsable()) {
+    cache::CandidateUnit unit;
+    std::string key;
+    if (!LocalCandidate(in_.view(), unit, key)) co_return true;
+    std::shared_ptr<const CacheEntry> entry = impl_->cache->GetFresh(key);
+    if (!entry) co_return true;
+    std::string out;
+    if (!cache::AppendReplay(entry->messages, unit.replay, out).ok()) co_return true;
+    if (unit.replay.parse) {
+      // The driver's statement now exists for it: its Parse is deferred
+      // (extended_session.h), which needs its metadata; the unnamed
+      // statement is simply forgotten without it.
+      pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+      pr::FrameReader::Result r = reader.Read(unit.frames);
+      if (!r.is_frame()) co_return true;
+      if (!ext_->AdoptServedParse(r.frame(), MetadataKeyable()) && unit.named_parse) co_return true;
+    }
+    const size_t n = unit.frames.size();
+    while (link_writing_) co_await WaitWriteDone();
+    hit_writing_ = true;
+    auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+    CountSent(written);
+    hit_writing_ = false;
+    write_done_.cancel();
+    (void)written;
+    in_.Consume(n);
+    if (ec) co_return false;
+    if (impl_->trace_link) TraceFlight({}, out);
+    ArmIdleTimer();  // a ReadyForQuery 'I' went out
+  }
+  co_return true;
+}
+
+void ClientSession::OnControl(std::string_view payload) {
+  std::optional<cache::Control> c = cache::DecodeControl(payload);
+  if (!c) return;
+  if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->drops_metadata()) {
+    if (impl_->trace_link) Log(fmt::format("trace {} invalidate all (statement metadata dropped)", cancel_pid_));
+    impl_->metadata->InvalidateAll();  // DDL (or what may have run it): statement shapes may change
+  }
+  if (!impl_->cache) return;
+  if (const auto* b = std::get_if<cache::BeginControl>(&*c)) {
+    capture_.reset();
+    capture_store_.reset();
+    if (!units_.empty() && units_.front().candidate && units_.front().digest == b->digest) {
+      capture_ = std::make_unique<cache::ResultCapture>(impl_->cache->options().max_entry_bytes);
+      capture_key_ = units_.front().key;
+    }
+  } else if (const auto* s = std::get_if<cache::StoreControl>(&*c)) {
+    if (capture_ && !units_.empty() && units_.front().digest == s->digest) capture_store_ = *s;
+  } else if (const auto* i = std::get_if<cache::InvalidateControl>(&*c)) {
+    impl_->cache->Invalidate(*i);
+  }
+}
+
+bool ClientSession::ProcessLinkBytes(const std::string& buf, std::string& out, size_t& consumed) {
+  size_t pos = 0;
+  if (passthrough_ > 0) {
+    size_t take = std::min(passthrough_, buf.size());
+    out.append(buf, 0, take);
+    passthrough_ -= take;
+    pos = take;
+  }
+  while (buf.size() - pos >= 5) {
+    const char* p = buf.data() + pos;
+    const char tag = p[0];
+    const auto* u = reinterpret_cast<const unsigned char*>(p + 1);
+    uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+    if (len < 4 || len >= 0x80000000u) {
+      consumed = buf.size();
+      return false;
+    }
+    const size_t total = size_t{len} + 1;
+    const size_t have = buf.size() - pos;
+    if (have < total) {
+      if ((tag == 'D' || tag == 'd') && !capture_ && ext_->StreamsRows()) {
+        out.append(p, have);
+        passthrough_ = total - have;
+        last_tag_ = tag;
+        pos = buf.size();
+      }
+      break;
+    }
+    std::string_view frame(p, total);
+    if (tag == cache::kControlTag) {
+      OnControl(frame.substr(5));
+    } else {
+      if (capture_) capture_->Feed(tag, frame);
+      ext_->OnBackend(tag, frame, out);
+      last_tag_ = tag;
+      if (tag == 'Z' && total >= 6) OnReadyForQuery(p[5]);
+    }
+    pos += total;
+  }
+  consumed = pos;
+  return true;
+}
+
+asio::awaitable<void> ClientSession::AppToLink() {
+  const uint32_t max_length = static_cast<uint32_t>(
+      std::min<size_t>(impl_->options.max_message_size, pr::kDefaultMaxMessageLength));
+  pr::FrameReader reader(pr::FrameReader::Mode::kTagged, pr::FrameLimits{.max_message_length = max_length});
+  for (;;) {
+    // The idle timeout ended the session while we waited for the app (see
+    // EndIdleSession): nothing more may be sent on the link.
+    if (reason_ == EndReason::kIdleTimeout || reason_ == EndReason::kKilled) co_return;
+    if (!co_await ServeLocalHits()) {
+      if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+      CloseLink();
+      CloseSocket();
+      SetState(State::kClosed);
+      co_return;
+    }
+    std::string_view view = in_.view();
+    // The first unit of this batch may become a local-tier entry.
+    cache::CandidateUnit first;
+    std::string first_key;
+    const bool first_candidate = CacheUsable() && LocalCandidate(view, first, first_key);
+    size_t units_in_batch = 0;
+    size_t batch = 0;
+    size_t needed = 0;
+    bool terminate = false;
+    absl::Status bad;
+    std::string_view bad_sqlstate = kSqlStateProtocolViolation;
+    // What goes on the link (the driver's frames, with deferred Parses
+    // and checks added: extended_session.h) and what is answered at once.
+    std::string to_link;
+    std::string local;
+    for (;;) {
+      pr::FrameReader::Result r = reader.Read(view.substr(batch));
+      if (r.is_need_more()) {
+        needed = batch + r.bytes_needed();
+        break;
+      }
+      if (r.is_error()) {
+        bad = r.status();
+        if (DeclaresLengthAbove(view.substr(batch), max_length)) bad_sqlstate = kSqlStateProgramLimitExceeded;
+        break;
+      }
+      const char tag = r.frame().tag;
+      if (!pr::IsFrontendTag(tag) || tag == 'p') {
+        bad = pr::ProtocolError(fmt::format("invalid frontend message type {}", int(static_cast<unsigned char>(tag))));
+        break;
+      }
+      batch += r.frame().size();
+      NoteForwardedFrame(r.frame(), view.substr(batch));
+      client::ExtendedContext ctx;
+      ctx.keyable = MetadataKeyable();
+      ctx.txn_status = txn_status_;
+      ctx.nothing_sent = to_link.empty() && outstanding_ == 0;
+      ctx.describe_portal = first_candidate && units_in_batch == 0 && first.form == cache::ProtocolForm::kExtended &&
+                            first.replay.describe == cache::ReplayRequest::Describe::kNone;
+      client::ExtendedSession::FrontendResult fr = ext_->OnFrontend(r.frame(), view.substr(batch), ctx, to_link, local);
+      batch += fr.rest_consumed;
+      if (!fr.forwarded) continue;  // answered locally (a Sync among them included)
+      if (tag == 'Q' || tag == 'S' || tag == 'F') {
+        ++outstanding_;
+        PendingUnit unit;
+        if (first_candidate && units_in_batch == 0 && batch == first.frames.size()) {
+          // The digest is of what the Endpoint receives for the unit.
+          unit.candidate = true;
+          unit.digest = cache::Fnv1a64(to_link);
+          unit.key = std::move(first_key);
+        }
+        ++units_in_batch;
+        units_.push_back(std::move(unit));
+      }
+      if (tag == 'X') {
+        terminate = true;
+        break;
+      }
+    }
+    // Set before the Terminate goes out: the Endpoint may close the link
+    // before Send() returns, and LinkToApp must not call that a failure.
+    if (terminate && reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
+    if (batch > 0) DisarmIdleTimer();  // a message arrived: not idle until the next ReadyForQuery
+    in_.Consume(batch);
+    if (!local.empty()) {
+      // Before anything this batch sends: their answers come later.
+      while (link_writing_) co_await WaitWriteDone();
+      hit_writing_ = true;
+      auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(local), kAsTuple);
+      CountSent(written);
+      hit_writing_ = false;
+      write_done_.cancel();
+      (void)written;
+      if (ec) {
+        if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+        CloseLink();
+        CloseSocket();
+        SetState(State::kClosed);
+        co_return;
+      }
+    }
+    const bool send_to_link = !to_link.empty() && !(terminate && !link_ && to_link.size() == 5);
+    if (impl_->trace_link && (send_to_link || !local.empty())) TraceFlight(send_to_link ? to_link : "", local);
+    if (send_to_link && client::ExpectsAnswer(to_link)) impl_->link_flights.fetch_add(1, std::memory_order_relaxed);
+    if (send_to_link) {
+      if (!link_) {
+        if (!co_await OpenLink(std::move(to_link))) {
+          CloseSocket();
+          co_return;
+        }
+      } else {
+        absl::Status sent = co_await link_->Send(std::move(to_link));
+        if (!sent.ok()) co_return;  // LinkToApp reports the broken link
+      }
+      if (outstanding_ > 0 && state_ == State::kIdle) SetState(State::kBusy);
+    }
+    if (terminate) {
+      if (reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
+      CloseLink();
+      CloseSocket();
+      SetState(State::kClosed);
+      co_return;
+    }
+    if (!bad.ok()) {
+      std::string error = ErrorFrame(bad_sqlstate, std::string(bad.message()));
+      Log(fmt::format("closing an app connection: {}", std::string(bad.message())));
+      if (link_ && reason_ == EndReason::kNone) {
+        // LinkToApp is the socket's writer: let it deliver the error.
+        pending_error_ = std::move(error);
+        reason_ = EndReason::kAppProtocolError;
+        CloseLink();
+      } else if (!link_) {
+        co_await Write(error);
+        CloseSocket();
+        SetState(State::kClosed);
+      }
+      co_return;
+    }
+    if (reason_ != EndReason::kNone || !co_await Fill(needed)) {
+      if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+      CloseLink();
+      if (!link_) {
+        CloseSocket();
+        SetState(State::kClosed);
+      }
+      co_return;
+    }
+  }
+}
+
+asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> self) {
+  std::string buf;
+  // Link-ready: ParameterStatus... ReadyForQuery('I'). Not for the app
+  // (it had its own from our handshake); refreshes the cached parameters.
+  {
+    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
+    client::ParamList fresh;
+    size_t pos = 0;
+    bool ready = false;
+    while (!ready) {
+      pr::FrameReader::Result r = reader.Read(std::string_view(buf).substr(pos));
+      if (r.is_frame()) {
+        const pr::Frame& f = r.frame();
+        if (f.tag == 'S') {
+          if (auto ps = pr::DecodeParameterStatus(f.payload); ps.ok()) {
+            fresh.emplace_back(std::string(ps->name), std::string(ps->value));
+          }
+        } else if (f.tag == 'Z') {
+          ready = true;
+        } else if (f.tag == 'E') {
+          // The Endpoint cannot serve: its error is the app's answer.
+          co_await Write(f.raw);
+          farewell_sent_ = true;
+          co_await LinkEnded();
+          co_return;
+        }
+        pos += f.size();
+        continue;
+      }
+      if (r.is_error()) {
+        Log(fmt::format("malformed link-ready from the endpoint: {}", std::string(r.status().message())));
+        co_await LinkEnded();
+        co_return;
+      }
+      absl::StatusOr<size_t> n = co_await link_->Receive(buf);
+      if (!n.ok()) {
+        co_await LinkEnded();
+        co_return;
+      }
+    }
+    if (!fresh.empty()) {
+      std::lock_guard lock(impl_->mu);
+      impl_->params = std::move(fresh);
+    }
+    buf.erase(0, pos);
+  }
+  std::string out;  // reused: its capacity outlives each batch
+  for (;;) {
+    if (!buf.empty()) {
+      out.clear();
+      size_t consumed = 0;
+      bool ok = ProcessLinkBytes(buf, out, consumed);
+      if (!out.empty()) {
+        // Claimed before waiting, so that local answers AppToLink makes
+        // meanwhile cannot overtake these bytes.
+        link_writing_ = true;
+        while (hit_writing_) co_await WaitWriteDone();
+        auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+        CountSent(n);
+        link_writing_ = false;
+        write_done_.cancel();
+        if (ec) {
+          if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+          CloseLink();
+          CloseSocket();
+          SetState(State::kClosed);
+          co_return;
+        }
+      }
+      if (!ok) {
+        Log("malformed backend stream from the endpoint");
+        co_await LinkEnded();
+        co_return;
+      }
+      buf.erase(0, consumed);
+      // A large chunk (a big result) is not kept for the session's life.
+      if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
+      if (out.capacity() > (256u << 10)) std::string().swap(out);
+    }
+    absl::StatusOr<size_t> n = co_await link_->Receive(buf);
+    if (!n.ok()) {
+      co_await LinkEnded();
+      co_return;
+    }
+  }
+}
+
+void ClientSession::OnReadyForQuery(char status) {
+  txn_status_ = status;
+  if (capture_ && capture_store_ && capture_->state() == cache::ResultCapture::State::kComplete && impl_->cache) {
+    impl_->cache->Store(capture_key_, capture_->TakeMessages(), *capture_store_);
+  }
+  capture_.reset();
+  capture_store_.reset();
+  if (!units_.empty()) units_.pop_front();
+  if (outstanding_ > 0) --outstanding_;
+  if (outstanding_ == 0 && state_ == State::kBusy) SetState(State::kIdle);
+  if (outstanding_ == 0 && status == 'I') ArmIdleTimer();
+}
+
+asio::awaitable<void> ClientSession::LinkEnded() {
+  switch (reason_) {
+    case EndReason::kNone: {
+      reason_ = EndReason::kLinkFailed;
+      bool endpoint_said_why = farewell_sent_ || (passthrough_ == 0 && last_tag_ == 'E');
+      if (!endpoint_said_why) {
+        Log("the link to the endpoint failed");
+        co_await Write(ErrorFrame(kSqlStateConnectionFailure, "lost the connection to the hyperpool endpoint"));
+      }
+      break;
+    }
+    case EndReason::kAppProtocolError:
+    case EndReason::kIdleTimeout:
+    case EndReason::kKilled:
+      co_await Write(pending_error_);
+      break;
+    case EndReason::kStopped:
+      break;
+    default:
+      break;
+  }
+  CloseLink();
+  CloseSocket();
+  SetState(State::kClosed);
+}
+
+}  // namespace hyperpool
