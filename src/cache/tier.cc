@@ -270,7 +270,7 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const S
 bool ApplyCacheSetting(std::string_view name, std::optional<std::string_view> value,
                        SessionCacheSettings& settings) {
   std::string n = Lower(name);
-  if (n == "hyperpool.cache") {
+  if (n == link::kCacheSetting) {
     if (!value) {
       settings.enabled = true;
       return true;
@@ -283,7 +283,7 @@ bool ApplyCacheSetting(std::string_view name, std::optional<std::string_view> va
     }
     return true;
   }
-  if (n == "hyperpool.cache_ttl") {
+  if (n == link::kCacheTtlSetting) {
     if (!value || Lower(*value) == "default") {
       settings.ttl.reset();
       return true;
@@ -382,7 +382,7 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
     size_t i = 1;
     if (i < s.size() && s[i].IsKeyword("all")) return 4;
     std::string name = SettingName(s, i);
-    if (name.rfind("hyperpool.", 0) == 0 && i == s.size()) {
+    if (name.rfind(link::kParamPrefix, 0) == 0 && i == s.size()) {
       SessionCacheSettings scratch;
       ApplyCacheSetting(name, std::nullopt, settings ? *settings : scratch);
       return 1;
@@ -400,7 +400,7 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
     if (i < s.size() && (s[i].IsKeyword("authorization") || s[i].IsKeyword("characteristics"))) return 3;
   }
   std::string name = SettingName(s, i);
-  if (name.rfind("hyperpool.", 0) != 0) {
+  if (name.rfind(link::kParamPrefix, 0) != 0) {
     if (name.empty() || IsIdentitySetting(name)) return 3;
     return IsUnkeyedSetting(name) ? 5 : 4;
   }
@@ -528,7 +528,7 @@ std::string HelloFingerprint(const std::vector<std::pair<std::string, std::strin
   bool bad = false;
   for (const auto& [name, value] : params) {
     std::string n = Lower(name);
-    if (n.rfind("hyperpool.", 0) == 0) continue;
+    if (n.rfind(link::kParamPrefix, 0) == 0) continue;
     if (IsUnkeyedSetting(n)) continue;
     if (n == "options") {
       SessionCacheSettings probe;
@@ -538,13 +538,13 @@ std::string HelloFingerprint(const std::vector<std::pair<std::string, std::strin
       size_t pos = 0;
       while ((pos = v.find("-c", pos)) != std::string_view::npos) {
         size_t start = v.find_first_not_of(" \t", pos + 2);
-        if (start == std::string_view::npos || v.substr(start).rfind("hyperpool.", 0) != 0) only_ours = false;
+        if (start == std::string_view::npos || v.substr(start).rfind(link::kParamPrefix, 0) != 0) only_ours = false;
         pos += 2;
       }
       if (v.find("--") != std::string_view::npos) {
         size_t p2 = 0;
         while ((p2 = v.find("--", p2)) != std::string_view::npos) {
-          if (v.substr(p2 + 2).rfind("hyperpool.", 0) != 0) only_ours = false;
+          if (v.substr(p2 + 2).rfind(link::kParamPrefix, 0) != 0) only_ours = false;
           p2 += 2;
         }
       }

@@ -23,6 +23,7 @@
 #include "cache/cacheability.h"
 #include "cache/result_store.h"
 #include "cache/sql_analysis.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool::cache {
 
@@ -32,7 +33,7 @@ namespace hyperpool::cache {
 // never forwards it to the application. Payload: one kind byte, then fields.
 // ---------------------------------------------------------------------------
 
-inline constexpr char kControlTag = 'h';
+using link::kControlTag;  // protocol/link_protocol.h
 
 // 'B': the result of the unit at the head of the Client's queue follows and
 // is cacheable; `digest` is Fnv1a64 of the unit's frontend frames.
@@ -91,9 +92,9 @@ std::optional<Control> DecodeControl(std::string_view payload);
 // ends it.
 // ---------------------------------------------------------------------------
 
-inline constexpr char kWatchParam[] = "hyperpool.cache_watch";
-inline constexpr char kWatchSourceParam[] = "hyperpool.cache_source";
-inline constexpr char kWatchGenerationParam[] = "hyperpool.cache_generation";
+using link::kWatchGenerationParam;  // protocol/link_protocol.h
+using link::kWatchParam;
+using link::kWatchSourceParam;
 
 // ---------------------------------------------------------------------------
 // Units of work.

@@ -27,6 +27,7 @@
 #include "client/link_trace.h"
 #include "client/session_key.h"
 #include "protocol/codec.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool {
 namespace {
@@ -57,11 +58,11 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
   }
   session_id_ = *id;
   client::ParamList hello_params = app_params_;
-  if (!impl_->client_id.empty()) hello_params.emplace_back("hyperpool.client_id", impl_->client_id);
+  if (!impl_->client_id.empty()) hello_params.emplace_back(link::kClientIdParam, impl_->client_id);
   hello_params.emplace_back(client::kDatabaseParam, database_);  // for a router of several databases
   // The pid of our BackendKeyData: the Endpoint shows it as the sender of
   // this session's notifications (src/endpoint/notification_pid.h).
-  if (cancel_pid_ != 0) hello_params.emplace_back("hyperpool.backend_pid", std::to_string(cancel_pid_));
+  if (cancel_pid_ != 0) hello_params.emplace_back(link::kBackendPidParam, std::to_string(cancel_pid_));
   // The hello goes in front of the frames (which may be one large
   // message, moved here without a copy): one more copy of it is avoided.
   first_frames.insert(0, client::BuildLinkHello(hello_params, session_id_));

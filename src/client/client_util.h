@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool::client {
 
@@ -25,13 +26,10 @@ using ParamList = std::vector<std::pair<std::string, std::string>>;
 inline constexpr std::string_view kAppOverlayParams[] = {
     "client_encoding", "DateStyle", "TimeZone", "IntervalStyle", "application_name"};
 
-// Name of the hello parameter that carries the Client's session id.
-inline constexpr std::string_view kSessionIdParam = "hyperpool.session_id";
-// Name of the hello parameter that makes a link a cancel link.
-inline constexpr std::string_view kCancelSessionParam = "hyperpool.cancel_session";
-// Name of the hello parameter that carries the app's database: where a
-// router of several databases (database_router.h) sends the link.
-inline constexpr std::string_view kDatabaseParam = "hyperpool.database";
+// The hello parameters (protocol/link_protocol.h).
+using link::kCancelSessionParam;
+using link::kDatabaseParam;
+using link::kSessionIdParam;
 
 // RFC 3986 percent-encoding of everything except unreserved characters.
 std::string PercentEncode(std::string_view text);

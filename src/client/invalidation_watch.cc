@@ -17,6 +17,7 @@
 
 #include "client/client_cache.h"
 #include "protocol/codec.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool::client {
 namespace {
@@ -41,7 +42,7 @@ std::string BuildWatchHello(std::string_view client_id) {
   pr::StartupMessage hello;
   hello.protocol_version = pr::kProtocolVersion30;
   hello.parameters.emplace_back(cache::kWatchParam, "1");
-  hello.parameters.emplace_back("hyperpool.client_id", client_id);
+  hello.parameters.emplace_back(link::kClientIdParam, client_id);
   std::string out;
   pr::Encode(hello, out);
   return out;

@@ -11,6 +11,7 @@
 
 #include "endpoint/origin_connection.h"
 #include "protocol/codec.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool::endpoint {
 namespace {
@@ -327,7 +328,7 @@ void SessionCache::Start(const std::vector<std::pair<std::string, std::string>>&
   hello_fp_ = cache::HelloFingerprint(hello, &hello_unsupported_);
   cache::ApplyStartupParameters(hello, settings_);
   for (const auto& [name, value] : hello) {
-    if (name == "hyperpool.client_id") client_id_ = value;
+    if (name == link::kClientIdParam) client_id_ = value;
   }
   if (client_id_.empty()) client_id_ = fmt::format("session:{}", static_cast<const void*>(this));
 }
@@ -781,7 +782,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
   if (describe_window_ == DescribeWindow::kOpen) {
     if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && describe_answers_ > 0) {
       --describe_answers_;
-    } else if (tag != 'N' && tag != 'S' && tag != 'A' && tag != 'h') {
+    } else if (tag != 'N' && tag != 'S' && tag != 'A' && tag != link::kControlTag) {
       describe_window_ = DescribeWindow::kNone;  // an error, or anything unexpected
     }
   }

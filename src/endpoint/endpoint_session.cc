@@ -25,6 +25,7 @@
 #include "placement/probe.h"
 #include "protocol/codec.h"
 #include "protocol/sqlstate.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool {
 
@@ -437,8 +438,8 @@ asio::awaitable<absl::Status> Session::PrepareConnection() {
 bool Session::OnHello() {
   std::string cancel_id;
   for (const auto& [name, value] : hello_parameters_) {
-    if (name == "hyperpool.cancel_session") cancel_id = value;
-    if (name == "hyperpool.session_id") session_id_ = value;
+    if (name == link::kCancelSessionParam) cancel_id = value;
+    if (name == link::kSessionIdParam) session_id_ = value;
     if (name == endpoint::kBackendPidParam) app_pid_ = endpoint::ParseBackendPid(value).value_or(0);
     if (name == placement::kProbeParam) probe_ = true;
     if (name == cache::kWatchParam && value == "1") watch_ = true;

@@ -23,11 +23,12 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool::endpoint {
 
 // The hello parameter that carries the app-facing pid of a session.
-inline constexpr std::string_view kBackendPidParam = "hyperpool.backend_pid";
+using link::kBackendPidParam;  // protocol/link_protocol.h
 
 // Parses a hyperpool.backend_pid value: a positive decimal int32; nullopt
 // otherwise (then nothing is translated for that session).

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
 #include "endpoint/sequence_state.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool::endpoint {
 namespace {
@@ -309,7 +310,7 @@ SettingMap SettingsFromStartup(const std::vector<std::pair<std::string, std::str
   for (const auto& [raw_name, value] : parameters) {
     std::string name = Lower(raw_name);
     if (name == "user" || name == "database" || name == "replication" || name.starts_with("_pq_.") ||
-        name.starts_with("hyperpool.")) {
+        name.starts_with(link::kParamPrefix)) {
       continue;
     }
     if (name == "options") {

@@ -8,13 +8,14 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "protocol/link_protocol.h"
 
 namespace hyperpool::placement {
 
 // The hello parameter that makes a link a probe, and the ParameterStatus
 // the Endpoint answers with (its origin round trip in microseconds).
-inline constexpr std::string_view kProbeParam = "hyperpool.probe";
-inline constexpr std::string_view kOriginRttParam = "hyperpool.origin_rtt_us";
+using link::kOriginRttParam;  // protocol/link_protocol.h
+using link::kProbeParam;
 
 // A StartupMessage (protocol 3.0) whose only parameter is hyperpool.probe=1.
 std::string BuildProbeHello();
