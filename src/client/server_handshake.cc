@@ -191,12 +191,10 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
       has_database = true;
     } else if (name == "replication") {
       replication = std::string(value);
-    } else if (name == "extra_float_digits") {
-      extra_float_digits_ = true;
-      parameters_.emplace_back(std::string(name), std::string(value));
     } else if (name.substr(0, 5) == "_pq_.") {
       unrecognized.push_back(name);
     } else {
+      if (name == "extra_float_digits") extra_float_digits_ = true;
       parameters_.emplace_back(std::string(name), std::string(value));
     }
   }
