@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Memory per idle client: opens N connections to a target, runs one SELECT 1 on
-each (so a pooler sets up whatever per-client state real use needs), holds them
+each (so a pooler sets up whatever per-client state real use needs; --query
+picks it), holds them
 all open, and measures the pooler's resident memory before and after.
 
   idle_clients.py --host H --port P --user U --password PW --database D -n 1000 --pid PID
@@ -49,6 +50,10 @@ async def main():
     ap.add_argument("--pid", type=int, default=0)
     ap.add_argument("--concurrency", type=int, default=25, help="connections opened at once")
     ap.add_argument("--hold", type=float, default=1.0, help="seconds to settle before measuring")
+    ap.add_argument("--query", default="SELECT 1",
+                    help="the statement each client runs once (simple protocol); SELECT 1 is a "
+                         "cache hit at hyperpool's Client, so pass e.g. 'SELECT now()' to measure "
+                         "clients whose session reached the origin")
     args = ap.parse_args()
 
     import asyncpg
@@ -58,7 +63,7 @@ async def main():
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(want, soft), hard), hard))
 
-    result = {"n_requested": args.n, "pid": args.pid}
+    result = {"n_requested": args.n, "pid": args.pid, "query": args.query}
     if args.pid:
         time.sleep(0.5)
         result["rss_before_kb"] = status_kb(args.pid, "VmRSS")
@@ -71,7 +76,7 @@ async def main():
                 c = await asyncpg.connect(host=args.host, port=int(args.port), user=args.user,
                                           password=args.password, database=args.database,
                                           ssl=False, timeout=60, statement_cache_size=0)
-                await c.execute("SELECT 1")  # simple protocol: no prepared statement
+                await c.execute(args.query)  # simple protocol: no prepared statement
                 conns.append(c)
             except Exception as e:  # noqa: BLE001 - report, don't crash
                 errors.append(f"{type(e).__name__}: {e}")

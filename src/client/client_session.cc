@@ -193,6 +193,29 @@ asio::awaitable<absl::StatusOr<pr::Frame>> ClientSession::ReadFrame(const pr::Fr
 
 asio::awaitable<bool> ClientSession::Fill(size_t needed) {
   size_t want = needed > in_.size() ? needed - in_.size() : 1;
+  if (logged_in_ && in_.quiet()) {
+    // Between messages: wait for readability holding no read buffer (an
+    // idle client costs its session, not a buffer), then read what came
+    // without blocking. A wake-up with nothing to read waits again. (Not
+    // during the handshake: the TLS upgrade takes the socket over.)
+    in_.ReleaseIfEmpty();
+    asio::error_code nb;
+    if (!socket_.non_blocking()) socket_.non_blocking(true, nb);
+    if (!nb) {
+      for (;;) {
+        auto [ec] = co_await socket_.async_wait(tcp::socket::wait_read, kAsTuple);
+        if (ec) co_return false;
+        auto [space, space_size] = in_.Prepare(in_.ReadSize(want));
+        asio::error_code rec;
+        const size_t n = socket_.read_some(asio::buffer(space, space_size), rec);
+        if (rec == asio::error::would_block || rec == asio::error::try_again) continue;
+        if (rec || n == 0) co_return false;
+        received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+        in_.Commit(n);
+        co_return true;
+      }
+    }
+  }
   auto [space, space_size] = in_.Prepare(in_.ReadSize(want));
   auto buffer = asio::buffer(space, space_size);
   auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);

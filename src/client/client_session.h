@@ -17,7 +17,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +36,7 @@
 #include "client/extended_session.h"
 #include "client/in_buffer.h"
 #include "client/session_key.h"
+#include "common/small_fifo.h"
 #include "hyperpool/client.h"
 #include "hyperpool/transport.h"
 #include "protocol/codec.h"
@@ -242,7 +242,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     uint64_t digest = 0;
     std::string key;
   };
-  std::deque<PendingUnit> units_;
+  SmallFifo<PendingUnit> units_;
   // The extended protocol as forwarded: local Parse/Describe answers,
   // deferred Parses, result-shape checks (extended_session.h).
   std::unique_ptr<client::ExtendedSession> ext_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery

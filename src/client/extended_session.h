@@ -35,7 +35,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,6 +42,7 @@
 #include <vector>
 
 #include "client/statement_metadata.h"
+#include "common/small_fifo.h"
 #include "protocol/frame_reader.h"
 
 namespace hyperpool::client {
@@ -158,7 +158,7 @@ class ExtendedSession {
   std::string database_;
   std::string hello_fp_;
   std::unordered_map<std::string, SessionStatement> statements_;
-  std::deque<Pending> pending_;
+  SmallFifo<Pending> pending_;
   std::string held_;                 // a BindComplete waiting for its check
   bool skipping_ = false;            // the origin skips to a Sync not yet sent (an error was seen)
   bool swallow_to_ready_ = false;    // 0A000 was reported: swallow up to ReadyForQuery

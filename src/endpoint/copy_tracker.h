@@ -25,7 +25,8 @@
 //              client has not ended it (CopyDone, CopyFail, or a message
 //              that makes the backend abort the COPY)
 #include <cstddef>
-#include <deque>
+
+#include "common/small_fifo.h"
 
 namespace hyperpool::endpoint {
 
@@ -88,7 +89,7 @@ class CopyTracker {
   bool uncertain_ = false;
   // An uncounted Sync/Flush/Query went out during the current copy-in.
   bool uncounted_in_copy_ = false;
-  std::deque<Record> records_;
+  SmallFifo<Record> records_;
   // The span being built (messages since the last counted request).
   bool span_clean_ = true;
   bool span_clean_after_exec_ = true;

@@ -46,6 +46,7 @@
 #include "cache/result_store.h"
 #include "cache/shared_cache.h"
 #include "cache/tier.h"
+#include "common/small_fifo.h"
 #include "endpoint/session_settings.h"
 #include "hyperpool/options.h"
 #include "pool/pool.h"
@@ -348,7 +349,7 @@ class SessionCache {
 
   // Writes and state changes per request sent (Query, Sync, FunctionCall),
   // answered in order by the origin's ReadyForQuery.
-  std::deque<Effect> pending_;
+  SmallFifo<Effect> pending_;
   Effect building_;  // extended-query messages since the last Sync
   cache::WriteEffect txn_written_;
   std::unordered_map<std::string, Effect> statements_;

@@ -17,13 +17,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "common/small_fifo.h"
 
 namespace hyperpool::endpoint {
 
@@ -93,7 +94,7 @@ class ListenTracker {
 
   std::uint64_t forwarded_units_ = 0;  // Query/Sync/FunctionCall forwarded
   std::uint64_t completed_units_ = 0;  // ReadyForQuery seen
-  std::deque<Unit> open_;              // units not yet completed, with operations
+  SmallFifo<Unit> open_;               // units not yet completed, with operations
   std::vector<ListenOp> pending_;      // completed, waiting for the transaction's end
   bool doomed_ = false;                // the current transaction will not commit
   bool connection_listened_ = false;
