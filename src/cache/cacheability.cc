@@ -129,23 +129,28 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
 
 Decision DecideSql(std::string_view sql, const DecisionContext& ctx,
                    StatementAnalysis* analysis_out, LexOptions options) {
+  if (!options.standard_conforming_strings) {
+    if (!ctx.enabled) return Make(Reason::kDisabled);
+    if (ctx.max_query_bytes != 0 && sql.size() > ctx.max_query_bytes) return Make(Reason::kOversizedQuery);
+    absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql, options);
+    if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
+    Decision d = Decide(*a, ctx);
+    if (analysis_out != nullptr) *analysis_out = std::move(*a);
+    return d;
+  }
+  SqlText text(sql);
+  return DecideSql(text, ctx, analysis_out);
+}
+
+Decision DecideSql(const SqlText& text, const DecisionContext& ctx, StatementAnalysis* analysis_out) {
   if (!ctx.enabled) return Make(Reason::kDisabled);
-  if (ctx.max_query_bytes != 0 && sql.size() > ctx.max_query_bytes) {
+  if (ctx.max_query_bytes != 0 && text.sql().size() > ctx.max_query_bytes) {
     return Make(Reason::kOversizedQuery);
   }
-  if (options.standard_conforming_strings) {  // the default options: share the analysis
-    if (std::shared_ptr<const SharedAnalysis> shared = AnalyzeShared(sql)) {
-      const absl::StatusOr<StatementAnalysis>& a = shared->analysis;
-      if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
-      Decision d = Decide(*a, ctx);
-      if (analysis_out != nullptr) *analysis_out = *a;
-      return d;
-    }
-  }
-  absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql, options);
+  const absl::StatusOr<StatementAnalysis>& a = text.analysis();
   if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
   Decision d = Decide(*a, ctx);
-  if (analysis_out != nullptr) *analysis_out = std::move(*a);
+  if (analysis_out != nullptr) *analysis_out = *a;
   return d;
 }
 

@@ -103,6 +103,9 @@ Decision Decide(const StatementAnalysis& analysis, const DecisionContext& contex
 // `analysis_out`, if given, receives the analysis (when lexing succeeded).
 Decision DecideSql(std::string_view sql, const DecisionContext& context,
                    StatementAnalysis* analysis_out = nullptr, LexOptions options = {});
+// The same for one text whose analysis the caller shares with other passes
+// (default LexOptions).
+Decision DecideSql(const SqlText& text, const DecisionContext& context, StatementAnalysis* analysis_out = nullptr);
 
 // Tables to invalidate after `analysis` ran successfully: the resolved
 // written relations (partition roots; for a view, its base tables). nullopt

@@ -12,14 +12,16 @@
 // lets the catalog lookup (cacheability.h) decide; an unknown function or
 // relation makes a query uncacheable, never the other way round.
 //
-// Pure functions, no I/O, no shared globals (AnalyzeShared memoises per
-// thread): safe to call from any thread.
+// Pure functions, no I/O, no shared state: safe to call from any thread.
+// SqlText keeps one text's analysis for the passes over it.
 #ifndef HYPERPOOL_CACHE_SQL_ANALYSIS_H_
 #define HYPERPOOL_CACHE_SQL_ANALYSIS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -174,20 +176,62 @@ struct StatementAnalysis {
 // are the lexer's (the caller's reason: kParseError).
 absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOptions options = {});
 
-// Lex(sql) and AnalyzeStatement(sql) (default LexOptions) of one exact text,
-// computed once. `tokens` view into `sql` (this object's own copy).
-struct SharedAnalysis {
-  std::string sql;
-  absl::StatusOr<std::vector<Token>> tokens;
-  absl::StatusOr<StatementAnalysis> analysis;
+// Calls `fn(std::span<const Token>)` for each statement of `tokens` (the
+// runs between semicolons, empty ones included), in order.
+template <typename Fn>
+void ForEachStatement(const std::vector<Token>& tokens, Fn&& fn) {
+  size_t begin = 0;
+  for (size_t i = 0; i <= tokens.size(); ++i) {
+    if (i < tokens.size() && tokens[i].kind != TokenKind::kSemicolon) continue;
+    fn(std::span<const Token>(tokens).subspan(begin, i - begin));
+    begin = i + 1;
+  }
+}
+
+// Whether `sql` is one plain SELECT that ClassifyStatements (tier.h) can
+// classify without lexing it (no effects at all). Conservative: false for
+// anything it cannot tell from the bytes (several statements, set_config,
+// quoted identifiers, comments, dollar quotes, ...), which then goes to the
+// lexer.
+bool IsPlainSelect(std::string_view sql);
+
+// One statement text (a Query's, or a Parse's), analysed at most once: the
+// passes over it (session settings and pins, sequences, NOTIFY, LISTEN,
+// writes, cacheability, cache keys) take this object instead of the text,
+// and the tokens and the statement analysis are computed when the first of
+// them asks, then kept. Whoever decodes the frame makes one and hands it to
+// everything that needs it (docs/architecture.md, "Decode once").
+//
+// Views `sql`: it must outlive this object. Not thread-safe (one session's
+// frame at a time); no state is shared between objects.
+class SqlText {
+ public:
+  explicit SqlText(std::string_view sql) : sql_(sql) {}
+  SqlText(const SqlText&) = delete;
+  SqlText& operator=(const SqlText&) = delete;
+
+  std::string_view sql() const { return sql_; }
+
+  // A read that no pass needs to lex: IsPlainSelect, with no '(' (so no
+  // function call: nothing volatile, no set_config, nextval, pg_notify or
+  // advisory lock) and no INTO (SELECT ... INTO creates a table). It changes
+  // no session state, writes nothing, pins nothing, uses no sequence,
+  // notifies and listens on nothing; what each pass would conclude from the
+  // full analysis, without it. Most of an application's queries take this
+  // path (pgbench -S's every query does).
+  bool simple_read() const;
+
+  // Lex(sql) and AnalyzeStatement(sql) with the default LexOptions, each
+  // computed on first use (the analysis from the same tokens).
+  const absl::StatusOr<std::vector<Token>>& tokens() const;
+  const absl::StatusOr<StatementAnalysis>& analysis() const;
+
+ private:
+  std::string_view sql_;
+  mutable signed char simple_ = -1;  // simple_read(): -1 not yet known
+  mutable std::optional<absl::StatusOr<std::vector<Token>>> tokens_;
+  mutable std::optional<absl::StatusOr<StatementAnalysis>> analysis_;
 };
-// The same results as Lex(sql) / AnalyzeStatement(sql), shared by the several
-// passes over one statement text (classification, cacheability, writes):
-// memoised per thread for the last few texts, keyed by the exact text.
-// nullptr when `sql` is above kSharedAnalysisMaxBytes (call Lex /
-// AnalyzeStatement directly then).
-inline constexpr size_t kSharedAnalysisMaxBytes = 16 * 1024;
-std::shared_ptr<const SharedAnalysis> AnalyzeShared(std::string_view sql);
 
 // 64-bit FNV-1a; used for fingerprints.
 uint64_t Fnv1a64(std::string_view data);

@@ -423,52 +423,17 @@ int ClassifySet(const std::vector<Token>& t, size_t b, size_t e, SessionCacheSet
 
 }  // namespace
 
-// (tier.h) Starts with the keyword SELECT, has no ';' before its trailing
-// ones, calls no set_config and names nothing hyperpool; and has none of the
-// bytes that could make it lex differently from how it reads here (quoted
-// identifiers, U& escapes, backslashes, comments, dollar quotes) or fail to
-// lex (an odd number of single quotes). Such a text is classified exactly
-// as the lexer would (no effects); anything else is left to the lexer. Most
-// of an application's queries take this path, and the Client classifies
-// every forwarded Query (issue 11: lexing was ~10% of a simple query's CPU).
-bool IsPlainSelect(std::string_view sql) {
-  size_t i = 0;
-  while (i < sql.size() && absl::ascii_isspace(static_cast<unsigned char>(sql[i]))) ++i;
-  constexpr std::string_view kSelect = "select";
-  if (sql.size() - i <= kSelect.size()) return false;
-  for (size_t k = 0; k < kSelect.size(); ++k) {
-    if (absl::ascii_tolower(static_cast<unsigned char>(sql[i + k])) != kSelect[k]) return false;
-  }
-  const unsigned char after = static_cast<unsigned char>(sql[i + kSelect.size()]);
-  if (absl::ascii_isalnum(after) || after == '_' || after == '$' || after >= 0x80) return false;
-  size_t quotes = 0;
-  size_t end = sql.size();
-  while (end > i && (sql[end - 1] == ';' || absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1])))) --end;
-  for (size_t j = i; j < sql.size(); ++j) {
-    const char c = sql[j];
-    if (c == '\'') {
-      ++quotes;
-    } else if (c == '"' || c == '&' || c == '\\' || (c == ';' && j < end)) {
-      return false;
-    } else if ((c == '/' && j + 1 < sql.size() && sql[j + 1] == '*') ||
-               (c == '-' && j + 1 < sql.size() && sql[j + 1] == '-')) {
-      return false;
-    } else if (c == '$' && !(j + 1 < sql.size() && absl::ascii_isdigit(static_cast<unsigned char>(sql[j + 1])))) {
-      return false;
-    }
-  }
-  if (quotes % 2 != 0) return false;
-  return !ContainsCi(sql, "set_config") && !ContainsCi(sql, "hyperpool");
+StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* settings) {
+  SqlText text(sql);
+  return ClassifyStatements(text, settings);
 }
 
-StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* settings) {
+StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* settings) {
   StatementEffects fx;
+  const std::string_view sql = text.sql();
   if (IsPlainSelect(sql)) return fx;  // what the lexer would conclude, without it
   fx.nocache_hint = ContainsCi(sql, "hyperpool:nocache");
-  std::shared_ptr<const SharedAnalysis> shared = AnalyzeShared(sql);
-  absl::StatusOr<std::vector<Token>> own_tokens;
-  if (!shared) own_tokens = Lex(sql);
-  const absl::StatusOr<std::vector<Token>>& tokens = shared ? shared->tokens : own_tokens;
+  const absl::StatusOr<std::vector<Token>>& tokens = text.tokens();
   if (!tokens.ok()) {
     fx.changes_session_state = true;
     return fx;
@@ -495,9 +460,7 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
   }
   fx.only_cache_settings = any && all_cache_settings;
   if (has_other) {
-    absl::StatusOr<StatementAnalysis> own;
-    if (!shared) own = AnalyzeStatement(sql);
-    const absl::StatusOr<StatementAnalysis>& a = shared ? shared->analysis : own;
+    const absl::StatusOr<StatementAnalysis>& a = text.analysis();
     if (!a.ok()) {
       fx.changes_session_state = true;
       return fx;
@@ -586,15 +549,18 @@ void WriteEffect::Merge(const WriteEffect& other) {
 }
 
 WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, bool precise_names) {
+  SqlText text(sql);
+  return WriteEffectOf(text, oracle, precise_names);
+}
+
+WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, bool precise_names) {
   WriteEffect fx;
-  if (sql.size() > (8u << 20)) {
+  if (text.simple_read()) return fx;  // one SELECT without functions: writes nothing
+  if (text.sql().size() > (8u << 20)) {
     fx.all = fx.schema = true;
     return fx;
   }
-  std::shared_ptr<const SharedAnalysis> shared = AnalyzeShared(sql);
-  absl::StatusOr<StatementAnalysis> own;
-  if (!shared) own = AnalyzeStatement(sql);
-  const absl::StatusOr<StatementAnalysis>& a = shared ? shared->analysis : own;
+  const absl::StatusOr<StatementAnalysis>& a = text.analysis();
   if (!a.ok()) {
     fx.all = fx.schema = true;
     return fx;

@@ -173,13 +173,10 @@ struct StatementEffects {
   // The cache-control hint comment /* hyperpool:nocache */ is present.
   bool nocache_hint = false;
 };
-// Whether `sql` is one plain SELECT that ClassifyStatements can classify
-// without lexing it (no effects at all). Conservative: false for anything
-// it cannot tell from the bytes (several statements, set_config, quoted
-// identifiers, comments, dollar quotes, ...), which then goes to the lexer.
-bool IsPlainSelect(std::string_view sql);
+// (IsPlainSelect, in sql_analysis.h, is ClassifyStatements's fast path.)
 // Applies hyperpool.* SETs/RESETs found in `sql` to `settings` and reports
 // the effects (plain SELECTs without lexing: IsPlainSelect).
+StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* settings);
 StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* settings);
 
 // The startup parameters that make up the session part of a key: the result
@@ -215,6 +212,7 @@ struct WriteEffect {
 // TablesToInvalidate cannot attribute. `precise_names` false (the session's
 // name resolution differs from the oracle's): any write invalidates all.
 // `schema` as described in WriteEffect.
+WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, bool precise_names);
 WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, bool precise_names);
 
 // ---------------------------------------------------------------------------

@@ -140,9 +140,10 @@ void ClientSession::NoteForwardedFrame(const pr::Frame& f, std::string_view rest
     key_.Invalidate();
     return;
   }
-  cache::StatementEffects fx = cache::ClassifyStatements(sql, &cache_settings_);
+  const cache::SqlText text(sql);
+  cache::StatementEffects fx = cache::ClassifyStatements(text, &cache_settings_);
   if (!fx.changes_session_state) return;
-  const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && client::OwnUnit(f.tag, sql, rest);
+  const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && client::OwnUnit(f.tag, text, rest);
   if (key_.Note(sql, fx, lasts)) ext_->set_fingerprint(key_.fingerprint());
 }
 

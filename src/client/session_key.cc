@@ -39,9 +39,9 @@ bool SessionKey::Note(std::string_view sql, const cache::StatementEffects& fx, b
   return false;
 }
 
-bool OwnUnit(char tag, std::string_view sql, std::string_view rest) {
-  std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
-  if (!shared || !shared->analysis.ok() || shared->analysis->statement_count != 1) return false;
+bool OwnUnit(char tag, const cache::SqlText& text, std::string_view rest) {
+  const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();
+  if (!a.ok() || a->statement_count != 1) return false;
   if (tag == 'Q') return true;
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   size_t pos = 0;

@@ -49,7 +49,11 @@ class SessionKey {
 // Whether a Query (`tag` 'Q') or Parse ('P', followed in the batch by
 // `rest`) text is one statement that is its own unit: a Parse's frames
 // up to the Sync are only Bind / Describe / Execute / Flush.
-bool OwnUnit(char tag, std::string_view sql, std::string_view rest);
+bool OwnUnit(char tag, const cache::SqlText& text, std::string_view rest);
+inline bool OwnUnit(char tag, std::string_view sql, std::string_view rest) {
+  const cache::SqlText text(sql);
+  return OwnUnit(tag, text, rest);
+}
 
 }  // namespace hyperpool::client
 

@@ -30,10 +30,7 @@ std::string StatementMetadataKey(std::string_view database, std::string_view hel
 
 bool IsDeferrable(std::string_view sql, std::string_view row_description) {
   if (!row_description.empty() && row_description[0] == 'n') return true;  // NoData stays NoData
-  std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
-  absl::StatusOr<cache::StatementAnalysis> own;
-  if (!shared) own = cache::AnalyzeStatement(sql);
-  const absl::StatusOr<cache::StatementAnalysis>& a = shared ? shared->analysis : own;
+  const absl::StatusOr<cache::StatementAnalysis> a = cache::AnalyzeStatement(sql);
   if (!a.ok() || a->statement_count != 1) return false;
   if (a->kind != cache::StatementKind::kSelect && a->kind != cache::StatementKind::kShow) return false;
   return !a->has_row_locks && !a->has_data_modifying_cte && !a->has_select_into;

@@ -422,7 +422,8 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::
   return true;
 }
 
-asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std::string_view rest, bool idle,
+asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
+                                              std::string_view rest, bool idle,
                                               std::string& local_out, bool& skip_until_sync, char& skip_status) {
   if (frame.tag == 'P') {
     // A unit of named Parses up to a Sync is answered without the origin
@@ -432,7 +433,8 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     if (p.ok() && !p->statement.empty()) {
       RecordParse(*p);
       if (statements_.find(std::string(p->statement)) == statements_.end()) {
-        statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/false);
+        cache::SqlText own(text != nullptr ? std::string_view() : p->query);
+        statements_[std::string(p->statement)] = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/false);
       }
     }
   }
@@ -479,7 +481,15 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
     return true;
   };
   if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) co_return false;
-  cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
+  // The unit's text is usually this frame's (a Query, or the Parse that
+  // starts it): its analysis is shared; a Bind of a named statement has the
+  // statement's stored text.
+  std::optional<cache::SqlText> stored;
+  if (text == nullptr || text->sql().data() != unit.sql.data() || text->sql().size() != unit.sql.size()) {
+    stored.emplace(unit.sql);
+  }
+  const cache::SqlText& unit_text = stored ? *stored : *text;
+  cache::StatementEffects fx = cache::ClassifyStatements(unit_text, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
     cache_->NoteBypassed();
     co_return false;
@@ -495,7 +505,7 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
   ctx.params = unit.params;
   ctx.oracle = cache_->Oracle();
   cache::StatementAnalysis analysis;
-  cache::Decision d = cache::DecideSql(unit.sql, ctx, &analysis);
+  cache::Decision d = cache::DecideSql(unit_text, ctx, &analysis);
   if (!analysis.functions.empty() || !analysis.relations_read.empty()) cache_->WantCatalog();
   if (d.unknown_name) cache_->NameUnknown();  // e.g. a table created on the origin directly
   cache_->RecordDecision(analysis.fingerprint, d.reason, analysis.normalized);
@@ -605,18 +615,16 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, std:
   co_return false;
 }
 
-SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_settings) {
+SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool apply_settings) {
   Effect e;
-  cache::StatementEffects fx = cache::ClassifyStatements(sql, apply_settings ? &settings_ : nullptr);
+  if (text.simple_read()) return e;  // one SELECT calling no function: no state change, no write
+  cache::StatementEffects fx = cache::ClassifyStatements(text, apply_settings ? &settings_ : nullptr);
   e.changes_state = fx.changes_session_state;
   e.settings_only = fx.only_setting_changes;
   const bool precise = !state_changed_ && !hello_unsupported_ && !pending_setting_change_ && !e.changes_state;
-  e.write = cache::WriteEffectOf(sql, cache_->Oracle(), precise);
+  e.write = cache::WriteEffectOf(text, cache_->Oracle(), precise);
   if (e.write.any()) cache_->WantCatalog();
-  std::shared_ptr<const cache::SharedAnalysis> shared = cache::AnalyzeShared(sql);
-  absl::StatusOr<cache::StatementAnalysis> own;
-  if (!shared) own = cache::AnalyzeStatement(sql);
-  const absl::StatusOr<cache::StatementAnalysis>& a = shared ? shared->analysis : own;
+  const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();
   // The session's own write (no stale-if-error for it after): anything the
   // write tracker invalidates for, except a plain read it judged
   // conservatively (no catalog yet) -- a SELECT that calls no function.
@@ -634,7 +642,7 @@ SessionCache::Effect SessionCache::EffectOf(std::string_view sql, bool apply_set
   return e;
 }
 
-void SessionCache::OnForward(const protocol::Frame& frame) {
+void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText* text) {
   switch (frame.tag) {
     case 'Q': {
       describe_window_ = DescribeWindow::kNone;
@@ -644,7 +652,8 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
       if (!q.ok()) {
         e.write.all = e.write.schema = true;
       } else {
-        e = EffectOf(q->query, /*apply_settings=*/true);
+        cache::SqlText own(text != nullptr ? std::string_view() : q->query);
+        e = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/true);
       }
       NoteStateChange(e);
       if (e.own_write) wrote_ = true;
@@ -658,7 +667,8 @@ void SessionCache::OnForward(const protocol::Frame& frame) {
     case 'P': {
       auto p = protocol::DecodeParse(frame.payload);
       if (!p.ok()) break;
-      statements_[std::string(p->statement)] = EffectOf(p->query, /*apply_settings=*/true);
+      cache::SqlText own(text != nullptr ? std::string_view() : p->query);
+      statements_[std::string(p->statement)] = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/true);
       RecordParse(*p);
       NoteDescribeWindow('P');
       if (p->statement.empty()) {

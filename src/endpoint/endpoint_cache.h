@@ -225,9 +225,12 @@ class SessionCache {
   // for the origin. True when the unit was answered into `local_out`
   // (extended units: up to the Sync, which the caller then answers through
   // `skip_until_sync`/`skip_status`).
-  asio::awaitable<bool> Intercept(const protocol::Frame& frame, std::string_view rest, bool idle,
+  // `text`: the frame's Query / Parse text as the session decoded it (its
+  // analysis shared with the other passes), or null.
+  asio::awaitable<bool> Intercept(const protocol::Frame& frame, const cache::SqlText* text, std::string_view rest,
+                                  bool idle,
                                   std::string& local_out, bool& skip_until_sync, char& skip_status);
-  void OnForward(const protocol::Frame& frame);
+  void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);
   void OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn);
   // The unit this session leads could not get an origin connection
   // (`status`, from the pool): with stale-if-error on, a kept entry past its
@@ -285,7 +288,7 @@ class SessionCache {
     explicit Leader(std::size_t max) : capture(max) {}
   };
 
-  Effect EffectOf(std::string_view sql, bool apply_settings);
+  Effect EffectOf(const cache::SqlText& text, bool apply_settings);
   // A unit that changes session state was forwarded.
   void NoteStateChange(const Effect& e);
   // Before a unit starts idle: re-keys by the captured settings.

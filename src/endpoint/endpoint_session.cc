@@ -281,8 +281,16 @@ asio::awaitable<Session::Next> Session::HandleFrame(const protocol::Frame& frame
     co_await changed_.Wait();
   }
   if (stopping_) co_return Next::kEnd;
-  if (!rewritten_pin_ && !NoteSessionEffects(frame)) co_return co_await HandleRefusedPin(frame, offset);
-  if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload);  // remembered by name
+  // The statement text, decoded once; every pass below shares its analysis.
+  std::optional<cache::SqlText> text;
+  if (tag == 'Q') {
+    if (auto q = protocol::DecodeQuery(frame.payload); q.ok()) text.emplace(q->query);
+  } else if (tag == 'P') {
+    if (auto p = protocol::DecodeParse(frame.payload); p.ok()) text.emplace(p->query);
+  }
+  const cache::SqlText* sql = text ? &*text : nullptr;
+  if (!rewritten_pin_ && !NoteSessionEffects(frame, sql)) co_return co_await HandleRefusedPin(frame, offset);
+  if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, sql);  // remembered by name
   if (lease_ && conn_->broken()) {
     // The origin connection died; wait until it has been accounted for
     // (errors queued, lease dropped) before starting new work. Nothing
@@ -301,7 +309,7 @@ asio::awaitable<Session::Next> Session::HandleFrame(const protocol::Frame& frame
     cache_.Start(hello_parameters_);
     const bool idle = outstanding_ == 0 && !in_unit_ && to_origin_.empty() &&
                       (!lease_ || conn_->transaction_status() == 'I');
-    const bool served = co_await cache_.Intercept(frame, std::string_view(in_).substr(offset), idle, local_out_,
+    const bool served = co_await cache_.Intercept(frame, sql, std::string_view(in_).substr(offset), idle, local_out_,
                                                   skip_until_sync_, skip_status_);
     if (served) {
       pump_wake_.Notify();
@@ -387,8 +395,8 @@ asio::awaitable<Session::Next> Session::HandleFrame(const protocol::Frame& frame
   // COPY data and Flush start no work of their own (a stray CopyData must
   // not make a session idle in a transaction look busy).
   if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'H') NoteWorkSent();
-  cache_.OnForward(frame);  // writes and state changes, for the query cache
-  if (tag != 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload);  // LISTEN/UNLISTEN (listen_state.h)
+  cache_.OnForward(frame, sql);  // writes and state changes, for the query cache
+  if (tag != 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, sql);  // LISTEN/UNLISTEN (listen_state.h)
   if (tag == 'P') statements_.set_scope(StatementScope());
   if (statements_.StartShapeCheck(frame, conn_->statements(), to_origin_)) {
     // A statement prepared before DDL is re-Parsed here: its result shape
@@ -533,11 +541,12 @@ PinReason Session::CurrentPin() const {
   return PinReason::kNone;
 }
 
-bool Session::NoteSessionEffects(const protocol::Frame& frame) {
+bool Session::NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text) {
   if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
-  endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload);
+  endpoint::SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload, text);
   if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
-  if ((frame.tag == 'Q' || frame.tag == 'P') && endpoint::MayNotify(frame.payload)) {
+  if ((frame.tag == 'Q' || frame.tag == 'P') && !(text != nullptr && text->simple_read()) &&
+      endpoint::MayNotify(frame.payload)) {
     // From now on this backend's notifications are this session's: the
     // listener's copy may arrive before the unit's ReadyForQuery.
     may_notify_ = true;

@@ -137,7 +137,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // False if `frame` would pin the session while the pinned budget is spent
   // (the pins are then not recorded: the frame must not run as it is).
-  bool NoteSessionEffects(const protocol::Frame& frame);
+  bool NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text);
 
   // One unit of the Endpoint's pinned budget for this session, held until
   // it is no longer pinned or ends (transaction mode only).

@@ -1,6 +1,7 @@
 #include "endpoint/listen_state.h"
 
 #include <algorithm>
+#include <span>
 
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
@@ -26,13 +27,13 @@ std::string TruncateIdentifier(std::string name) {
 }
 
 // The channel named by token `i`, or "" if it is not an identifier.
-std::string ChannelAt(const std::vector<Token>& t, std::size_t i) {
+std::string ChannelAt(std::span<const Token> t, std::size_t i) {
   if (i >= t.size()) return {};
   if (t[i].kind != TokenKind::kIdentifier && t[i].kind != TokenKind::kQuotedIdentifier) return {};
   return TruncateIdentifier(t[i].value);
 }
 
-void ParseOne(const std::vector<Token>& t, std::vector<ListenOp>& out) {
+void ParseOne(std::span<const Token> t, std::vector<ListenOp>& out) {
   if (t.empty()) return;
   if (t[0].IsKeyword("listen")) {
     std::string channel = ChannelAt(t, 1);
@@ -79,20 +80,16 @@ bool MayListen(std::string_view sql) {
 }
 
 std::vector<ListenOp> ParseListenOps(std::string_view sql) {
+  cache::SqlText text(sql);
+  return ParseListenOps(text);
+}
+
+std::vector<ListenOp> ParseListenOps(const cache::SqlText& text) {
   std::vector<ListenOp> out;
-  if (!MayListen(sql)) return out;  // cheap: most texts never reach the lexer
-  auto tokens = cache::Lex(sql);
+  if (text.simple_read() || !MayListen(text.sql())) return out;  // cheap: most texts never reach the lexer
+  const auto& tokens = text.tokens();
   if (!tokens.ok()) return out;  // PostgreSQL rejects it too
-  std::vector<Token> statement;
-  for (auto& tok : *tokens) {
-    if (tok.kind == TokenKind::kSemicolon) {
-      ParseOne(statement, out);
-      statement.clear();
-    } else {
-      statement.push_back(std::move(tok));
-    }
-  }
-  ParseOne(statement, out);
+  cache::ForEachStatement(*tokens, [&](std::span<const Token> statement) { ParseOne(statement, out); });
   return out;
 }
 
@@ -121,13 +118,15 @@ void ListenTracker::AddToCurrentUnit(const std::vector<ListenOp>& ops) {
   open_.back().ops.insert(open_.back().ops.end(), ops.begin(), ops.end());
 }
 
-void ListenTracker::OnFrontend(char tag, std::string_view payload) {
+void ListenTracker::OnFrontend(char tag, std::string_view payload, const cache::SqlText* text) {
   switch (tag) {
     case 'Q': {
       auto q = protocol::DecodeQuery(payload);
       if (q.ok()) {
-        if (MayListen(q->query)) connection_listened_ = true;
-        AddToCurrentUnit(ParseListenOps(q->query));
+        cache::SqlText own(text != nullptr ? std::string_view() : q->query);
+        const cache::SqlText& t = text != nullptr ? *text : own;
+        if (!t.simple_read() && MayListen(t.sql())) connection_listened_ = true;
+        AddToCurrentUnit(ParseListenOps(t));
       }
       ++forwarded_units_;
       break;
@@ -135,8 +134,10 @@ void ListenTracker::OnFrontend(char tag, std::string_view payload) {
     case 'P': {
       auto p = protocol::DecodeParse(payload);
       if (!p.ok()) break;
-      if (MayListen(p->query)) connection_listened_ = true;
-      std::vector<ListenOp> ops = ParseListenOps(p->query);
+      cache::SqlText own(text != nullptr ? std::string_view() : p->query);
+      const cache::SqlText& t = text != nullptr ? *text : own;
+      if (!t.simple_read() && MayListen(t.sql())) connection_listened_ = true;
+      std::vector<ListenOp> ops = ParseListenOps(t);
       if (ops.empty()) {
         statements_.erase(std::string(p->statement));
       } else {

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/sql_analysis.h"
 #include "common/small_fifo.h"
 
 namespace hyperpool::endpoint {
@@ -48,6 +49,7 @@ struct ListenOp {
 // does not lex, or a LISTEN without a channel, yields nothing (PostgreSQL
 // rejects it).
 std::vector<ListenOp> ParseListenOps(std::string_view sql);
+std::vector<ListenOp> ParseListenOps(const cache::SqlText& text);
 
 // True if `sql` may make a connection LISTEN by any route, including ones
 // the parser cannot see (a DO block or function running EXECUTE 'LISTEN
@@ -68,7 +70,9 @@ class ListenTracker {
   // operations join the current unit), 'P' (remembered by statement name),
   // 'B' (the bound statement's operations join the current unit), and 'Q',
   // 'S', 'F' end the unit. Others are ignored.
-  void OnFrontend(char tag, std::string_view payload);
+  // `text`: the Query's / Parse's text as the session decoded it (its
+  // analysis shared), or null to decode it here.
+  void OnFrontend(char tag, std::string_view payload, const cache::SqlText* text = nullptr);
   // Reports a backend message from the origin. An ErrorResponse or a
   // CommandComplete "ROLLBACK" dooms the current transaction's operations
   // (PostgreSQL discards pending LISTENs on abort; a ROLLBACK TO SAVEPOINT is

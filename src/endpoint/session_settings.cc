@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
@@ -84,13 +85,13 @@ bool IsAdvisoryLockFunction(std::string_view name) {
          name == "pg_try_advisory_lock_shared";
 }
 
-bool IsWord(const std::vector<Token>& t, std::size_t i, std::string_view word) {
+bool IsWord(std::span<const Token> t, std::size_t i, std::string_view word) {
   return i < t.size() && t[i].IsKeyword(word);
 }
 
 // The setting name starting at token `i` (name or class.name), lowercased;
 // empty if there is none.
-std::string SettingNameAt(const std::vector<Token>& t, std::size_t i) {
+std::string SettingNameAt(std::span<const Token> t, std::size_t i) {
   if (i >= t.size()) return {};
   auto part = [&](std::size_t k) -> std::string {
     if (t[k].kind == TokenKind::kIdentifier) return t[k].value;
@@ -131,7 +132,7 @@ bool IsExactLiteral(const Token& tok) {
 // quoted names in any case, SESSION AUTHORIZATION) pins unless it is LOCAL;
 // a LOCAL one only asks for the capture, whose role check proves it ended
 // with the transaction (CapturedState::RoleIs).
-void AnalyzeSet(const std::vector<Token>& t, SessionEffects& fx) {
+void AnalyzeSet(std::span<const Token> t, SessionEffects& fx) {
   std::size_t k = 1;
   bool local = false;
   if (IsWord(t, 1, "local")) {
@@ -157,7 +158,7 @@ void AnalyzeSet(const std::vector<Token>& t, SessionEffects& fx) {
 
 // The tokens of argument `n` (0-based) of the call whose '(' is at `open`,
 // as [begin, end) indexes; nullopt if the call has fewer arguments.
-std::optional<std::pair<std::size_t, std::size_t>> CallArgument(const std::vector<Token>& t, std::size_t open,
+std::optional<std::pair<std::size_t, std::size_t>> CallArgument(std::span<const Token> t, std::size_t open,
                                                                 std::size_t n) {
   int depth = 0;
   std::size_t begin = open + 1;
@@ -184,7 +185,7 @@ std::optional<std::pair<std::size_t, std::size_t>> CallArgument(const std::vecto
 // 'role' / 'session_authorization', or any other first argument (a
 // parameter bound later, an expression, named notation, an undecoded
 // escape), which may name anything, role included. A literal name is noted.
-void AnalyzeSetConfig(const std::vector<Token>& t, std::size_t i, SessionEffects& fx) {
+void AnalyzeSetConfig(std::span<const Token> t, std::size_t i, SessionEffects& fx) {
   fx.settings = true;
   auto third = CallArgument(t, i + 1, 2);
   const bool local = third && third->second == third->first + 1 && t[third->first].IsKeyword("true");
@@ -198,7 +199,7 @@ void AnalyzeSetConfig(const std::vector<Token>& t, std::size_t i, SessionEffects
   if (IsIdentitySetting(name) && !local) fx.pins.push_back(PinReason::kSetRole);
 }
 
-void AnalyzeOne(const std::vector<Token>& t, SessionEffects& fx) {
+void AnalyzeOne(std::span<const Token> t, SessionEffects& fx) {
   if (t.empty()) return;
   auto note_name = [&](const std::string& name) {
     if (IsCustomSettingName(name)) fx.custom_names.insert(name);
@@ -401,24 +402,22 @@ SettingMap MergeWithStartup(const SettingMap& captured, const SettingMap& startu
 }
 
 SessionEffects AnalyzeSessionEffects(std::string_view sql) {
+  cache::SqlText text(sql);
+  return AnalyzeSessionEffects(text);
+}
+
+SessionEffects AnalyzeSessionEffects(const cache::SqlText& text) {
   SessionEffects fx;
+  if (text.simple_read()) return fx;  // one SELECT calling no function: no effects
+  const std::string_view sql = text.sql();
   fx.sequences = MayUseSequences(sql);
   if (!MayMatter(sql)) return fx;
-  auto tokens = cache::Lex(sql);
+  const auto& tokens = text.tokens();
   if (!tokens.ok()) {
     fx.settings = true;  // PostgreSQL will reject it too; capturing is harmless
     return fx;
   }
-  std::vector<Token> statement;
-  for (auto& tok : *tokens) {
-    if (tok.kind == TokenKind::kSemicolon) {
-      AnalyzeOne(statement, fx);
-      statement.clear();
-    } else {
-      statement.push_back(std::move(tok));
-    }
-  }
-  AnalyzeOne(statement, fx);
+  cache::ForEachStatement(*tokens, [&](std::span<const Token> statement) { AnalyzeOne(statement, fx); });
   // One pin reason once.
   std::sort(fx.pins.begin(), fx.pins.end());
   fx.pins.erase(std::unique(fx.pins.begin(), fx.pins.end()), fx.pins.end());
@@ -455,13 +454,13 @@ void SessionSettings::Absorb(const SessionEffects& fx) {
   custom_names_.insert(fx.custom_names.begin(), fx.custom_names.end());
 }
 
-SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload) {
+SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text) {
   std::size_t pos = 0;
   switch (tag) {
     case 'Q': {
       auto sql = ReadCString(payload, pos);
       if (!sql) return {};
-      SessionEffects fx = AnalyzeSessionEffects(*sql);
+      SessionEffects fx = text != nullptr ? AnalyzeSessionEffects(*text) : AnalyzeSessionEffects(*sql);
       Absorb(fx);
       return fx;
     }
@@ -470,7 +469,7 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload)
       if (!name) return {};
       auto sql = ReadCString(payload, pos);
       if (!sql) return {};
-      SessionEffects fx = AnalyzeSessionEffects(*sql);
+      SessionEffects fx = text != nullptr ? AnalyzeSessionEffects(*text) : AnalyzeSessionEffects(*sql);
       // A Parse is usually followed by its Execute; count it now as well.
       Absorb(fx);
       if (fx.empty()) {

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/sql_analysis.h"
 #include "pool/release_policy.h"
 
 namespace hyperpool::endpoint {
@@ -112,6 +113,9 @@ struct SessionEffects {
 // Conservative: text that does not lex counts as possibly changing settings.
 // A cheap word scan skips the lexer for texts that cannot matter.
 SessionEffects AnalyzeSessionEffects(std::string_view sql);
+// The same for a text whose analysis is shared with the session's other
+// passes (cache/sql_analysis.h).
+SessionEffects AnalyzeSessionEffects(const cache::SqlText& text);
 
 // The reasons a session is pinned; only ever grows (until Clear) while the
 // session holds the connection.
@@ -151,8 +155,10 @@ class SessionSettings {
 
   // Notes a frontend message about to reach the origin (only 'Q', 'P', 'B'
   // and 'C' matter) and returns what it may do. Statement names are the
-  // client's own.
-  SessionEffects NoteFrontend(char tag, std::string_view payload);
+  // client's own. `text`: the Query's / Parse's text as the session decoded
+  // it once (its analysis shared with the other passes), or null to decode
+  // it here.
+  SessionEffects NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text = nullptr);
 
   std::string CaptureQuery() const { return BuildCaptureQuery(custom_names_); }
   // Stores a capture: `captured` is what the connection now carries.

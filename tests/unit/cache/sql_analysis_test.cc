@@ -317,5 +317,54 @@ TEST_CASE("normalised form replaces literals") {
         "select a , ? , ? from t where b = $1");
 }
 
+
+TEST_CASE("SqlText: a simple read is one SELECT that calls nothing, and the full analysis agrees") {
+  auto [sql, simple] = GENERATE(table<std::string, bool>({
+      {"SELECT abalance FROM pgbench_accounts WHERE aid = 4711;", true},
+      {"  select * from t where a = $1 and b = 'it''s'  ;\n", true},
+      {"SELECT * FROM t FOR UPDATE", true},  // locks rows, writes nothing
+      {"SELECT * FROM listen_log JOIN notify_log USING (id)", false},  // '(' : USING (...)
+      {"SELECT * FROM listen_log, notify_log", true},
+      {"SELECT CURRENT_TIMESTAMP", true},
+      {"SELECT now()", false},
+      {"SELECT nextval('s')", false},
+      {"SELECT set_config('a', 'b', false)", false},
+      {"SELECT pg_notify('c', 'x')", false},
+      {"SELECT * INTO TEMP t FROM u", false},
+      {"SELECT * INTO t FROM u", false},
+      {"SELECT * FROM intotable", true},
+      {"SELECT 1; SET search_path = x", false},
+      {"INSERT INTO t VALUES (1)", false},
+      {"SELECT \"x\" FROM t", false},
+      {"SELECT 1 -- comment", false},
+  }));
+  INFO(sql);
+  const SqlText text(sql);
+  CHECK(text.simple_read() == simple);
+  if (!simple) return;
+  const absl::StatusOr<StatementAnalysis>& a = text.analysis();
+  REQUIRE(a.ok());
+  CHECK(a->statement_count == 1);
+  CHECK(a->kind == StatementKind::kSelect);
+  CHECK(a->functions.empty());
+  CHECK(a->relations_written.empty());
+  CHECK_FALSE(a->has_select_into);
+  CHECK_FALSE(a->has_data_modifying_cte);
+}
+
+TEST_CASE("SqlText: the tokens and the analysis are computed once and equal the free functions'") {
+  const std::string sql = "UPDATE t SET a = a + 1 WHERE id = $1 RETURNING a";
+  const SqlText text(sql);
+  const auto& t1 = text.tokens();
+  const auto& t2 = text.tokens();
+  CHECK(&t1 == &t2);
+  REQUIRE(t1.ok());
+  CHECK(t1->size() == Lex(sql)->size());
+  const auto& a = text.analysis();
+  REQUIRE(a.ok());
+  CHECK(a->normalized == AnalyzeStatement(sql)->normalized);
+  CHECK(Names(a->relations_written) == std::vector<std::string>{"t"});
+}
+
 }  // namespace
 }  // namespace hyperpool::cache
