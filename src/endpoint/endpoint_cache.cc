@@ -422,9 +422,9 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::
   return true;
 }
 
-asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
-                                              std::string_view rest, bool idle,
-                                              std::string& local_out, bool& skip_until_sync, char& skip_status) {
+SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
+                                                     std::string_view rest, bool idle, std::string& local_out,
+                                                     bool& skip_until_sync, char& skip_status) {
   if (frame.tag == 'P') {
     // A unit of named Parses up to a Sync is answered without the origin
     // (statement_session.h) and never forwarded: its statements are known
@@ -453,12 +453,12 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, cons
   // Sync that ends the transaction the Parse began).
   // (OnForward opens and closes the window.)
   const bool after_describe = !idle && frame.tag == 'B' && DescribeWindowReady();
-  if (!idle && !after_describe) co_return false;
-  if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B') co_return false;
+  if (!idle && !after_describe) return InterceptResult::kNotServed;
+  if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B') return InterceptResult::kNotServed;
   RefreshSettingsKey();
   if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
     cache_->NoteBypassed();
-    co_return false;
+    return InterceptResult::kNotServed;
   }
   cache::CandidateUnit unit;
   std::string_view bytes(frame.raw.data(), frame.raw.size() + rest.size());
@@ -480,7 +480,7 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, cons
     *types = it->second.types;
     return true;
   };
-  if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) co_return false;
+  if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return InterceptResult::kNotServed;
   // The unit's text is usually this frame's (a Query, or the Parse that
   // starts it): its analysis is shared; a Bind of a named statement has the
   // statement's stored text.
@@ -492,11 +492,11 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, cons
   cache::StatementEffects fx = cache::ClassifyStatements(unit_text, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
     cache_->NoteBypassed();
-    co_return false;
+    return InterceptResult::kNotServed;
   }
   if (Ttl() <= std::chrono::milliseconds(0)) {
     cache_->NoteBypassed();
-    co_return false;
+    return InterceptResult::kNotServed;
   }
   cache::DecisionContext ctx;
   ctx.enabled = true;
@@ -509,7 +509,7 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, cons
   if (!analysis.functions.empty() || !analysis.relations_read.empty()) cache_->WantCatalog();
   if (d.unknown_name) cache_->NameUnknown();  // e.g. a table created on the origin directly
   cache_->RecordDecision(analysis.fingerprint, d.reason, analysis.normalized);
-  if (!d.cacheable()) co_return false;
+  if (!d.cacheable()) return InterceptResult::kNotServed;
 
   cache::CacheKeyInput in;
   in.database = cache_->database();
@@ -524,11 +524,24 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, cons
   cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_);
   const uint64_t digest = cache::Fnv1a64(unit.frames);
 
-  bool waited = false;
-  for (int round = 0; round < 4; ++round) {
+  lookup_ = Lookup{};
+  lookup_->key = std::move(key);
+  lookup_->digest = digest;
+  lookup_->tables = std::move(d.tables);
+  lookup_->form = unit.form;
+  lookup_->replay = unit.replay;
+  lookup_->refresh_only = unit.named_parse || after_describe;
+  return Step(local_out, skip_until_sync, skip_status);
+}
+
+// One round of the look-up (at most four: a leader that abandoned makes its
+// followers look again). kWait leaves lookup_->wait set for FinishIntercept.
+SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  Lookup& l = *lookup_;
+  for (; l.round < 4; ++l.round) {
     woken_ = false;
     woken_entry_.reset();
-    CacheLookup lk = cache_->tier().Lookup(key, [this](std::shared_ptr<const CacheEntry> e) {
+    CacheLookup lk = cache_->tier().Lookup(l.key, [this](std::shared_ptr<const CacheEntry> e) {
       woken_ = true;
       woken_entry_ = std::move(e);
       wait_timer_.cancel();
@@ -536,80 +549,118 @@ asio::awaitable<bool> SessionCache::Intercept(const protocol::Frame& frame, cons
     switch (lk.status) {
       case CacheLookupStatus::kHit:
       case CacheLookupStatus::kStale: {
-        if (unit.named_parse || after_describe) {
+        if (l.refresh_only) {
           // The origin must see a named Parse (the statement outlives the
           // unit), so the unit goes there; its result refreshes the entry
           // and is marked for the Client tier as a leader's would be.
           leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-          leader_->key = std::move(key);
-          leader_->digest = digest;
+          leader_->key = std::move(l.key);
+          leader_->digest = l.digest;
           leader_->generation = cache_->generation();
-          leader_->tables = std::move(d.tables);
+          leader_->tables = std::move(l.tables);
           leader_->ttl = Ttl();
           leader_->owns_key = false;
           cache_->Publish();
-          co_return false;
+          lookup_.reset();
+          return InterceptResult::kNotServed;
         }
-        bool served = Serve(lk.entry, unit, digest, local_out, skip_until_sync, skip_status);
-        if (served) cache_->NoteServed(waited);
+        bool served = Serve(lk.entry, l.form, l.replay, l.digest, local_out, skip_until_sync, skip_status);
+        if (served) cache_->NoteServed(l.waited);
         cache_->Publish();
-        co_return served;
+        lookup_.reset();
+        return served ? InterceptResult::kServed : InterceptResult::kNotServed;
       }
       case CacheLookupStatus::kStaleRefresh:
       case CacheLookupStatus::kMissLeader: {
         // The stale entry's refresh runs as this unit's own origin query
         // (while others are served the stale entry).
         leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-        leader_->key = key;
-        leader_->digest = digest;
+        leader_->key = l.key;
+        leader_->digest = l.digest;
         leader_->generation = cache_->generation();
-        leader_->tables = std::move(d.tables);
+        leader_->tables = l.tables;
         leader_->ttl = Ttl();
-        leader_->replay = unit.replay;
-        leader_->form = unit.form;
-        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(key);
+        leader_->replay = l.replay;
+        leader_->form = l.form;
+        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(l.key);
         if (cache_->shared() != nullptr && cache_->shared()->up()) {
           // Second level: another Endpoint may have fetched it. The local
           // flight stays led by this session meanwhile (followers wait).
-          std::shared_ptr<const CacheEntry> e = co_await LookupShared(key, leader_->tables);
-          if (!leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
-          if (e && std::chrono::steady_clock::now() < e->expires) {
-            cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
-            leader_->done = true;
-            EndLeader(/*abandon=*/false);
-            bool served = Serve(e, unit, digest, local_out, skip_until_sync, skip_status);
-            if (served) {
-              cache_->NoteServed(waited);
-              cache_->NoteSharedServed();
-            }
-            cache_->Publish();
-            co_return served;
-          }
-          if (e && !leader_->fallback) leader_->fallback = e;  // past max age: for stale-if-error only
+          l.wait = Lookup::Wait::kShared;
+          return InterceptResult::kWait;
         }
         cache_->Publish();
-        co_return false;
+        lookup_.reset();
+        return InterceptResult::kNotServed;
       }
       case CacheLookupStatus::kMissFollower: {
-        wait_key_ = key;
+        wait_key_ = l.key;
         wait_id_ = lk.wait_id;
-        if (!woken_) {
-          wait_timer_.expires_after(kFollowerWait);
-          (void)co_await wait_timer_.async_wait(kAsTuple);
-        }
-        if (!woken_) cache_->tier().CancelWait(wait_key_, wait_id_);
-        wait_key_.clear();
-        waited = true;
-        if (woken_ && woken_entry_) {
-          std::shared_ptr<const CacheEntry> e = std::move(woken_entry_);
-          bool served = Serve(e, unit, digest, local_out, skip_until_sync, skip_status);
-          if (served) cache_->NoteServed(true);
-          cache_->Publish();
-          co_return served;
-        }
-        if (!woken_) co_return false;  // timed out: go to the origin, uncoordinated
-        continue;  // the leader abandoned: look again (may lead now)
+        l.wait = Lookup::Wait::kFollower;
+        return InterceptResult::kWait;
       }
+    }
+  }
+  lookup_.reset();
+  return InterceptResult::kNotServed;
+}
+
+asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  while (lookup_ && lookup_->wait != Lookup::Wait::kNone) {
+    Lookup& l = *lookup_;
+    if (l.wait == Lookup::Wait::kShared) {
+      l.wait = Lookup::Wait::kNone;
+      const std::string key = l.key;
+      std::shared_ptr<const CacheEntry> e = co_await LookupShared(key, leader_->tables);
+      if (!lookup_ || !leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
+      if (e && std::chrono::steady_clock::now() < e->expires) {
+        cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
+        leader_->done = true;
+        EndLeader(/*abandon=*/false);
+        bool served = Serve(e, lookup_->form, lookup_->replay, lookup_->digest, local_out, skip_until_sync, skip_status);
+        if (served) {
+          cache_->NoteServed(lookup_->waited);
+          cache_->NoteSharedServed();
+        }
+        cache_->Publish();
+        lookup_.reset();
+        co_return served;
+      }
+      if (e && !leader_->fallback) leader_->fallback = e;  // past max age: for stale-if-error only
+      cache_->Publish();
+      lookup_.reset();
+      co_return false;
+    }
+    // A follower: the leader's result (or its abandoning) wakes us.
+    l.wait = Lookup::Wait::kNone;
+    if (!woken_) {
+      wait_timer_.expires_after(kFollowerWait);
+      (void)co_await wait_timer_.async_wait(kAsTuple);
+    }
+    if (!lookup_) co_return false;
+    if (!woken_) cache_->tier().CancelWait(wait_key_, wait_id_);
+    wait_key_.clear();
+    lookup_->waited = true;
+    if (woken_ && woken_entry_) {
+      std::shared_ptr<const CacheEntry> e = std::move(woken_entry_);
+      bool served = Serve(e, lookup_->form, lookup_->replay, lookup_->digest, local_out, skip_until_sync, skip_status);
+      if (served) cache_->NoteServed(true);
+      cache_->Publish();
+      lookup_.reset();
+      co_return served;
+    }
+    if (!woken_) {  // timed out: go to the origin, uncoordinated
+      lookup_.reset();
+      co_return false;
+    }
+    ++lookup_->round;  // the leader abandoned: look again (may lead now)
+    switch (Step(local_out, skip_until_sync, skip_status)) {
+      case InterceptResult::kServed:
+        co_return true;
+      case InterceptResult::kNotServed:
+        co_return false;
+      case InterceptResult::kWait:
+        break;
     }
   }
   co_return false;

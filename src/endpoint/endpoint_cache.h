@@ -226,10 +226,16 @@ class SessionCache {
   // (extended units: up to the Sync, which the caller then answers through
   // `skip_until_sync`/`skip_status`).
   // `text`: the frame's Query / Parse text as the session decoded it (its
-  // analysis shared with the other passes), or null.
-  asio::awaitable<bool> Intercept(const protocol::Frame& frame, const cache::SqlText* text, std::string_view rest,
-                                  bool idle,
-                                  std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // analysis shared with the other passes), or null. Decides at once in
+  // all but two cases: the shared tier must be asked, or another session
+  // leads the fetch of the same key; then kWait, and the session calls
+  // FinishIntercept (which may suspend) for the answer. The unit's frames
+  // must stay as they are until then.
+  enum class InterceptResult { kNotServed, kServed, kWait };
+  InterceptResult Intercept(const protocol::Frame& frame, const cache::SqlText* text, std::string_view rest, bool idle,
+                            std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // After kWait: true when the unit was answered into `local_out`.
+  asio::awaitable<bool> FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status);
   void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);
   void OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn);
   // The unit this session leads could not get an origin connection
@@ -299,6 +305,21 @@ class SessionCache {
                        char& skip_status);
   bool Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form, cache::ReplayRequest replay,
              uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // A look-up in progress (Intercept -> FinishIntercept).
+  struct Lookup {
+    enum class Wait : std::uint8_t { kNone, kShared, kFollower };
+    std::string key;
+    uint64_t digest = 0;
+    std::vector<std::string> tables;
+    cache::ProtocolForm form = cache::ProtocolForm::kSimple;
+    cache::ReplayRequest replay;
+    bool refresh_only = false;  // a hit still goes to the origin (a named Parse, or after a Describe flight)
+    bool waited = false;
+    int round = 0;
+    Wait wait = Wait::kNone;
+  };
+  InterceptResult Step(std::string& local_out, bool& skip_until_sync, char& skip_status);
+  std::optional<Lookup> lookup_;
   // The shared tier's answer for `key` (the leader's look-up, bounded by
   // its timeout): a current entry, or null with leader_->token set.
   asio::awaitable<std::shared_ptr<const CacheEntry>> LookupShared(const std::string& key,

@@ -141,6 +141,14 @@ asio::awaitable<absl::Status> OriginConnection::Write(std::string_view bytes) {
   co_return status;
 }
 
+std::size_t OriginConnection::TryWrite(std::string_view bytes) {
+  if (broken_ || !stream_ || bytes.empty()) return 0;
+  bool failed = false;
+  const std::size_t n = stream_->TryWrite(asio::buffer(bytes.data(), bytes.size()), &failed);
+  if (failed) broken_ = true;
+  return n;
+}
+
 asio::awaitable<absl::Status> OriginConnection::Ping() {
   std::string query;
   protocol::Encode(protocol::Query{""}, query);

@@ -107,6 +107,10 @@ class OriginConnection final : public PooledConnection {
   // Writes all of `bytes` (whole frontend messages). An error marks the
   // connection broken. `bytes` must stay alive until it completes.
   asio::awaitable<absl::Status> Write(std::string_view bytes);
+  // Writes what the socket takes at once, without suspending (plain TCP and
+  // Unix sockets; TLS takes nothing here): the bytes written. A socket
+  // error marks the connection broken. Not while a Write is pending.
+  std::size_t TryWrite(std::string_view bytes);
 
   // Runs an empty query (Query "" -> EmptyQueryResponse, ReadyForQuery 'I'):
   // the pool's health check and ValidateOrigin's test query. Only at 'I'

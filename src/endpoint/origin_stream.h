@@ -114,6 +114,25 @@ class OriginConnection::Stream {
     co_return absl::OkStatus();
   }
 
+  // Writes what the socket takes now, without waiting: the bytes written,
+  // 0 when it would block or for TLS (whose records only WriteAll makes);
+  // `*failed` on a socket error.
+  std::size_t TryWrite(asio::const_buffer buffer, bool* failed) {
+    std::error_code ec;
+    std::size_t n = 0;
+    if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) {
+      if (!s->non_blocking()) s->non_blocking(true, ec);
+      if (!ec) n = s->write_some(buffer, ec);
+    } else if (auto* u = std::get_if<asio::local::stream_protocol::socket>(&v_)) {
+      if (!u->non_blocking()) u->non_blocking(true, ec);
+      if (!ec) n = u->write_some(buffer, ec);
+    } else {
+      return 0;
+    }
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) *failed = true;
+    return ec ? 0 : n;
+  }
+
   void Close() {
     std::error_code ignored;
     if (auto* t = std::get_if<tls::TlsStream>(&v_)) {

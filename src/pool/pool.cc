@@ -111,6 +111,7 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   // Static with the owner passed in: the coroutine frame then keeps the pool
   // alive from the call on, not only from its first resumption.
   static asio::awaitable<absl::StatusOr<Lease>> Acquire(std::shared_ptr<PoolImpl> self, AcquireCancel* cancel);
+  std::optional<Lease> TryAcquire();
   void Stop();
   void Release(PoolEntry* entry, ReleaseDecision decision);
   void MoveOutOfCap(PoolEntry* entry);
@@ -417,6 +418,24 @@ asio::awaitable<absl::StatusOr<Lease>> PoolImpl::Acquire(std::shared_ptr<PoolImp
     }
   }
   co_return std::move(*waiter.result);
+}
+
+std::optional<Lease> PoolImpl::TryAcquire() {
+  if (stopped_ || paused_ || !waiters_.empty()) return std::nullopt;
+  auto& idle = List(ConnState::kIdle);
+  while (!idle.empty()) {
+    // As Pump() does for the front waiter: the most recently used first.
+    PoolEntry& entry = idle.back();
+    if (!entry.watched && entry.connection->IdleActivity()) {
+      OnIdleSpoke(entry);  // what the watch would have reported
+      continue;
+    }
+    if (NeedsCheck(entry, Clock::now())) return std::nullopt;  // Acquire() checks it first
+    Transition(entry, ConnState::kLent);
+    acquired_.fetch_add(1, std::memory_order_relaxed);
+    return Lease(shared_from_this(), &entry, entry.connection.get());
+  }
+  return std::nullopt;
 }
 
 void PoolImpl::Dequeue(Waiter& waiter) {
@@ -756,6 +775,8 @@ Pool::~Pool() { impl_->Stop(); }
 asio::awaitable<absl::StatusOr<Lease>> Pool::Acquire(AcquireCancel* cancel) {
   return PoolImpl::Acquire(impl_, cancel);
 }
+
+std::optional<Lease> Pool::TryAcquire() { return impl_->TryAcquire(); }
 
 void Pool::Stop() { impl_->Stop(); }
 

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
@@ -235,6 +236,12 @@ class Pool {
   //   kCancelled          the pool stopped, or the caller's coroutine was cancelled
   //   `cancel`'s status   AcquireCancel::Cancel() was called while waiting
   asio::awaitable<absl::StatusOr<Lease>> Acquire(AcquireCancel* cancel = nullptr);
+  // Acquire()'s fast path, without suspending: an idle connection that
+  // needs no health check, when nobody waits ahead. Empty when the caller
+  // must Acquire() (and possibly wait) instead. A session's unit of work
+  // takes this path whenever the pool has a connection to spare: no timer,
+  // no queue entry, no coroutine.
+  std::optional<Lease> TryAcquire();
 
   // Fails every waiter with kCancelled, closes idle connections, and closes
   // lent ones when they are released. Later Acquire() calls fail at once.

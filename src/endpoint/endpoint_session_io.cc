@@ -1,0 +1,446 @@
+// Session (endpoint_session.h), part two: the I/O around SessionCore. The
+// two readers feed the core; Execute() carries out what it decided; one
+// coroutine per asynchronous command reports its completion back.
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <fmt/format.h>
+
+#include "endpoint/endpoint_session.h"
+#include "endpoint/listener.h"
+#include "endpoint/origin_connection.h"
+#include "endpoint/settings_replay.h"
+#include "protocol/codec.h"
+
+namespace hyperpool {
+
+using endpoint::SessionCommand;
+
+bool Session::Cancel() {
+  if (!core_ || finished_) return false;
+  const bool cancelled = core_->OnCancelRequest();
+  asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Execute(/*flush_link=*/true); },
+                 asio::detached);
+  return cancelled;
+}
+
+// ----- The readers
+
+asio::awaitable<void> Session::ReadLink() {
+  for (;;) {
+    while (!finished_ && !core_->ending() && !core_->wants_client()) co_await client_wake_.Wait();
+    if (finished_ || core_->ending()) co_return;
+    // Into a buffer of our own: a Receive in progress may hold scratch
+    // space at its end, which the core must never read.
+    absl::StatusOr<std::size_t> n = co_await link_->Receive(in_);
+    if (finished_) co_return;
+    if (!n.ok()) {
+      // The Client closed the link: after Terminate (its units finish) or
+      // without it (a vanished client).
+      core_->OnClientGone();
+      co_await Execute(/*flush_link=*/true);
+      co_return;
+    }
+    core_->TakeClientBytes(in_);
+    ReleaseIfLarge(in_);  // (it may now hold the core's old buffer)
+    co_await Execute(/*flush_link=*/true);
+  }
+}
+
+asio::awaitable<void> Session::ReadOrigin() {
+  for (;;) {
+    while (!finished_ && !(lease_ && own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
+    if (finished_) co_return;
+    OriginConnection* c = &lease_.As<OriginConnection>();
+    reading_ = c;
+    absl::StatusOr<protocol::Frame> frame = co_await c->ReadFrame();
+    reading_ = nullptr;
+    if (!lease_ || &lease_.As<OriginConnection>() != c) {
+      MaybeFinishRelease();  // released (closed) while we read: nothing more to do with it
+      continue;
+    }
+    if (!frame.ok()) {
+      core_->OnOriginLost(frame.status());
+      co_await Execute(/*flush_link=*/true);
+      continue;
+    }
+    if (!core_->OnOriginFrame(*frame)) {
+      co_await Execute(/*flush_link=*/true);  // held for the listener: sends what came before it
+      continue;
+    }
+    // Batches a burst of frames into one link send (a large result into
+    // several): sent when nothing more is buffered, the unit is answered,
+    // or the batch is large.
+    co_await Execute(/*flush_link=*/!lease_ || !c->HasBufferedFrame());
+    // Backpressure: a Client that does not read stops the origin reads.
+    while (!finished_ && link_out_.size() > kMaxLinkBatch) co_await sent_.Wait();
+  }
+}
+
+// ----- Executing the core's decisions
+
+asio::awaitable<void> Session::Execute(bool flush_link) {
+  if (!core_) co_return;
+  auto self = shared_from_this();
+  endpoint::SessionCore::Outbox& out = core_->outbox();
+  if (executing_) {
+    // Re-entered from a command run below: the outer Execute finishes it.
+    co_return;
+  }
+  executing_ = true;
+  for (;;) {
+    if (!out.to_origin.empty()) {
+      if (origin_out_.empty()) {
+        origin_out_.swap(out.to_origin);
+      } else {
+        origin_out_ += out.to_origin;
+        out.to_origin.clear();
+      }
+      ReleaseIfLarge(out.to_origin);
+    }
+    if (out.commands.empty()) break;
+    SessionCommand command = std::move(out.commands.front());
+    out.commands.pop_front();
+    RunCommand(command);
+  }
+  if (flush_link || out.flush_client || out.to_client.size() >= kMaxLinkBatch || core_->ending()) {
+    out.flush_client = false;
+    if (!out.to_client.empty()) {
+      if (core_->discard_output() || link_closed_) {
+        out.to_client.clear();  // nobody reads it any more
+      } else if (link_out_.empty()) {
+        link_out_.swap(out.to_client);
+      } else {
+        link_out_ += out.to_client;
+        out.to_client.clear();
+      }
+      ReleaseIfLarge(out.to_client);
+    }
+  }
+  executing_ = false;
+  if (core_->wants_client()) client_wake_.Notify();
+  if (core_->wants_origin()) origin_wake_.Notify();
+  if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) co_await WriteOrigin();
+  if (!link_out_.empty() && !link_sending_) co_await SendLink();
+  if (core_->ending() && !link_sending_ && link_out_.empty() && core_->outbox().to_client.empty()) Finish();
+}
+
+void Session::RunCommand(SessionCommand& command) {
+  switch (command.kind) {
+    case SessionCommand::Kind::kAcquire: {
+      if (std::optional<Lease> lease = endpoint_->pool->TryAcquire()) {
+        lease_ = std::move(*lease);
+        core_->OnAcquired(&lease_.As<OriginConnection>());
+        return;
+      }
+      asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Acquire(); }, asio::detached);
+      return;
+    }
+    case SessionCommand::Kind::kCancelAcquire:
+      if (acquiring_) (void)acquire_cancel_.Cancel(command.status);
+      return;
+    case SessionCommand::Kind::kIntercept:
+      asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->FinishIntercept(); },
+                     asio::detached);
+      return;
+    case SessionCommand::Kind::kPrepare:
+    case SessionCommand::Kind::kCapture:
+    case SessionCommand::Kind::kUnlisten: {
+      // Our own query on the lent connection; the unit's bytes, if any, go
+      // out first (WriteOrigin is done when the core asks for these).
+      OriginConnection* c = lease_ ? &lease_.As<OriginConnection>() : nullptr;
+      own_query_ = c;
+      asio::co_spawn(
+          endpoint_->executor,
+          [self = shared_from_this(), c, kind = command.kind, discard = command.discard_sequences]() {
+            return self->OwnQuery(c, kind, discard);
+          },
+          asio::detached);
+      return;
+    }
+    case SessionCommand::Kind::kMoveOutOfCap:
+      if (lease_) lease_.MoveOutOfCap();
+      return;
+    case SessionCommand::Kind::kRelease:
+      ReleaseNow(command.decision);
+      return;
+    case SessionCommand::Kind::kCancelOrigin:
+      asio::co_spawn(
+          endpoint_->executor,
+          [self = shared_from_this(), key = command.key, notify = command.notify]() {
+            return self->CancelOrigin(key, notify);
+          },
+          asio::detached);
+      return;
+    case SessionCommand::Kind::kListenSet:
+      asio::co_spawn(
+          endpoint_->executor,
+          [self = shared_from_this(), channels = std::move(command.channels)]() mutable {
+            return self->ListenSet(std::move(channels));
+          },
+          asio::detached);
+      return;
+    case SessionCommand::Kind::kBarrier:
+      asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Barrier(); }, asio::detached);
+      return;
+    case SessionCommand::Kind::kWatchPinnedIdle:
+      asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WatchPinnedIdle(); },
+                     asio::detached);
+      return;
+    case SessionCommand::Kind::kTimeoutsChanged:
+      if (!timeouts_started_) {
+        timeouts_started_ = true;
+        asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WatchTimeouts(); },
+                       asio::detached);
+      } else {
+        timeout_timer_.cancel();  // WatchTimeouts re-reads the deadline
+      }
+      return;
+  }
+}
+
+asio::awaitable<void> Session::WriteOrigin() {
+  origin_writer_ = true;
+  OriginConnection* failed = nullptr;
+  while (!origin_out_.empty() && lease_ && own_query_ == nullptr) {
+    OriginConnection* c = &lease_.As<OriginConnection>();
+    // At once when the socket takes it (most units fit): no suspension.
+    const std::size_t n = c->TryWrite(origin_out_);
+    if (n == origin_out_.size()) {
+      origin_out_.clear();
+      break;
+    }
+    if (c->broken()) {
+      failed = c;
+      break;
+    }
+    origin_writing_buf_.assign(origin_out_, n, std::string::npos);
+    origin_out_.clear();
+    writing_ = c;
+    absl::Status written = co_await c->Write(origin_writing_buf_);
+    writing_ = nullptr;
+    origin_writing_buf_.clear();
+    ReleaseIfLarge(origin_writing_buf_);
+    if (!lease_ || &lease_.As<OriginConnection>() != c) {
+      MaybeFinishRelease();  // released meanwhile: what was for it is moot
+      continue;
+    }
+    if (!written.ok()) {
+      failed = c;
+      break;
+    }
+  }
+  origin_writer_ = false;
+  sent_.Notify();  // an own query may wait for the writer
+  ReleaseIfLarge(origin_out_);
+  if (failed != nullptr && lease_ && &lease_.As<OriginConnection>() == failed) {
+    origin_out_.clear();
+    // A pending read fails too and reports the loss; else it is reported here.
+    failed->CloseNow();
+    if (reading_ != failed) {
+      core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
+      co_await Execute(/*flush_link=*/true);
+    }
+  }
+}
+
+asio::awaitable<void> Session::SendLink() {
+  link_sending_ = true;
+  while (!link_out_.empty() && !link_closed_) {
+    std::string chunk = std::move(link_out_);
+    link_out_.clear();
+    absl::Status sent = co_await link_->Send(std::move(chunk));
+    sent_.Notify();
+    if (!sent.ok()) {
+      // The client vanished mid-result (or closed after Terminate: then its
+      // units are drained silently and the connection goes back).
+      link_out_.clear();
+      link_sending_ = false;
+      core_->OnClientGone();
+      co_await Execute(/*flush_link=*/true);
+      co_return;
+    }
+  }
+  link_sending_ = false;
+  if (core_->ending() && link_out_.empty() && core_->outbox().to_client.empty()) Finish();
+}
+
+void Session::ReleaseNow(ReleaseDecision decision) {
+  if (!lease_) return;
+  OriginConnection* c = &lease_.As<OriginConnection>();
+  // A connection past its lifetime is closed instead of shared again.
+  if (decision != ReleaseDecision::kClose && lease_.lifetime_exceeded()) {
+    decision = ReleaseDecision::kClose;
+    endpoint_->discarded++;
+  }
+  if (decision == ReleaseDecision::kClose) c->CloseNow();  // a pending operation fails promptly
+  origin_out_.clear();  // (anything still unwritten was for this connection)
+  if (Busy(c)) {
+    releasing_.emplace_back(std::move(lease_), decision);
+  } else {
+    lease_.Release(decision);
+  }
+}
+
+void Session::MaybeFinishRelease() {
+  for (auto it = releasing_.begin(); it != releasing_.end();) {
+    if (Busy(&it->first.As<OriginConnection>())) {
+      ++it;
+      continue;
+    }
+    it->first.Release(it->second);
+    it = releasing_.erase(it);
+  }
+}
+
+void Session::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (acquiring_) (void)acquire_cancel_.Cancel(absl::CancelledError("the session ended"));
+  if (registered_) {
+    registered_ = false;
+    endpoint_->listen_sessions.erase(listen_id_);
+    auto it = endpoint_->sessions_by_id.find(session_id_);
+    if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
+  }
+  link_closed_ = true;
+  link_->Close();
+  core_->OnFlushedForEnd();
+  timeout_timer_.cancel();
+  if (idle_watch_) idle_watch_->cancel();
+  client_wake_.Notify();
+  origin_wake_.Notify();
+  sent_.Notify();
+}
+
+// ----- Asynchronous commands
+
+asio::awaitable<void> Session::Acquire() {
+  acquiring_ = true;
+  absl::StatusOr<Lease> lease = co_await endpoint_->pool->Acquire(&acquire_cancel_);
+  acquiring_ = false;
+  if (!lease.ok()) {
+    core_->OnAcquireFailed(lease.status());
+  } else {
+    lease_ = std::move(*lease);
+    core_->OnAcquired(&lease_.As<OriginConnection>());
+  }
+  co_await Execute(/*flush_link=*/true);
+}
+
+asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::Kind kind, bool discard_sequences) {
+  while (origin_writer_) co_await sent_.Wait();  // the unit's last bytes first: one writer at a time
+  const absl::Status none = absl::UnavailableError("no connection");
+  switch (kind) {
+    case SessionCommand::Kind::kPrepare: {
+      // The session's settings (hello and captured SETs) onto the freshly
+      // lent connection before its work (settings_replay.h).
+      absl::Status status = none;
+      if (conn != nullptr) status = co_await endpoint::ApplySettings(*conn, core_->settings().desired(), discard_sequences);
+      own_query_ = nullptr;
+      MaybeFinishRelease();
+      core_->OnPrepared(status);
+      break;
+    }
+    case SessionCommand::Kind::kCapture: {
+      absl::StatusOr<endpoint::CaptureOutcome> outcome = none;
+      if (conn != nullptr) outcome = co_await endpoint::CaptureSettings(*conn, core_->settings(), endpoint_->config->user);
+      own_query_ = nullptr;
+      MaybeFinishRelease();
+      core_->OnCaptured(outcome);
+      break;
+    }
+    default: {
+      // UNLISTEN * on the lent connection before it is shared; notifications
+      // that arrive on it first are handed to the core.
+      std::vector<std::string> notifications;
+      absl::Status status = none;
+      if (conn != nullptr) {
+        std::string query;
+        protocol::Encode(protocol::Query{"UNLISTEN *"}, query);
+        status = co_await conn->Write(query);
+        while (status.ok()) {
+          auto frame = co_await conn->ReadFrame();
+          if (!frame.ok()) {
+            status = frame.status();
+            break;
+          }
+          if (frame->tag == 'A') notifications.emplace_back(frame->raw);
+          if (frame->tag == 'E') status = absl::InternalError("UNLISTEN * failed");
+          if (frame->tag == 'Z') break;
+        }
+      }
+      own_query_ = nullptr;
+      MaybeFinishRelease();
+      core_->OnUnlistened(status.ok(), notifications);
+      break;
+    }
+  }
+  co_await Execute(/*flush_link=*/true);
+}
+
+asio::awaitable<void> Session::CancelOrigin(endpoint::BackendKey key, bool notify) {
+  std::shared_ptr<Endpoint::Impl> ep = endpoint_;
+  co_await endpoint::CancelOriginQuery(ep->executor, *ep->config, key);
+  {
+    std::lock_guard<std::mutex> lock(ep->mutex);
+    ep->pending_cancels--;
+    ep->sessions_done.notify_all();
+  }
+  if (notify) {
+    core_->OnCancelDelivered();
+    co_await Execute(/*flush_link=*/true);
+  }
+}
+
+asio::awaitable<void> Session::ListenSet(std::set<std::string> channels) {
+  std::shared_ptr<endpoint::ListenerConnection> listener = endpoint_->listener;
+  co_await listener->Set(listen_id_, std::move(channels));
+  core_->OnListenApplied();
+  co_await Execute(/*flush_link=*/true);
+}
+
+asio::awaitable<void> Session::Barrier() {
+  std::shared_ptr<endpoint::ListenerConnection> listener = endpoint_->listener;
+  co_await listener->Barrier();
+  core_->OnListenApplied();
+  co_await Execute(/*flush_link=*/true);
+}
+
+asio::awaitable<void> Session::FinishIntercept() {
+  std::string answers;
+  bool skip_until_sync = false;
+  char skip_status = 'I';
+  const bool served = co_await cache_.FinishIntercept(answers, skip_until_sync, skip_status);
+  core_->OnIntercepted(served, answers, skip_until_sync, skip_status);
+  co_await Execute(/*flush_link=*/true);
+}
+
+asio::awaitable<void> Session::WatchPinnedIdle() {
+  idle_watch_ = std::make_unique<asio::steady_timer>(endpoint_->executor);
+  std::chrono::steady_clock::time_point next;
+  while (!finished_ && core_->CheckPinnedIdle(std::chrono::steady_clock::now(), &next)) {
+    idle_watch_->expires_at(next);
+    (void)co_await idle_watch_->async_wait(kAsTuple);
+  }
+  co_await Execute(/*flush_link=*/true);  // a FATAL may be queued
+}
+
+asio::awaitable<void> Session::WatchTimeouts() {
+  while (!finished_) {
+    timeout_timer_.expires_at(core_->timeouts().NextDeadline());
+    (void)co_await timeout_timer_.async_wait(kAsTuple);
+    if (finished_) break;
+    core_->OnTimeout(std::chrono::steady_clock::now());
+    co_await Execute(/*flush_link=*/true);
+  }
+}
+
+}  // namespace hyperpool

@@ -1,0 +1,680 @@
+// SessionCore (session_core.h), part one: the transition function, client
+// frames (the unit of work from the link to the origin), pins and cancels.
+// Part two, session_core_origin.cc: origin frames, releases, the end.
+#include "endpoint/session_core.h"
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "absl/strings/cord.h"
+#include "endpoint/notification_pid.h"
+#include "endpoint/pin_budget.h"
+#include "protocol/codec.h"
+#include "protocol/sqlstate.h"
+
+namespace hyperpool::endpoint {
+
+std::string_view SessionCore::StateName(State state) {
+  switch (state) {
+    case State::kIdle: return "idle";
+    case State::kIntercepting: return "intercepting";
+    case State::kAcquiring: return "acquiring";
+    case State::kPreparing: return "preparing";
+    case State::kActive: return "active";
+    case State::kShapeChecking: return "shape-checking";
+    case State::kOwnQuery: return "own-query";
+    case State::kDraining: return "draining";
+    case State::kEnding: return "ending";
+    case State::kClosed: return "closed";
+  }
+  return "?";
+}
+
+SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity identity)
+    : endpoint_(endpoint),
+      cache_(cache),
+      id_(std::move(identity)),
+      timeouts_(endpoint.options.query_timeout, endpoint.options.idle_in_transaction_timeout),
+      settings_(id_.hello),
+      serial_(++endpoint.last_session_serial),
+      statements_(endpoint.statements) {
+  if (endpoint_.options.pool.mode == PoolMode::kTransaction) {
+    // The query cache keys by the captured settings (endpoint_cache.h); a
+    // change made while pinned is not captured, so it bypasses instead.
+    cache_.TrackSettings(&settings_, [this] { return pins_.empty() && !statements_.pinned(); });
+  }
+  cache_.Start(id_.hello);
+  last_activity_ = std::chrono::steady_clock::now();
+}
+
+SessionCore::~SessionCore() { cache_.TrackSettings(nullptr, nullptr); }
+
+// ----- The transition function
+
+void SessionCore::SetState(State next) {
+  if (next == state_) return;
+  // Impossible transitions are bugs of ours, never a peer's doing: checked
+  // always (a session in a wrong state could hand a connection on dirty).
+  const bool lent = conn_ != nullptr;
+  bool ok = true;
+  switch (next) {
+    case State::kIdle:
+      ok = !lent && state_ != State::kClosed && state_ != State::kEnding;
+      break;
+    case State::kIntercepting:
+      ok = state_ == State::kIdle || state_ == State::kActive;
+      break;
+    case State::kAcquiring:
+      ok = !lent && state_ == State::kIdle;
+      break;
+    case State::kPreparing:
+      ok = lent && state_ == State::kAcquiring;
+      break;
+    case State::kActive:
+      ok = lent && state_ != State::kClosed && state_ != State::kEnding;
+      break;
+    case State::kShapeChecking:
+    case State::kOwnQuery:
+      ok = lent && state_ == State::kActive;
+      break;
+    case State::kDraining:
+      ok = lent && state_ != State::kEnding && state_ != State::kClosed;
+      break;
+    case State::kEnding:
+      ok = state_ != State::kClosed;
+      break;
+    case State::kClosed:
+      ok = state_ == State::kEnding;
+      break;
+  }
+  if (!ok) {
+    fmt::print(stderr, "hyperpool: endpoint session {}: impossible transition {} -> {}\n",
+               id_.session_id.empty() ? std::string("-") : id_.session_id, StateName(state_), StateName(next));
+    std::abort();
+  }
+  state_ = next;
+}
+
+void SessionCore::Command(SessionCommand::Kind kind) {
+  SessionCommand c;
+  c.kind = kind;
+  out_.commands.push_back(std::move(c));
+}
+
+void SessionCore::Command(SessionCommand command) { out_.commands.push_back(std::move(command)); }
+
+// ----- Client frames
+
+bool SessionCore::wants_client() const {
+  if (state_ != State::kIdle && state_ != State::kActive) return false;
+  if (head_step_ != Step::kStart || !rewritten_.empty() || GateClosed()) return false;
+  return out_.to_client.size() <= kMaxLocalBacklog;
+}
+
+void SessionCore::OnClientBytes(std::string_view bytes) {
+  if (ending()) return;
+  in_.append(bytes.data(), bytes.size());
+  Advance();
+}
+
+void SessionCore::TakeClientBytes(std::string& bytes) {
+  if (ending()) {
+    bytes.clear();
+    return;
+  }
+  if (in_.empty()) {
+    in_.swap(bytes);
+  } else {
+    in_ += bytes;
+  }
+  bytes.clear();
+  Advance();
+}
+
+void SessionCore::Advance() {
+  if (advancing_) return;
+  advancing_ = true;
+  std::size_t consumed = 0;
+  bool end = false;
+  while (!end && (state_ == State::kIdle || state_ == State::kActive)) {
+    const std::string_view input = std::string_view(in_).substr(consumed);
+    auto r = reader_.Read(input);
+    if (r.is_need_more()) break;
+    if (r.is_error()) {
+      QueueError("FATAL", kSqlStateProtocolViolation,
+                 fmt::format("hyperpool: invalid message on the link: {}", std::string(r.status().message())));
+      end = true;
+      break;
+    }
+    const std::size_t head_size = r.frame().size();
+    const std::size_t offset = consumed + head_size;  // where the frames after it start in in_
+    Next next;
+    if (!rewritten_.empty()) {
+      // A refused pin's replacement stands in for the head frame.
+      protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+      auto rr = reader.Read(rewritten_);
+      next = rr.is_frame() ? HandleFrame(rr.frame(), offset) : Next::kConsumed;
+    } else {
+      next = HandleFrame(r.frame(), offset);
+    }
+    if (next == Next::kWait) break;
+    head_step_ = Step::kStart;
+    rewritten_.clear();
+    rewritten_pin_ = false;
+    switch (next) {
+      case Next::kConsumed:
+        consumed = offset;
+        break;
+      case Next::kRestOfInputConsumed:
+        consumed = in_.size();
+        break;
+      case Next::kEnd:
+        consumed = offset;
+        end = true;
+        break;
+      case Next::kWait:
+        break;
+    }
+  }
+  in_.erase(0, consumed);
+  if (in_.empty() && in_.capacity() > kKeepBufferCapacity) std::string().swap(in_);
+  advancing_ = false;
+  if (end) {
+    if (terminated_ && !stopping_) {
+      FinishDraining();
+    } else {
+      EndSession();
+    }
+  }
+}
+
+SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::size_t offset) {
+  const char tag = frame.tag;
+  // The statement text, decoded once; every pass below shares its analysis.
+  std::optional<cache::SqlText> text;
+  if (tag == 'Q') {
+    if (auto q = protocol::DecodeQuery(frame.payload); q.ok()) text.emplace(q->query);
+  } else if (tag == 'P') {
+    if (auto p = protocol::DecodeParse(frame.payload); p.ok()) text.emplace(p->query);
+  }
+  const cache::SqlText* sql = text ? &*text : nullptr;
+
+  if (head_step_ == Step::kStart) {
+    if (tag == 'X') {
+      terminated_ = true;
+      return Next::kEnd;
+    }
+    if (skip_until_sync_) {
+      // After an error in extended-query mode PostgreSQL discards messages
+      // until Sync, which it answers with ReadyForQuery.
+      if (tag == 'S') {
+        skip_until_sync_ = false;
+        QueueReadyForQuery(skip_status_);
+      }
+      return Next::kConsumed;
+    }
+    // The settings capture, UNLISTEN * or a cancel still owns the connection.
+    if (GateClosed()) return Next::kWait;
+    if (stopping_) return Next::kEnd;
+    if (!rewritten_pin_ && !NoteSessionEffects(frame, sql)) return HandleRefusedPin(frame, offset);
+    if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, sql);  // remembered by name
+    head_step_ = Step::kNoted;
+  }
+  if (head_step_ == Step::kNoted) {
+    // The lent connection failed: its loss is being reported (OnOriginLost).
+    if (conn_ != nullptr && conn_->broken()) return Next::kWait;
+    // The query cache (endpoint_cache.h): a unit of work answered from the
+    // Endpoint tier needs no origin connection.
+    const bool idle = outstanding_ == 0 && !in_unit_ && out_.to_origin.empty() &&
+                      (conn_ == nullptr || conn_->transaction_status() == 'I');
+    switch (cache_.Intercept(frame, sql, std::string_view(in_).substr(offset), idle, out_.to_client, skip_until_sync_,
+                             skip_status_)) {
+      case SessionCache::InterceptResult::kServed:
+        return Next::kConsumed;
+      case SessionCache::InterceptResult::kWait:
+        SetState(State::kIntercepting);
+        Command(SessionCommand::Kind::kIntercept);
+        return Next::kWait;
+      case SessionCache::InterceptResult::kNotServed:
+        break;
+    }
+    head_step_ = Step::kIntercepted;
+  }
+  if (head_step_ == Step::kIntercepted) {
+    const Next started = StartUnit(frame, offset);
+    if (started != Next::kConsumed || head_step_ != Step::kAcquired) return started;
+  }
+  if (head_step_ == Step::kAcquired) {
+    const Next forwarded = Forward(frame, sql);
+    if (forwarded != Next::kConsumed || head_step_ != Step::kChecked) return forwarded;
+  }
+  // kChecked: the shape check (if any) is over.
+  if (conn_ == nullptr) return Next::kConsumed;  // lost meanwhile: the loss answered the unit
+  // Prepared statements: renamed, replayed or answered here (statement_session.h).
+  statements_.OnFrontend(frame, conn_->statements(), out_.to_origin);
+  return Next::kConsumed;
+}
+
+SessionCore::Next SessionCore::StartUnit(const protocol::Frame& frame, std::size_t offset) {
+  const char tag = frame.tag;
+  if (conn_ == nullptr && !rewritten_pin_ &&
+      (parse_only_unit_ ||
+       (tag == 'P' && StatementSession::IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
+    // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
+    if (tag == 'P') statements_.set_scope(StatementScope());
+    parse_only_unit_ = statements_.AnswerParseOnly(frame, out_.to_client);
+    return Next::kConsumed;
+  }
+  if (conn_ == nullptr) {
+    // COPY data outside COPY: PostgreSQL ignores it, and it starts no work.
+    if (tag == 'd' || tag == 'c' || tag == 'f') return Next::kConsumed;
+    starting_unit_ = true;  // a cancel now ends this unit before it starts
+    acquire_started_ = std::chrono::steady_clock::now();
+    SetState(State::kAcquiring);
+    Command(SessionCommand::Kind::kAcquire);
+    return Next::kWait;
+  }
+  head_step_ = Step::kAcquired;
+  return Next::kConsumed;
+}
+
+void SessionCore::OnAcquired(OriginConnection* conn) {
+  endpoint_.acquire_wait.Observe(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - acquire_started_));
+  conn_ = conn;
+  if (stopping_ || ending()) {
+    ReleaseLease(ReleaseDecision::kClose);
+    return;
+  }
+  SetState(State::kPreparing);
+  // Who sent a notification is who last ran a unit that may NOTIFY on that
+  // backend (from its first message to its ReadyForQuery), not who holds it
+  // now: the listener's copy of another session's NOTIFY may arrive after
+  // this connection was lent again. A backend nobody used yet is this
+  // session's from the start.
+  if (may_notify_) {
+    endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
+  } else {
+    endpoint_.notifier_pids.LendIfUnknown(conn_->backend_key().process_id, id_.app_pid);
+  }
+  // The settings replay (settings_replay.h): one round trip when the
+  // connection carries other settings or another session's sequence state.
+  const bool discard = conn_->sequence_owner().NeedsDiscardFor(serial_, sequence_generation_);
+  if (discard || conn_->carried_settings() != settings_.desired()) {
+    SessionCommand c;
+    c.kind = SessionCommand::Kind::kPrepare;
+    c.discard_sequences = discard;
+    Command(std::move(c));
+    return;
+  }
+  OnPrepared(absl::OkStatus());
+}
+
+void SessionCore::OnAcquireFailed(const absl::Status& status) {
+  endpoint_.acquire_wait.Observe(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - acquire_started_));
+  starting_unit_ = cancel_requested_ = false;
+  if (state_ != State::kAcquiring) return;  // ended meanwhile
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  auto r = reader.Read(in_);
+  if (!r.is_frame()) return;
+  SetState(State::kIdle);
+  head_step_ = Step::kStart;
+  if (cache_.ServeStaleOnError(status, out_.to_client, skip_until_sync_, skip_status_)) {
+    in_.erase(0, r.frame().size());  // stale-if-error (endpoint_cache.h): answered like a hit
+    rewritten_.clear();
+    rewritten_pin_ = false;
+    Advance();
+    return;
+  }
+  FailHeadUnit(status);
+}
+
+void SessionCore::FailHeadUnit(const absl::Status& status) {
+  // The pool (or the origin) could not give us a connection: one
+  // ErrorResponse, then a ReadyForQuery for each Query/Sync of the pending
+  // input, so the session stays usable.
+  SetState(State::kIdle);
+  head_step_ = Step::kStart;
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  auto r = reader.Read(in_);
+  if (r.is_frame()) {
+    // The replacement of a refused pin stands for the head frame when given.
+    protocol::FrameReader rr(protocol::FrameReader::Mode::kTagged);
+    auto first = rewritten_.empty() ? r : rr.Read(rewritten_);
+    AnswerAcquireFailure(status, first.is_frame() ? first.frame() : r.frame(), r.frame().size());
+  }
+  in_.clear();
+  rewritten_.clear();
+  rewritten_pin_ = false;
+  if (terminated_) {
+    FinishDraining();  // a Terminate was among the input answered: the session ends
+    return;
+  }
+  Advance();
+}
+
+void SessionCore::OnPrepared(const absl::Status& prepared_status) {
+  absl::Status status = prepared_status;
+  starting_unit_ = false;
+  if (conn_ == nullptr) return;  // lost meanwhile (OnOriginLost answered)
+  parameter_mark_ = conn_->parameter_changes();
+  const bool cancelled = status.ok() && cancel_requested_;
+  if (cancelled) {
+    status = absl::AbortedError("canceling statement due to user request");
+    status.SetPayload(kSqlStateStatusPayload, absl::Cord(std::string(kSqlStateQueryCanceled)));
+  }
+  cancel_requested_ = false;
+  if (!status.ok()) {
+    // A cancel that came as the connection was handed over: nothing of the
+    // unit was sent, so the healthy connection goes back as it came. A
+    // failed settings replay leaves it in an unknown state: close it.
+    ReleaseLease(cancelled && !conn_->broken() && conn_->transaction_status() == 'I' ? ReleaseAtIdle()
+                                                                                      : ReleaseDecision::kClose);
+    cache_.AbandonUnit();
+    if (!ending()) FailHeadUnit(status);
+    return;
+  }
+  if (ending()) return;
+  SetState(State::kActive);
+  head_step_ = Step::kAcquired;
+  Advance();
+}
+
+SessionCore::Next SessionCore::Forward(const protocol::Frame& frame, const cache::SqlText* text) {
+  const char tag = frame.tag;
+  if (pin_budget_held_ && !lease_out_of_cap_) {
+    // Pinned: its connection leaves the pool's cap (pin_budget.h).
+    Command(SessionCommand::Kind::kMoveOutOfCap);
+    lease_out_of_cap_ = true;
+    endpoint_.pinned_connections++;
+  }
+  last_activity_ = std::chrono::steady_clock::now();
+  // What a ReadyForQuery will answer, COPY included (copy_tracker.h).
+  const bool answered = copy_.OnFrontend(tag);
+  // Metrics: a transaction starts with the first message sent outside one.
+  if (txn_started_ == std::chrono::steady_clock::time_point{}) txn_started_ = last_activity_;
+  switch (tag) {
+    case 'Q':
+    case 'S':
+    case 'F':
+      // One the backend ignores (a Sync inside COPY) or consumes as an
+      // error (a Query inside COPY) leaves the unit as it was.
+      if (answered) {
+        ++outstanding_;
+        in_unit_ = false;
+      }
+      break;
+    case 'P':
+    case 'B':
+    case 'D':
+    case 'E':
+    case 'C':
+    case 'H':
+      if (!copy_.in_copy_in()) in_unit_ = true;  // a Flush inside COPY opens nothing
+      break;
+    default:
+      break;  // CopyData/CopyDone/CopyFail ride along with their COPY
+  }
+  // COPY data and Flush start no work of their own (a stray CopyData must
+  // not make a session idle in a transaction look busy).
+  if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'H') NoteWorkSent();
+  cache_.OnForward(frame, text);  // writes and state changes, for the query cache
+  if (tag != 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, text);
+  if (tag == 'P') statements_.set_scope(StatementScope());
+  head_step_ = Step::kChecked;
+  if (statements_.StartShapeCheck(frame, conn_->statements(), out_.to_origin)) {
+    // A statement prepared before DDL is re-Parsed here: its result shape
+    // is checked before the client's Bind goes out (statement_session.h).
+    SetState(State::kShapeChecking);
+    return Next::kWait;
+  }
+  return Next::kConsumed;
+}
+
+void SessionCore::OnIntercepted(bool served, std::string_view answers, bool skip_until_sync, char skip_status) {
+  if (state_ != State::kIntercepting) return;
+  SetState(conn_ != nullptr ? State::kActive : State::kIdle);
+  if (served) {
+    out_.to_client.append(answers.data(), answers.size());
+    if (skip_until_sync) {
+      skip_until_sync_ = true;
+      skip_status_ = skip_status;
+    }
+    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+    auto r = reader.Read(in_);
+    if (r.is_frame()) in_.erase(0, r.frame().size());
+    head_step_ = Step::kStart;
+    rewritten_.clear();
+    rewritten_pin_ = false;
+  } else {
+    head_step_ = Step::kIntercepted;
+  }
+  AfterProgress();
+}
+
+SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, std::size_t offset) {
+  endpoint_.pins_rejected++;
+  fmt::print(stderr, "hyperpool: session {}: pinned budget spent (max_pinned = {}), statement refused\n",
+             id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.pin_budget.limit());
+  std::string replacement;
+  rewritten_pin_ = true;  // its effects are not noted again
+  if (!RewritePinningMessage(frame.tag, frame.payload, endpoint_.pin_budget.limit(), replacement)) {
+    // It cannot be rewritten (a Bind of a pinning statement parsed before):
+    // it runs, and its connection is closed after the unit.
+    discard_after_unit_ = true;
+    return HandleFrame(frame, offset);
+  }
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  auto r = reader.Read(replacement);
+  if (!r.is_frame()) return Next::kConsumed;  // cannot happen: we encoded it
+  // Later Binds of that name run the replacement: they pin nothing.
+  if (frame.tag == 'P') (void)settings_.NoteFrontend('P', r.frame().payload);
+  rewritten_ = std::move(replacement);
+  auto rr = reader.Read(rewritten_);
+  return HandleFrame(rr.frame(), offset);
+}
+
+bool SessionCore::GateClosed() const { return CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0; }
+
+bool SessionCore::TracksListens() const { return endpoint_.options.pool.mode == PoolMode::kTransaction; }
+
+bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text) {
+  if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
+  SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload, text);
+  if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
+  if ((frame.tag == 'Q' || frame.tag == 'P') && !(text != nullptr && text->simple_read()) &&
+      MayNotify(frame.payload)) {
+    // From now on this backend's notifications are this session's: the
+    // listener's copy may arrive before the unit's ReadyForQuery.
+    may_notify_ = true;
+    if (conn_ != nullptr) endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
+  }
+  if (effects.pins.empty()) return true;
+  if (!TakePinBudget()) return false;
+  for (PinReason reason : effects.pins) AddPin(reason);
+  return true;
+}
+
+bool SessionCore::TakePinBudget() {
+  if (pin_budget_held_ || endpoint_.options.pool.mode != PoolMode::kTransaction) return true;
+  if (!endpoint_.pin_budget.TryTake()) return false;
+  pin_budget_held_ = true;
+  if (endpoint_.options.pinned_idle_timeout.count() > 0 && !idle_watch_started_) {
+    idle_watch_started_ = true;
+    last_activity_ = std::chrono::steady_clock::now();
+    Command(SessionCommand::Kind::kWatchPinnedIdle);
+  }
+  return true;
+}
+
+void SessionCore::GivePinBudget() {
+  if (!pin_budget_held_) return;
+  pin_budget_held_ = false;
+  endpoint_.pin_budget.Give();
+}
+
+void SessionCore::AddPin(PinReason reason) {
+  const bool first = pins_.empty();
+  if (!pins_.Add(reason)) return;
+  endpoint_.pins[static_cast<std::size_t>(reason)]++;
+  if (first) endpoint_.pinned_sessions++;
+  fmt::print(stderr, "hyperpool: session {} pinned to its origin connection: {}\n",
+             id_.session_id.empty() ? std::string("-") : id_.session_id, PinReasonName(reason));
+}
+
+bool SessionCore::CheckPinnedIdle(std::chrono::steady_clock::time_point now,
+                                  std::chrono::steady_clock::time_point* next) {
+  const auto limit = endpoint_.options.pinned_idle_timeout;
+  if (session_done_ || stopping_ || ending()) return false;
+  const bool idle = outstanding_ == 0 && !in_unit_ && out_.to_origin.empty() &&
+                    (conn_ == nullptr || conn_->transaction_status() == 'I');
+  if (pin_budget_held_ && idle && now - last_activity_ >= limit) {
+    endpoint_.pinned_idle_timeouts++;
+    QueueError("FATAL", kSqlStateIdleSessionTimeout, "terminating connection due to idle-session timeout");
+    EndSession();
+    return false;
+  }
+  *next = idle ? last_activity_ + limit : now + limit;
+  return true;
+}
+
+std::string SessionCore::StatementScope() const {
+  std::string scope;
+  if (pins_.Has(PinReason::kSetRole)) scope = "role " + std::to_string(serial_);
+  const SettingMap& desired = settings_.desired();
+  if (auto it = desired.find("search_path"); it != desired.end()) {
+    scope += " search_path ";
+    scope += it->second;
+  }
+  return scope;
+}
+
+void SessionCore::AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first,
+                                       std::size_t offset) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_.acquire_timeouts++;
+  QueueError("ERROR", SqlStateOf(status), AcquireErrorMessage(status));
+  bool in_unit = false;
+  auto answer = [&](char tag) {
+    if (tag == 'Q' || tag == 'S' || tag == 'F') {
+      QueueReadyForQuery('I');
+      in_unit = false;
+    } else if (tag != 'd' && tag != 'c' && tag != 'f' && tag != 'X') {
+      in_unit = true;
+    }
+  };
+  answer(first.tag);
+  std::string_view rest = std::string_view(in_).substr(offset);
+  for (;;) {
+    auto r = reader_.Read(rest);
+    if (!r.is_frame()) break;
+    if (r.frame().tag == 'X') {
+      terminated_ = true;  // Terminate is still honoured
+      break;
+    }
+    answer(r.frame().tag);
+    rest.remove_prefix(r.frame().size());
+  }
+  if (in_unit) {
+    skip_until_sync_ = true;
+    skip_status_ = 'I';
+  }
+}
+
+// ----- Cancels and timeouts
+
+bool SessionCore::OnCancelRequest() {
+  if (session_done_ || stopping_ || ending()) return false;
+  if (starting_unit_) {
+    // Still waiting in the pool's queue: leave it now with 57014; the pool
+    // is untouched. Already handed a connection (settings replay): the
+    // unit ends with 57014 before any of it is sent.
+    cancel_requested_ = true;
+    if (state_ == State::kAcquiring) {
+      absl::Status cancelled = absl::AbortedError("canceling statement due to user request");
+      cancelled.SetPayload(kSqlStatePayload, absl::Cord(std::string(kSqlStateQueryCanceled)));
+      SessionCommand c;
+      c.kind = SessionCommand::Kind::kCancelAcquire;
+      c.status = std::move(cancelled);
+      Command(std::move(c));
+    }
+    return true;
+  }
+  if (conn_ == nullptr || (outstanding_ == 0 && !in_unit_)) return false;
+  ++cancels_in_flight_;
+  endpoint_.pending_cancels++;
+  SessionCommand c;
+  c.kind = SessionCommand::Kind::kCancelOrigin;
+  c.key = conn_->backend_key();
+  c.notify = true;
+  Command(std::move(c));
+  return true;
+}
+
+void SessionCore::OnCancelDelivered() {
+  if (cancels_in_flight_ > 0) --cancels_in_flight_;
+  AfterProgress();
+}
+
+void SessionCore::CancelIfBusy() {
+  if (conn_ == nullptr || cancel_sent_ || (outstanding_ == 0 && !in_unit_)) return;
+  cancel_sent_ = true;
+  endpoint_.pending_cancels++;
+  SessionCommand c;
+  c.kind = SessionCommand::Kind::kCancelOrigin;
+  c.key = conn_->backend_key();
+  c.notify = false;
+  Command(std::move(c));
+}
+
+void SessionCore::NoteWorkSent() {
+  if (!timeouts_.enabled()) return;
+  timeouts_.OnWorkSent(std::chrono::steady_clock::now());
+  Command(SessionCommand::Kind::kTimeoutsChanged);
+}
+
+void SessionCore::NoteReady(char status) {
+  if (!timeouts_.enabled()) return;
+  timeouts_.OnReady(std::chrono::steady_clock::now(), outstanding_ > 0 || in_unit_, status == 'T' || status == 'E');
+  Command(SessionCommand::Kind::kTimeoutsChanged);
+}
+
+void SessionCore::OnTimeout(std::chrono::steady_clock::time_point now) {
+  if (session_done_ || ending()) return;
+  switch (timeouts_.Due(now)) {
+    case SessionTimeouts::Action::kCancelQuery:
+      // The same path as a client's cancel: the connection stays with this
+      // session until the origin has processed the CancelRequest.
+      if (busy() && OnCancelRequest()) statement_timeout_pending_ = true;
+      break;
+    case SessionTimeouts::Action::kEndIdleInTransaction: {
+      // As PostgreSQL does: FATAL 25P03 and the session ends; the origin
+      // connection is closed (its transaction rolls back there) and its
+      // pool slot is free at once.
+      if (conn_ == nullptr || outstanding_ > 0 || in_unit_) break;
+      const char status = conn_->transaction_status();
+      if (status != 'T' && status != 'E') break;
+      QueueError("FATAL", kSqlStateIdleInTransactionTimeout,
+                 "terminating connection due to idle-in-transaction timeout");
+      ReleaseLease(ReleaseDecision::kClose);
+      EndSession();
+      break;
+    }
+    case SessionTimeouts::Action::kNone:
+      break;
+  }
+  Command(SessionCommand::Kind::kTimeoutsChanged);
+}
+
+void SessionCore::QueueError(std::string_view severity, std::string_view sqlstate, std::string_view message) {
+  protocol::EncodeErrorResponse(out_.to_client, severity, sqlstate, message);
+}
+
+void SessionCore::QueueReadyForQuery(char status) { AppendReadyForQuery(out_.to_client, status); }
+
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,329 @@
+#pragma once
+// The Endpoint session as a state machine without I/O (docs/architecture.md,
+// "The Endpoint session"). Frames in, frames and commands out:
+//
+//   link bytes  ──OnClientBytes──▶ ┌─────────────┐ ──to_client──▶ the Client (link)
+//   origin frame ─OnOriginFrame──▶ │ SessionCore │ ──to_origin──▶ the lent connection
+//   completions ─On<Command>Done─▶ └─────────────┘ ──commands───▶ pool, listener, cache, timers
+//
+// The driver (Session, endpoint_session.h) owns the link, the lease and the
+// timers; it feeds every event in, then executes what the outbox holds, in
+// order: it writes `to_origin`, sends `to_client`, and carries out the
+// commands (acquire, settings replay, capture, UNLISTEN, release, cancel,
+// listener set/barrier, the cache's waits), reporting each completion back.
+// Everything the session decides is decided here, through one transition
+// function (SetState); collaborators (statements, settings, COPY, LISTEN,
+// the cache, timeouts) are called with the frame decoded once and return
+// what they decided.
+//
+// Client frames are consumed in order from an input buffer. A frame that
+// needs something asynchronous first (a connection, the settings replay, a
+// capture or cancel to finish, a shape check, the cache's wait) stays at the
+// head of the input with a note of how far it got (`head_step_`), a command
+// goes out, and processing resumes with the completion. Origin frames are
+// handled one at a time; a ReadyForQuery that must wait for the listener
+// connection is held (OnOriginFrame returns false) and finished by
+// OnListenApplied.
+//
+// Confined to the Endpoint's executor, like Endpoint::Impl, whose shared
+// state (statement catalog, pin budget, notifier pids, counters) it uses.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cache/sql_analysis.h"
+#include "common/small_fifo.h"
+#include "endpoint/copy_tracker.h"
+#include "endpoint/endpoint_cache.h"
+#include "endpoint/endpoint_impl.h"
+#include "endpoint/listen_state.h"
+#include "endpoint/origin_connection.h"
+#include "endpoint/session_settings.h"
+#include "endpoint/session_timeouts.h"
+#include "endpoint/settings_replay.h"
+#include "endpoint/statement_session.h"
+#include "pool/release_policy.h"
+#include "protocol/frame_reader.h"
+
+namespace hyperpool::endpoint {
+
+// Something the core needs done outside itself. The driver runs them in
+// order and reports each one's completion through the named method.
+struct SessionCommand {
+  enum class Kind : std::uint8_t {
+    kAcquire,        // borrow a connection from the pool: OnAcquired(conn) or OnAcquireFailed(status)
+    kCancelAcquire,  // end the pending kAcquire with `status` (it then reports OnAcquireFailed)
+    kIntercept,      // finish the query cache's decision (SessionCache::FinishIntercept): OnIntercepted(served)
+    kPrepare,        // settings replay on the lent connection (ApplySettings(desired, discard_sequences)): OnPrepared
+    kMoveOutOfCap,   // the lease leaves the pool's cap (a pinned session: pin_budget.h)
+    kCapture,        // settings capture on the lent connection (CaptureSettings into settings()): OnCaptured
+    kUnlisten,       // UNLISTEN * on the lent connection: OnUnlistened
+    kRelease,        // give the connection back with `decision`, once no I/O is pending on it
+    kCancelOrigin,   // a CancelRequest for backend `key`; then OnCancelDelivered() if `notify`
+    kListenSet,      // the listener connection: this session's channels become `channels`: OnListenApplied
+    kBarrier,        // the listener connection's barrier (listener.h): OnListenApplied
+    kWatchPinnedIdle,  // start pinned_idle_timeout's watch (it calls CheckPinnedIdle)
+    kTimeoutsChanged,  // SessionTimeouts' next deadline may have moved: re-arm the timer (OnTimeout)
+  };
+  Kind kind = Kind::kAcquire;
+  ReleaseDecision decision = ReleaseDecision::kKeep;  // kRelease
+  absl::Status status;                                 // kCancelAcquire
+  BackendKey key;                                      // kCancelOrigin
+  bool notify = false;                                 // kCancelOrigin
+  bool discard_sequences = false;                      // kPrepare
+  std::set<std::string> channels;                      // kListenSet
+};
+
+class SessionCore {
+ public:
+  // The session's life. Change it only through SetState().
+  enum class State : std::uint8_t {
+    kIdle,          // no origin connection; input frames are handled as they come
+    kIntercepting,  // the query cache waits (shared tier, a leader's result) before deciding the head unit
+    kAcquiring,     // the head unit waits for a connection from the pool
+    kPreparing,     // a connection is lent; the settings replay runs on it before the unit
+    kActive,        // a connection is lent; frames go to it, its answers to the client
+    kShapeChecking, // a replayed statement's result shape is checked before the client's frame goes out
+    kOwnQuery,      // at 'I', the settings capture or UNLISTEN * runs on the lent connection
+    kDraining,      // Terminate received: the units sent before it finish, then the session ends
+    kEnding,        // over: what is queued for the client goes out, then the link closes
+    kClosed,        // over and flushed; nothing more happens
+  };
+  static std::string_view StateName(State state);
+
+  // Who the session is (from the hello; Session reads it).
+  struct Identity {
+    std::string session_id;  // hyperpool.session_id (cancel routing)
+    std::int32_t app_pid = 0;  // hyperpool.backend_pid: the pid the app knows
+    std::vector<std::pair<std::string, std::string>> hello;  // the hello's parameters
+    ListenRegistry::Subscriber listen_id = 0;
+  };
+
+  // What the driver carries out after each event.
+  struct Outbox {
+    std::string to_client;   // backend messages for the link, in order
+    std::string to_origin;   // frontend messages for the lent connection, in order
+    SmallFifo<SessionCommand> commands;
+    // The unit's answers are complete (a ReadyForQuery that ends the
+    // outstanding work was appended): send `to_client` now, do not batch.
+    bool flush_client = false;
+  };
+
+  SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity identity);
+  ~SessionCore();
+  SessionCore(const SessionCore&) = delete;
+  SessionCore& operator=(const SessionCore&) = delete;
+
+  // ----- Events --------------------------------------------------------------
+
+  // Frontend messages from the link (any split). Handled as far as
+  // possible; the rest waits for the completion of the command issued.
+  void OnClientBytes(std::string_view bytes);
+  // The same, taking `bytes`' storage when nothing is buffered (no copy);
+  // `bytes` is left empty.
+  void TakeClientBytes(std::string& bytes);
+  // The link ended: after Terminate (`terminated`, the units before it still
+  // finish) or without it (a vanished client). The session ends.
+  void OnClientGone();
+  // Endpoint::Stop(), or sending to the link failed: the session ends now,
+  // as if the client had vanished.
+  void Shutdown();
+
+  // kAcquire's result. The core does not own the connection (the driver's
+  // lease does); it reads and updates its state.
+  void OnAcquired(OriginConnection* conn);
+  void OnAcquireFailed(const absl::Status& status);
+  // The cache's wait ended: `served` with `answers` (and, for an
+  // extended unit, the rest skipped up to its Sync: `skip_until_sync`).
+  void OnIntercepted(bool served, std::string_view answers, bool skip_until_sync, char skip_status);
+  void OnPrepared(const absl::Status& status);
+  void OnCaptured(const absl::StatusOr<CaptureOutcome>& outcome);
+  // UNLISTEN * finished (`ok`: ended at 'I'); `notifications` are the
+  // NotificationResponse frames read meanwhile.
+  void OnUnlistened(bool ok, const std::vector<std::string>& notifications);
+  void OnListenApplied();
+  void OnCancelDelivered();
+
+  // One frame from the lent connection. False: it is held (a ReadyForQuery
+  // waiting for the listener connection, kListenSet / kBarrier); the driver
+  // reads nothing more until OnListenApplied, which finishes it.
+  bool OnOriginFrame(const protocol::Frame& frame);
+  // Reading or writing the lent connection failed.
+  void OnOriginLost(const absl::Status& reason);
+
+  // A cancel link named this session. False if nothing was running.
+  bool OnCancelRequest();
+  // query_timeout / idle_in_transaction_timeout: the timer fired.
+  void OnTimeout(std::chrono::steady_clock::time_point now);
+  // pinned_idle_timeout's watch: true while it should keep watching; sets
+  // `*next` to when to look again.
+  bool CheckPinnedIdle(std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point* next);
+  // A notification the listener connection delivers to this session.
+  void OnNotification(std::string_view raw_frame);
+  // A control frame for this session's Client (a broadcast invalidation).
+  void DeliverControl(std::string_view bytes);
+
+  // ----- What the driver reads ---------------------------------------------
+
+  Outbox& outbox() { return out_; }
+  State state() const { return state_; }
+  bool closed() const { return state_ == State::kClosed; }
+  // The driver should read from the lent connection now.
+  bool wants_origin() const;
+  // The driver may read more from the link (false: answers made here pile
+  // up unsent, or the session is over).
+  bool wants_client() const;
+  // The link should close once `to_client` is out (the session is over).
+  bool ending() const { return state_ == State::kEnding || state_ == State::kClosed; }
+  // Nobody reads `to_client` any more (the link ended): drop it.
+  bool discard_output() const { return link_gone_; }
+  // Once `to_client` is flushed in kEnding: the session is closed.
+  void OnFlushedForEnd();
+  OriginConnection* connection() const { return conn_; }
+  SessionSettings& settings() { return settings_; }
+  SessionTimeouts& timeouts() { return timeouts_; }
+  const std::string& session_id() const { return id_.session_id; }
+  bool terminated() const { return terminated_; }
+  // Whether a unit is on the lent connection (a cancel would reach it).
+  bool busy() const { return conn_ != nullptr && (outstanding_ > 0 || in_unit_); }
+
+ private:
+  // How far the frame at the head of the input got before it had to wait.
+  enum class Step : std::uint8_t {
+    kStart,        // nothing done yet
+    kNoted,        // its session effects are noted (pins, settings, LISTEN)
+    kIntercepted,  // the query cache did not answer it
+    kAcquired,     // a connection is lent and prepared
+    kChecked,      // its shape check (if any) is done
+  };
+  enum class Next : std::uint8_t {
+    kConsumed,              // the frame is handled; go on with the next
+    kWait,                  // the frame waits for a completion (a command went out)
+    kRestOfInputConsumed,   // every frame buffered was answered (acquire failure)
+    kEnd,                   // the session ends (Terminate, a lost origin)
+  };
+  // Where a held origin frame resumes.
+  enum class HoldStep : std::uint8_t {
+    kNone,
+    kAfterListenSet,  // ApplyCommittedListens' Set done
+    kAfterBarrier,    // the listener's barrier done
+  };
+
+  // The one transition function (checks each transition's invariants).
+  void SetState(State next);
+  void Command(SessionCommand::Kind kind);
+  void Command(SessionCommand command);
+
+  // ----- Client frames (session_core.cc) -----
+  void Advance();
+  Next HandleFrame(const protocol::Frame& frame, std::size_t offset);
+  Next StartUnit(const protocol::Frame& frame, std::size_t offset);
+  Next Forward(const protocol::Frame& frame, const cache::SqlText* text);
+  Next HandleRefusedPin(const protocol::Frame& frame, std::size_t offset);
+  bool GateClosed() const;
+  bool NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text);
+  bool TakePinBudget();
+  void GivePinBudget();
+  void AddPin(PinReason reason);
+  std::string StatementScope() const;
+  void AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first, std::size_t offset);
+  // The head unit cannot start (`status`): it and the rest of the input are
+  // answered with the error (AnswerAcquireFailure).
+  void FailHeadUnit(const absl::Status& status);
+  void NoteWorkSent();
+  void NoteReady(char status);
+  void QueueError(std::string_view severity, std::string_view sqlstate, std::string_view message);
+  void QueueReadyForQuery(char status);
+  bool TracksListens() const;
+
+  // ----- Origin frames, releases, the end (session_core_origin.cc) -----
+  bool ProcessOriginFrame(const protocol::Frame& frame, HoldStep from);
+  bool NotificationViaListener(std::string_view payload) const;
+  bool IdleForNotifications() const;
+  void DeliverPendingNotifications();
+  bool CapturePending() const;
+  bool ListenCleanupPending() const;
+  PinReason CurrentPin() const;
+  // After a unit ended, a connection came back or an own query finished:
+  // runs what is due at 'I' (capture, UNLISTEN *), releases when the policy
+  // says so, and lets the input go on.
+  void AfterProgress();
+  void MaybeRelease();
+  ReleaseDecision ReleaseAtIdle() const;
+  void ReleaseLease(ReleaseDecision decision);
+  void EndTransactionTimer();
+  void CancelIfBusy();
+  void EndAfterFlush();
+  void EndSession();
+  void ForgetSession();
+  void FinishDraining();
+
+  Endpoint::Impl& endpoint_;
+  SessionCache& cache_;
+  Identity id_;
+  Outbox out_;
+  State state_ = State::kIdle;
+  protocol::FrameReader reader_{protocol::FrameReader::Mode::kTagged};
+
+  std::string in_;             // link bytes not yet handled; the head frame may be waiting
+  Step head_step_ = Step::kStart;
+  std::string rewritten_;      // a refused pin's replacement frame, handled instead of the head
+  bool advancing_ = false;     // Advance() is on the stack (no re-entry)
+
+  OriginConnection* conn_ = nullptr;  // the lent connection (the driver's lease), or null
+  std::size_t outstanding_ = 0;       // Query/Sync/FunctionCall sent, ReadyForQuery not yet seen
+  bool in_unit_ = false;              // extended-query messages sent since the last Sync
+  std::chrono::steady_clock::time_point txn_started_{};
+  std::chrono::steady_clock::time_point acquire_started_{};
+  bool origin_fatal_sent_ = false;    // the origin's FATAL went to the client
+  bool terminated_ = false;           // Terminate received
+  bool client_gone_ = false;          // the link ended (after Terminate or not)
+  bool link_gone_ = false;            // nobody reads the answers any more (drain them)
+  bool stopping_ = false;             // Shutdown()
+  bool session_done_ = false;         // EndSession ran
+  bool skip_until_sync_ = false;      // discard until Sync, answer it with skip_status_
+  char skip_status_ = 'I';
+  bool close_after_flush_ = false;    // a FATAL is queued: the session ends once it is out
+  CopyTracker copy_;
+  SessionTimeouts timeouts_;
+  bool statement_timeout_pending_ = false;
+  bool starting_unit_ = false;        // acquiring or preparing for the head unit
+  bool cancel_requested_ = false;     // a cancel arrived while starting_unit_
+  bool cancel_sent_ = false;          // CancelIfBusy went out
+  std::size_t cancels_in_flight_ = 0;
+  std::uint64_t parameter_mark_ = 0;
+  HoldStep hold_ = HoldStep::kNone;   // a held origin frame
+  std::string held_frame_;            // ...its bytes
+  std::vector<ListenOp> held_ops_;    // ...the LISTEN operations it committed
+
+  SessionSettings settings_;
+  PinSet pins_;
+  const std::uint64_t serial_;
+  bool used_sequences_ = false;
+  bool may_notify_ = false;
+  std::uint64_t sequence_generation_ = 0;
+  bool pin_counted_gone_ = false;
+  StatementSession statements_;
+  bool parse_only_unit_ = false;
+  bool pin_budget_held_ = false;
+  bool lease_out_of_cap_ = false;
+  bool rewritten_pin_ = false;        // the head frame's replacement is being handled
+  bool discard_after_unit_ = false;
+  bool idle_watch_started_ = false;
+  std::chrono::steady_clock::time_point last_activity_{};
+
+  static constexpr std::size_t kMaxQueuedNotificationBytes = 8 * 1024 * 1024;
+  ListenTracker listens_;
+  std::string pending_notifications_;
+  bool notifications_overflowed_ = false;
+};
+
+}  // namespace hyperpool::endpoint
