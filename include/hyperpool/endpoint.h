@@ -124,6 +124,9 @@ class Endpoint : public LinkAcceptor {
 
   // Takes a link opened by a Client; its session runs on the Endpoint's executor.
   void Accept(std::unique_ptr<Link> link) override;
+  // That executor (the one given to Create): an in-process transport runs
+  // Client sessions there too (MakeInProcessTransport).
+  asio::any_io_executor executor() const;
 
   // Stops: closes all links and origin connections. Safe to call from any
   // thread; returns once nothing of the Endpoint runs any more.

@@ -61,6 +61,11 @@ struct PoolOptions {
   // watch at every release and cancelling it at the next lend cost an
   // epoll_ctl and two completions per transaction. 0: watch at once.
   std::chrono::milliseconds idle_watch_delay{100};
+  // ...except one lent again within this time of its release: a backend
+  // that died in so short a window is met at its first use, as on a direct
+  // connection (its FATAL reaches the client), and the poll was a syscall
+  // per transaction under load. 0: poll at every lend.
+  std::chrono::microseconds idle_poll_after{1000};
   // Limit for opening one origin connection (TCP, TLS and login): the
   // server connect timeout. Shorter than acquire_timeout, so that a
   // transaction waiting on an unreachable origin hears why (08001 "timed

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ class Transport {
   virtual asio::awaitable<absl::StatusOr<std::unique_ptr<Link>>> Open(asio::any_io_executor executor,
                                                                        std::string initial_bytes) = 0;
 
+  // Where the Client should run the sessions whose links this transport
+  // opens, if it has a preference: an in-process transport's Endpoint
+  // executor, so that a session's unit of work never crosses threads
+  // (links opened there are direct: no channel). None by default.
+  virtual std::optional<asio::any_io_executor> session_executor() const { return std::nullopt; }
+
   // Which Endpoint new links go to, for a transport that chooses among
   // several (failover, placement): a number that changes whenever that
   // choice changes. A transport to one Endpoint keeps 0. The Client's
@@ -86,8 +93,12 @@ class Transport {
 
 // A transport that connects Clients to an Endpoint in the same process.
 // Links are pairs of bounded in-memory queues; no sockets, no copies beyond
-// moving the chunk buffers.
+// moving the chunk buffers. Given the executor the acceptor runs its
+// sessions on (one that runs a handler at a time), it asks Clients to run
+// their sessions there too (session_executor()), and links opened on it are
+// direct (MakeDirectLinkPair).
 std::unique_ptr<Transport> MakeInProcessTransport(LinkAcceptor& acceptor);
+std::unique_ptr<Transport> MakeInProcessTransport(LinkAcceptor& acceptor, asio::any_io_executor acceptor_executor);
 
 // A connected pair of in-process link ends, for tests and for the in-process
 // transport: `first` completes on `first_executor`, `second` on
@@ -98,6 +109,12 @@ struct LinkPair {
 };
 LinkPair MakeInProcessLinkPair(asio::any_io_executor first_executor, asio::any_io_executor second_executor,
                                std::size_t capacity = 64);
+// A connected pair for two ends on one executor that runs one handler at a
+// time (used, and safe, only there): no channel and no lock; a Send waits
+// only when more than `limit` bytes sent are unread. `first_bytes` wait in
+// the pipe from `first` to `second` already (however many: no Send waits
+// for them).
+LinkPair MakeDirectLinkPair(asio::any_io_executor executor, std::size_t limit = 1 << 20, std::string first_bytes = {});
 
 // ---- The socket transport: Client and Endpoint on different machines ----
 //

@@ -61,6 +61,9 @@ void SetCloseOnExec(int fd) {
 // ---- Client::Impl ----
 
 asio::any_io_executor Client::Impl::NextSessionExecutor() {
+  // An in-process Endpoint's own executor: the session's Endpoint side runs
+  // there, so its units of work never cross threads (direct links).
+  if (std::optional<asio::any_io_executor> preferred = transport.session_executor()) return *preferred;
   size_t index = next_executor.fetch_add(1, std::memory_order_relaxed) % executors.size();
   return options.one_thread_per_executor ? executors[index] : asio::any_io_executor(asio::make_strand(executors[index]));
 }

@@ -193,29 +193,10 @@ asio::awaitable<absl::StatusOr<pr::Frame>> ClientSession::ReadFrame(const pr::Fr
 
 asio::awaitable<bool> ClientSession::Fill(size_t needed) {
   size_t want = needed > in_.size() ? needed - in_.size() : 1;
-  if (logged_in_ && in_.quiet()) {
-    // Between messages: wait for readability holding no read buffer (an
-    // idle client costs its session, not a buffer), then read what came
-    // without blocking. A wake-up with nothing to read waits again. (Not
-    // during the handshake: the TLS upgrade takes the socket over.)
-    in_.ReleaseIfEmpty();
-    asio::error_code nb;
-    if (!socket_.non_blocking()) socket_.non_blocking(true, nb);
-    if (!nb) {
-      for (;;) {
-        auto [ec] = co_await socket_.async_wait(tcp::socket::wait_read, kAsTuple);
-        if (ec) co_return false;
-        auto [space, space_size] = in_.Prepare(in_.ReadSize(want));
-        asio::error_code rec;
-        const size_t n = socket_.read_some(asio::buffer(space, space_size), rec);
-        if (rec == asio::error::would_block || rec == asio::error::try_again) continue;
-        if (rec || n == 0) co_return false;
-        received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-        in_.Commit(n);
-        co_return true;
-      }
-    }
-  }
+  // A plain read, also between messages: asio waits for it with the socket
+  // already in its epoll set (a readability wait instead would re-arm the
+  // socket with epoll_ctl on every message). An idle session keeps only a
+  // small read buffer (InBuffer::kIdleRead).
   auto [space, space_size] = in_.Prepare(in_.ReadSize(want));
   auto buffer = asio::buffer(space, space_size);
   auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
@@ -226,9 +207,28 @@ asio::awaitable<bool> ClientSession::Fill(size_t needed) {
 }
 
 asio::awaitable<void> ClientSession::Write(std::string_view bytes) {
-  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes.data(), bytes.size()), kAsTuple);
+  auto [ec, n] = co_await WriteApp(bytes);
   (void)ec;
   CountSent(n);
+}
+
+asio::awaitable<std::tuple<asio::error_code, size_t>> ClientSession::WriteApp(std::string_view bytes) {
+  // What the socket takes at once is written without suspending (most
+  // answers fit); only the rest waits for the socket.
+  asio::error_code ec;
+  if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
+  size_t written = 0;
+  if (!ec) {
+    written = socket_.write_some(asio::buffer(bytes.data(), bytes.size()), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      ec.clear();
+      written = 0;
+    }
+    if (ec || written == bytes.size()) co_return std::tuple<asio::error_code, size_t>{ec, written};
+  }
+  auto [wec, n] = co_await asio::async_write(socket_, asio::buffer(bytes.data() + written, bytes.size() - written),
+                                             kAsTuple);
+  co_return std::tuple<asio::error_code, size_t>{wec, written + n};
 }
 
 asio::awaitable<void> ClientSession::Fatal(std::string_view sqlstate, std::string message) {

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -126,6 +127,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::awaitable<bool> Fill(size_t needed);
 
   asio::awaitable<void> Write(std::string_view bytes);
+  // Writes all of `bytes` to the app: at once (no suspension) when the
+  // socket takes them, the rest asynchronously. The error and bytes written.
+  asio::awaitable<std::tuple<asio::error_code, size_t>> WriteApp(std::string_view bytes);
 
   // Sends a FATAL ErrorResponse and closes the socket.
   asio::awaitable<void> Fatal(std::string_view sqlstate, std::string message);

@@ -182,7 +182,7 @@ asio::awaitable<bool> ClientSession::ServeLocalHits() {
     const size_t n = unit.frames.size();
     while (link_writing_) co_await WaitWriteDone();
     hit_writing_ = true;
-    auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+    auto [ec, written] = co_await WriteApp(out);
     CountSent(written);
     hit_writing_ = false;
     write_done_.cancel();
@@ -343,7 +343,7 @@ asio::awaitable<void> ClientSession::AppToLink() {
       // Before anything this batch sends: their answers come later.
       while (link_writing_) co_await WaitWriteDone();
       hit_writing_ = true;
-      auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(local), kAsTuple);
+      auto [ec, written] = co_await WriteApp(local);
       CountSent(written);
       hit_writing_ = false;
       write_done_.cancel();
@@ -462,7 +462,7 @@ asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> se
         // meanwhile cannot overtake these bytes.
         link_writing_ = true;
         while (hit_writing_) co_await WaitWriteDone();
-        auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
+        auto [ec, n] = co_await WriteApp(out);
         CountSent(n);
         link_writing_ = false;
         write_done_.cancel();

@@ -171,7 +171,7 @@ class ConnectionImpl final : public Connection {
     if (!endpoint.ok()) return endpoint.status();
     endpoint_ = *std::move(endpoint);
     default_endpoint_ = endpoint_.get();
-    transport_ = MakeInProcessTransport(*endpoint_);
+    transport_ = MakeInProcessTransport(*endpoint_, endpoint_->executor());
     return StartClient(std::move(executors), std::move(options.client));
   }
 
@@ -205,7 +205,7 @@ class ConnectionImpl final : public Connection {
     Database& db = databases_[name];
     db.endpoint = *std::move(endpoint);
     db.pool = pool;
-    db.transport = MakeInProcessTransport(*db.endpoint);
+    db.transport = MakeInProcessTransport(*db.endpoint, db.endpoint->executor());
     router_->Set(name, db.transport);
     return absl::OkStatus();
   }

@@ -8,9 +8,7 @@
 // an idle session holds no more than kKeepCapacity. ReadSize() keeps an idle
 // session's buffer small: a read into an empty buffer asks for kIdleRead
 // only, and an empty buffer above kIdleKeep is given back unless the last
-// read filled all the space it had (a stream in progress). Between messages
-// a quiet session gives its storage back altogether (ReleaseIfEmpty) and
-// waits for readability holding no buffer.
+// read filled all the space it had (a stream in progress).
 #ifndef HYPERPOOL_CLIENT_IN_BUFFER_H_
 #define HYPERPOOL_CLIENT_IN_BUFFER_H_
 
@@ -36,7 +34,7 @@ class InBuffer {
   // Space for a read into an empty buffer (the next message of an idle
   // session: most are far smaller), and the most an empty buffer keeps
   // while its app is not streaming.
-  static constexpr size_t kIdleRead = 1 << 10;
+  static constexpr size_t kIdleRead = 512;
   static constexpr size_t kIdleKeep = 4 << 10;
 
   // How much space to Prepare() for the next read when `want` more bytes are
@@ -48,20 +46,6 @@ class InBuffer {
       return std::clamp(want, kIdleRead, kMaxReadChunk);
     }
     return std::clamp(want, kReadChunk, kMaxReadChunk);
-  }
-
-  // Whether the session may wait for the app's next bytes holding no
-  // storage: the buffer is empty and the last read did not fill all the
-  // space it had (no stream in progress that would be read at once anyway).
-  bool quiet() const { return size() == 0 && !last_read_filled_; }
-
-  // Gives back an empty buffer's storage (before an idle wait: the session
-  // then holds no read buffer at all until the app sends again).
-  void ReleaseIfEmpty() {
-    if (size() == 0 && data_.capacity() > 0) {
-      Release();
-      begin_ = end_ = 0;
-    }
   }
 
   // Frames found in it are views that stay valid until Prepare() or Take().

@@ -176,6 +176,8 @@ Endpoint::Endpoint(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Endpoint::~Endpoint() { Stop(); }
 
+asio::any_io_executor Endpoint::executor() const { return impl_->executor; }
+
 void Endpoint::Accept(std::unique_ptr<Link> link) {
   std::shared_ptr<Impl> impl = impl_;
   asio::post(impl->executor, [impl, link = std::move(link)]() mutable {

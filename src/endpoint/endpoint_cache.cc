@@ -241,7 +241,10 @@ std::string SessionCache::StartWatch(const std::vector<std::pair<std::string, st
 }
 
 std::string EndpointCache::ConnKey(const OriginConnection& conn) {
-  return fmt::format("{}:{}", conn.backend_key().process_id, conn.backend_key().secret_key);
+  std::string key = std::to_string(conn.backend_key().process_id);
+  key += ':';
+  key += conn.backend_key().secret_key;
+  return key;
 }
 
 bool EndpointCache::ConnectionUsable(const OriginConnection& conn, const std::string& fingerprint) {
@@ -910,8 +913,6 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
       // settings replay gives each unit exactly its own session's settings.
       if ((e.changes_state && !e.settings_only) || state_changed_ || hello_unsupported_) {
         cache_->MarkConnectionDirty(conn);
-      } else {
-        (void)cache_->ConnectionUsable(conn, hello_fp_);
       }
       if (e.ddl) cache_->CatalogChanged();
       pending_.pop_front();

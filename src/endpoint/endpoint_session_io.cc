@@ -59,12 +59,22 @@ asio::awaitable<void> Session::ReadOrigin() {
     while (!finished_ && !(lease_ && own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
     if (finished_) co_return;
     OriginConnection* c = &lease_.As<OriginConnection>();
-    reading_ = c;
-    absl::StatusOr<protocol::Frame> frame = co_await c->ReadFrame();
-    reading_ = nullptr;
-    if (!lease_ || &lease_.As<OriginConnection>() != c) {
-      MaybeFinishRelease();  // released (closed) while we read: nothing more to do with it
-      continue;
+    // A frame already buffered is taken without suspending (most of a
+    // unit's answers arrive in one read); only an empty buffer waits.
+    absl::StatusOr<std::optional<protocol::Frame>> buffered = c->TakeBufferedFrame();
+    absl::StatusOr<protocol::Frame> frame = absl::UnknownError("");
+    if (!buffered.ok()) {
+      frame = buffered.status();
+    } else if (*buffered) {
+      frame = **buffered;
+    } else {
+      reading_ = c;
+      frame = co_await c->ReadFrame();
+      reading_ = nullptr;
+      if (!lease_ || &lease_.As<OriginConnection>() != c) {
+        MaybeFinishRelease();  // released (closed) while we read: nothing more to do with it
+        continue;
+      }
     }
     if (!frame.ok()) {
       core_->OnOriginLost(frame.status());

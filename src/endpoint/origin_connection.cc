@@ -27,6 +27,23 @@ bool OriginConnection::HasBufferedFrame() const {
   return reader_.Read(pending).is_frame();
 }
 
+absl::StatusOr<std::optional<protocol::Frame>> OriginConnection::TakeBufferedFrame() {
+  if (broken_) return absl::UnavailableError("the origin connection is closed");
+  std::string_view pending(buffer_.data() + consumed_, end_ - consumed_);
+  protocol::FrameReader::Result r = reader_.Read(pending);
+  if (r.is_frame()) {
+    consumed_ += r.frame().size();
+    OnFrame(r.frame());
+    return std::optional<protocol::Frame>(r.frame());
+  }
+  if (r.is_error()) {
+    broken_ = true;
+    return absl::InvalidArgumentError(
+        fmt::format("protocol violation by the origin: {}", std::string(r.status().message())));
+  }
+  return std::optional<protocol::Frame>();
+}
+
 asio::awaitable<absl::StatusOr<protocol::Frame>> OriginConnection::ReadFrame() {
   if (broken_) co_return absl::UnavailableError("the origin connection is closed");
   for (;;) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -103,6 +104,11 @@ class OriginConnection final : public PooledConnection {
   // True if a complete frame is already buffered: the next ReadFrame() will
   // not wait for the network (callers batch until this is false).
   bool HasBufferedFrame() const;
+  // The next frame if it is already buffered, without suspending (what
+  // ReadFrame() would return at once); nullopt when it must wait for the
+  // network. Errors as ReadFrame()'s. A reader takes the frames of a burst
+  // this way and calls ReadFrame() only when it has to wait.
+  absl::StatusOr<std::optional<protocol::Frame>> TakeBufferedFrame();
 
   // Writes all of `bytes` (whole frontend messages). An error marks the
   // connection broken. `bytes` must stay alive until it completes.
@@ -169,6 +175,13 @@ class OriginConnection final : public PooledConnection {
   // client's work means its settings changed (a safety net for SETs that
   // statement analysis cannot see, e.g. inside functions).
   std::uint64_t parameter_changes() const { return parameter_changes_; }
+
+  // TEST ONLY (tests/unit/endpoint/session_core_test.cc): records `frame` in
+  // this connection's bookkeeping (ReadyForQuery's transaction status,
+  // BackendKeyData, ParameterStatus, DISCARD ALL) exactly as ReadFrame()
+  // does for a frame read from the stream, so that a test can drive
+  // SessionCore with a stream-less connection. Production code never calls it.
+  void ObserveFrameForTesting(const protocol::Frame& frame) { OnFrame(frame); }
 
  private:
   void OnFrame(const protocol::Frame& frame);

@@ -288,7 +288,9 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - acquire_started_));
   conn_ = conn;
   if (stopping_ || ending()) {
-    ReleaseLease(ReleaseDecision::kClose);
+    // Nothing of the session reached it: a healthy one goes back as it came.
+    ReleaseLease(!conn_->broken() && conn_->transaction_status() == 'I' ? ReleaseDecision::kReturn
+                                                                         : ReleaseDecision::kClose);
     return;
   }
   SetState(State::kPreparing);
@@ -347,9 +349,10 @@ void SessionCore::FailHeadUnit(const absl::Status& status) {
     // The replacement of a refused pin stands for the head frame when given.
     protocol::FrameReader rr(protocol::FrameReader::Mode::kTagged);
     auto first = rewritten_.empty() ? r : rr.Read(rewritten_);
-    AnswerAcquireFailure(status, first.is_frame() ? first.frame() : r.frame(), r.frame().size());
+    in_.erase(0, AnswerAcquireFailure(status, first.is_frame() ? first.frame() : r.frame(), r.frame().size()));
+  } else {
+    in_.clear();
   }
-  in_.clear();
   rewritten_.clear();
   rewritten_pin_ = false;
   if (terminated_) {
@@ -555,8 +558,8 @@ std::string SessionCore::StatementScope() const {
   return scope;
 }
 
-void SessionCore::AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first,
-                                       std::size_t offset) {
+std::size_t SessionCore::AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first,
+                                              std::size_t offset) {
   if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_.acquire_timeouts++;
   QueueError("ERROR", SqlStateOf(status), AcquireErrorMessage(status));
   bool in_unit = false;
@@ -574,8 +577,8 @@ void SessionCore::AnswerAcquireFailure(const absl::Status& status, const protoco
     auto r = reader_.Read(rest);
     if (!r.is_frame()) break;
     if (r.frame().tag == 'X') {
-      terminated_ = true;  // Terminate is still honoured
-      break;
+      terminated_ = true;  // Terminate is still honoured (nothing after it matters)
+      return in_.size();
     }
     answer(r.frame().tag);
     rest.remove_prefix(r.frame().size());
@@ -584,6 +587,7 @@ void SessionCore::AnswerAcquireFailure(const absl::Status& status, const protoco
     skip_until_sync_ = true;
     skip_status_ = 'I';
   }
+  return in_.size() - rest.size();  // a frame cut by the read boundary stays
 }
 
 // ----- Cancels and timeouts

@@ -234,7 +234,10 @@ class SessionCore {
   void GivePinBudget();
   void AddPin(PinReason reason);
   std::string StatementScope() const;
-  void AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first, std::size_t offset);
+  // Answers the head unit and the complete frames after it (`offset`: where
+  // they start in in_) with the error; returns how many bytes of in_ that
+  // covers (a frame cut by the read boundary is left).
+  std::size_t AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first, std::size_t offset);
   // The head unit cannot start (`status`): it and the rest of the input are
   // answered with the error (AnswerAcquireFailure).
   void FailHeadUnit(const absl::Status& status);

@@ -221,6 +221,15 @@ class PoolImpl : public std::enable_shared_from_this<PoolImpl> {
   void LendToFront(PoolEntry& entry);
   // Gives a connection that may be shared to the front waiter, else to idle.
   void Offer(PoolEntry& entry);
+  // An idle connection not watched yet is polled once before it is lent
+  // (PoolOptions::idle_watch_delay), unless it came back just now
+  // (idle_poll_after).
+  bool SpokeWhileIdle(PoolEntry& entry) const {
+    if (entry.watched) return false;
+    if (options_.idle_poll_after.count() > 0 && Clock::now() - entry.idle_since < options_.idle_poll_after) return false;
+    return entry.connection->IdleActivity();
+  }
+
   bool NeedsCheck(const PoolEntry& entry, Clock::time_point now) const {
     return callbacks_.health_check && now - entry.idle_since > options_.health_check_after;
   }
@@ -426,7 +435,7 @@ std::optional<Lease> PoolImpl::TryAcquire() {
   while (!idle.empty()) {
     // As Pump() does for the front waiter: the most recently used first.
     PoolEntry& entry = idle.back();
-    if (!entry.watched && entry.connection->IdleActivity()) {
+    if (SpokeWhileIdle(entry)) {
       OnIdleSpoke(entry);  // what the watch would have reported
       continue;
     }
@@ -478,7 +487,7 @@ void PoolImpl::Pump() {
       // Most recently used first: the rest stay idle long enough to time out
       // when demand drops.
       PoolEntry& entry = idle.back();
-      if (!entry.watched && entry.connection->IdleActivity()) {
+      if (SpokeWhileIdle(entry)) {
         OnIdleSpoke(entry);  // what the watch would have reported
         continue;
       }

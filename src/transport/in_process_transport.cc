@@ -1,17 +1,31 @@
-// In-process links: each direction is a bounded asio concurrent_channel of
-// byte chunks. A chunk is moved, never copied, from sender to receiver; the
-// channel's completion runs on the receiving coroutine's own executor, so the
-// two ends may live on different worker threads ("cross-worker work is a
-// post to the owner"). The end of a stream is an empty chunk carrying
-// asio::error::eof, so bytes sent just before Close() are never lost.
+// In-process links, two kinds:
+//  - Channel links: each direction is a bounded asio concurrent_channel of
+//    byte chunks. A chunk is moved, never copied, from sender to receiver;
+//    the channel's completion runs on the receiving coroutine's own
+//    executor, so the two ends may live on different worker threads
+//    ("cross-worker work is a post to the owner"). The end of a stream is an
+//    empty chunk carrying asio::error::eof, so bytes sent just before
+//    Close() are never lost.
+//  - Direct links: both ends on one executor that runs one handler at a
+//    time (an io_context run by one thread, or a strand). No channel, no
+//    lock: a Send appends to the peer's inbox and resumes its waiting
+//    Receive (one post); a Receive with bytes waiting returns at once. A
+//    Send waits only when the peer has more than its limit unread. The
+//    in-process transport uses them for sessions on the Endpoint's own
+//    executor (docs/architecture.md, "Threads").
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <tuple>
+#include <type_traits>
 #include <string>
 #include <utility>
 
+#include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/post.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/concurrent_channel.hpp>
 #include <asio/use_awaitable.hpp>
@@ -116,12 +130,147 @@ class InProcessLink final : public Link {
   bool peer_done_ = false;
 };
 
+
+// ----- Direct links -------------------------------------------------------
+
+// A parked Send or Receive: its completion, type-erased (move-only).
+class Parked {
+ public:
+  virtual ~Parked() = default;
+  // Resumes the parked coroutine (posted to its executor, never inline).
+  virtual void Complete(asio::error_code ec) = 0;
+};
+
+template <typename Handler>
+class ParkedHandler final : public Parked {
+ public:
+  explicit ParkedHandler(Handler handler) : handler_(std::move(handler)) {}
+  void Complete(asio::error_code ec) override {
+    auto executor = asio::get_associated_executor(handler_);
+    asio::post(executor, [h = std::move(handler_), ec]() mutable { h(ec); });
+  }
+
+ private:
+  Handler handler_;
+};
+
+// Unread bytes a Send on a direct link may leave before it waits.
+constexpr std::size_t kDirectLimit = 1 << 20;
+
+struct DirectPipe {
+  struct Direction {
+    std::string inbox;                // sent, not yet received
+    bool writer_closed = false;       // the sending end closed: after the inbox, end of stream
+    bool reader_closed = false;       // the receiving end closed: sends fail
+    std::unique_ptr<Parked> receiver;  // a Receive waiting for bytes
+    std::unique_ptr<Parked> sender;    // a Send waiting for the inbox to drain
+  };
+  explicit DirectPipe(std::size_t limit) : limit(limit) {}
+  const std::size_t limit;  // unread bytes a Send may leave before it waits
+  Direction a_to_b;
+  Direction b_to_a;
+};
+
+void Wake(std::unique_ptr<Parked>& parked, asio::error_code ec) {
+  if (!parked) return;
+  std::unique_ptr<Parked> p = std::move(parked);
+  p->Complete(ec);
+}
+
+class DirectLink final : public Link {
+ public:
+  DirectLink(std::shared_ptr<DirectPipe> pipe, DirectPipe::Direction& out, DirectPipe::Direction& in)
+      : pipe_(std::move(pipe)), out_(out), in_(in) {}
+  ~DirectLink() override { Close(); }
+
+  asio::awaitable<absl::Status> Send(std::string bytes) override {
+    if (closed_) co_return absl::CancelledError("link closed");
+    if (out_.reader_closed) co_return absl::UnavailableError("link closed by peer");
+    if (bytes.empty()) co_return absl::OkStatus();
+    if (out_.inbox.empty()) {
+      out_.inbox = std::move(bytes);  // keeps the allocation: the receiver takes it as it is
+    } else {
+      out_.inbox += bytes;
+    }
+    Wake(out_.receiver, {});
+    while (out_.inbox.size() > pipe_->limit && !out_.reader_closed && !closed_) {
+      auto [ec] = co_await Park(out_.sender);
+      if (ec) break;
+    }
+    if (closed_) co_return absl::CancelledError("link closed");
+    if (out_.reader_closed) co_return absl::UnavailableError("link closed by peer");
+    co_return absl::OkStatus();
+  }
+
+  asio::awaitable<absl::StatusOr<std::size_t>> Receive(std::string& buffer) override {
+    for (;;) {
+      if (closed_) co_return absl::UnavailableError("link closed");
+      if (!in_.inbox.empty()) {
+        const std::size_t n = in_.inbox.size();
+        if (buffer.empty()) {
+          buffer.swap(in_.inbox);  // keeps the chunk's allocation instead of copying
+        } else {
+          buffer.append(in_.inbox);
+        }
+        in_.inbox.clear();
+        Wake(in_.sender, {});
+        co_return n;
+      }
+      if (in_.writer_closed) co_return absl::UnavailableError("link closed by peer");
+      auto [ec] = co_await Park(in_.receiver);
+      if (ec) co_return absl::UnavailableError("link closed");
+    }
+  }
+
+  void Close() override {
+    if (closed_) return;
+    closed_ = true;
+    // The peer reads what was sent before this, then the end of the stream.
+    out_.writer_closed = true;
+    Wake(out_.receiver, {});
+    Wake(out_.sender, asio::error::operation_aborted);  // our own Send, if parked
+    // The peer's sends towards us fail from now on (a parked one too), and
+    // so does our own pending Receive.
+    in_.reader_closed = true;
+    in_.inbox.clear();
+    Wake(in_.sender, asio::error::operation_aborted);
+    Wake(in_.receiver, asio::error::operation_aborted);
+  }
+
+ private:
+  // Suspends until Wake(`slot`, ec).
+  asio::awaitable<std::tuple<asio::error_code>> Park(std::unique_ptr<Parked>& slot) {
+    return asio::async_initiate<decltype(kAsTuple), void(asio::error_code)>(
+        [&slot](auto handler) {
+          slot = std::make_unique<ParkedHandler<std::decay_t<decltype(handler)>>>(std::move(handler));
+        },
+        kAsTuple);
+  }
+
+  std::shared_ptr<DirectPipe> pipe_;
+  DirectPipe::Direction& out_;
+  DirectPipe::Direction& in_;
+  bool closed_ = false;
+};
+
 class InProcessTransport final : public Transport {
  public:
-  explicit InProcessTransport(LinkAcceptor& acceptor) : acceptor_(acceptor) {}
+  InProcessTransport(LinkAcceptor& acceptor, std::optional<asio::any_io_executor> acceptor_executor)
+      : acceptor_(acceptor), acceptor_executor_(std::move(acceptor_executor)) {}
+
+  std::optional<asio::any_io_executor> session_executor() const override { return acceptor_executor_; }
 
   asio::awaitable<absl::StatusOr<std::unique_ptr<Link>>> Open(asio::any_io_executor executor,
                                                                std::string initial_bytes) override {
+    // A session on the acceptor's own executor talks to it without a
+    // channel or a thread hop.
+    if (acceptor_executor_ && executor == *acceptor_executor_) {
+      // The first message waits in the pipe, whatever its size: the
+      // Endpoint's session, which drains it, starts only with Accept.
+      LinkPair pair = MakeDirectLinkPair(executor, kDirectLimit, std::move(initial_bytes));
+      acceptor_.Accept(std::move(pair.second));
+      co_return std::move(pair.first);
+    }
     LinkPair pair = MakeInProcessLinkPair(executor, executor);
     // The first chunk is queued before the acceptor sees the link, so the
     // Endpoint's first read returns the hello and the buffered queries at once.
@@ -135,6 +284,7 @@ class InProcessTransport final : public Transport {
 
  private:
   LinkAcceptor& acceptor_;
+  std::optional<asio::any_io_executor> acceptor_executor_;
 };
 
 }  // namespace
@@ -151,8 +301,22 @@ LinkPair MakeInProcessLinkPair(asio::any_io_executor first_executor, asio::any_i
   return pair;
 }
 
+LinkPair MakeDirectLinkPair(asio::any_io_executor executor, std::size_t limit, std::string first_bytes) {
+  (void)executor;  // both ends complete on their callers' (one) executor
+  auto pipe = std::make_shared<DirectPipe>(limit);
+  pipe->a_to_b.inbox = std::move(first_bytes);
+  LinkPair pair;
+  pair.first = std::make_unique<DirectLink>(pipe, pipe->a_to_b, pipe->b_to_a);
+  pair.second = std::make_unique<DirectLink>(pipe, pipe->b_to_a, pipe->a_to_b);
+  return pair;
+}
+
 std::unique_ptr<Transport> MakeInProcessTransport(LinkAcceptor& acceptor) {
-  return std::make_unique<InProcessTransport>(acceptor);
+  return std::make_unique<InProcessTransport>(acceptor, std::nullopt);
+}
+
+std::unique_ptr<Transport> MakeInProcessTransport(LinkAcceptor& acceptor, asio::any_io_executor acceptor_executor) {
+  return std::make_unique<InProcessTransport>(acceptor, std::move(acceptor_executor));
 }
 
 }  // namespace hyperpool

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "protocol/codec.h"
+#include "protocol/frame_reader.h"
 
 namespace hyperpool::testing {
 
@@ -54,6 +55,21 @@ inline std::string QueryBytes(std::string_view sql) {
   std::string out;
   protocol::Encode(protocol::Query{sql}, out);
   return out;
+}
+
+// Calls `fn(frame)` for each whole tagged frame of `bytes`, in order; false
+// (and stops) at bytes that are not whole frames.
+template <typename Fn>
+bool ForEachFrame(std::string_view bytes, Fn&& fn) {
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  while (!bytes.empty()) {
+    auto r = reader.Read(bytes);
+    if (!r.is_frame()) return false;
+    const protocol::Frame f = r.frame();
+    bytes.remove_prefix(f.size());
+    fn(f);
+  }
+  return true;
 }
 
 }  // namespace hyperpool::testing

@@ -142,14 +142,7 @@ class ModelBackend {
 
   std::string Process(std::string_view bytes) {
     std::string out;
-    protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
-    while (!bytes.empty()) {
-      auto r = reader.Read(bytes);
-      REQUIRE(r.is_frame());
-      const protocol::Frame f = r.frame();
-      bytes.remove_prefix(f.size());
-      Handle(f, out);
-    }
+    REQUIRE(testing::ForEachFrame(bytes, [&](const protocol::Frame& f) { Handle(f, out); }));
     return out;
   }
 

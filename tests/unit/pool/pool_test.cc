@@ -23,6 +23,7 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 namespace hyperpool {
@@ -112,6 +113,7 @@ PoolOptions Options(std::size_t max_size) {
   o.max_size = max_size;
   o.acquire_timeout = 60s;
   o.idle_watch_delay = 0ms;  // watched at once; the tests of the delay set it
+  o.idle_poll_after = 0us;   // polled at every lend; its own test sets it
   return o;
 }
 
@@ -525,6 +527,24 @@ TEST_CASE("with idle_watch_delay, a connection lent again soon is polled once at
   CHECK(f.origin.watch_calls == 0);
   CHECK(f.origin.idle_polls == 19);  // every lend of an idle connection but the first (a new one)
   CHECK(f.origin.open_calls == 1);
+}
+
+TEST_CASE("a connection lent again within idle_poll_after of its release is not polled; one idle longer is") {
+  PoolOptions options = Options(2);
+  options.idle_watch_delay = 1h;
+  const bool soon = GENERATE(true, false);
+  // Either every lend comes long before the bound, or each comes after it
+  // (a lower bound slept, not a race).
+  options.idle_poll_after = soon ? std::chrono::microseconds(1h) : std::chrono::microseconds(1ms);
+  Fixture f(options);
+  for (int i = 0; i < 5; ++i) {
+    if (!soon && i > 0) std::this_thread::sleep_for(5ms);
+    Result a = f.AcquireNow();
+    REQUIRE(a->ok());
+    (*a)->Release(ReleaseDecision::kReturn);
+    Settle(f.io);
+  }
+  CHECK(f.origin.idle_polls == (soon ? 0 : 4));  // every lend of an idle connection but the first (a new one)
 }
 
 TEST_CASE("a connection lent before its watch is armed and the origin spoke on is closed, never lent") {

@@ -11,6 +11,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include "hyperpool/transport.h"
 
@@ -45,9 +46,11 @@ TEST_CASE("in-process link carries bytes in order both ways") {
   CHECK(got == "m0!m1!m2!m3!m4!");
 }
 
-TEST_CASE("bytes sent before Close reach the peer, then the link reports closed") {
+TEST_CASE("bytes sent before Close reach the peer, then the link reports closed (channel and direct links)") {
+  const bool direct = GENERATE(false, true);
   asio::io_context io;
-  LinkPair pair = MakeInProcessLinkPair(io.get_executor(), io.get_executor());
+  LinkPair pair = direct ? MakeDirectLinkPair(io.get_executor())
+                         : MakeInProcessLinkPair(io.get_executor(), io.get_executor());
   auto result = Run(io, [&]() -> asio::awaitable<std::pair<std::string, bool>> {
     { auto st = co_await pair.first->Send("last words"); REQUIRE(st.ok()); }
     pair.first->Close();
@@ -129,6 +132,127 @@ TEST_CASE("a Send blocked on a full link fails when its own end closes") {
   std::optional<bool> failed = SendBlockedThenClose(false);
   REQUIRE(failed.has_value());
   CHECK(*failed);
+}
+
+
+// ----- Direct links (both ends on one executor) --------------------------
+
+TEST_CASE("direct link carries bytes in order both ways, a Receive with bytes waiting returns at once") {
+  asio::io_context io;
+  LinkPair pair = MakeDirectLinkPair(io.get_executor(), 64);
+  std::string got = Run(io, [&]() -> asio::awaitable<std::string> {
+    for (int i = 0; i < 5; ++i) {
+      { auto st = co_await pair.first->Send("m" + std::to_string(i)); REQUIRE(st.ok()); }
+      std::string buf;
+      auto n = co_await pair.second->Receive(buf);
+      REQUIRE(n.ok());
+      REQUIRE(*n == buf.size());
+      { auto st = co_await pair.second->Send(buf + "!"); REQUIRE(st.ok()); }
+    }
+    std::string all;
+    auto n = co_await pair.first->Receive(all);  // all five echoes wait in one inbox
+    REQUIRE(n.ok());
+    co_return all;
+  }());
+  CHECK(got == "m0!m1!m2!m3!m4!");
+}
+
+TEST_CASE("direct link: a Receive parked before the Send is woken by it") {
+  asio::io_context io;
+  LinkPair pair = MakeDirectLinkPair(io.get_executor());
+  std::string got;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    std::string buf;
+    auto n = co_await pair.second->Receive(buf);
+    if (n.ok()) got = buf;
+  }, asio::detached);
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    co_await asio::post(io, asio::use_awaitable);  // the receiver parks first
+    (void)co_await pair.first->Send("late");
+  }, asio::detached);
+  io.run_for(std::chrono::seconds(5));
+  CHECK(got == "late");
+}
+
+TEST_CASE("direct link: a Send over the limit waits until the peer reads, and fails if the link closes") {
+  const bool close_instead = GENERATE(false, true);
+  asio::io_context io;
+  LinkPair pair = MakeDirectLinkPair(io.get_executor(), 8);
+  std::optional<bool> sent_ok;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    absl::Status st = co_await pair.first->Send(std::string(100, 'x'));  // over the limit of 8
+    sent_ok = st.ok();
+  }, asio::detached);
+  std::size_t read = 0;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 10; ++i) co_await asio::post(io, asio::use_awaitable);
+    REQUIRE_FALSE(sent_ok.has_value());  // still waiting: nobody read
+    if (close_instead) {
+      pair.second->Close();
+      co_return;
+    }
+    std::string buf;
+    auto n = co_await pair.second->Receive(buf);
+    if (n.ok()) read = *n;
+  }, asio::detached);
+  io.run_for(std::chrono::seconds(5));
+  REQUIRE(sent_ok.has_value());
+  CHECK(*sent_ok == !close_instead);
+  if (!close_instead) CHECK(read == 100);
+}
+
+TEST_CASE("direct link: first bytes larger than the limit wait in the pipe without a Send") {
+  asio::io_context io;
+  LinkPair pair = MakeDirectLinkPair(io.get_executor(), 8, std::string(1000, 'h'));
+  std::string got = Run(io, [&]() -> asio::awaitable<std::string> {
+    std::string buf;
+    auto n = co_await pair.second->Receive(buf);
+    REQUIRE(n.ok());
+    co_return buf;
+  }());
+  CHECK(got.size() == 1000);
+}
+
+// An acceptor that answers each link's first bytes with "ok:" + them.
+class EchoAcceptor final : public LinkAcceptor {
+ public:
+  explicit EchoAcceptor(asio::any_io_executor executor) : executor_(std::move(executor)) {}
+  void Accept(std::unique_ptr<Link> link) override {
+    std::shared_ptr<Link> l(std::move(link));
+    asio::co_spawn(executor_, [l]() -> asio::awaitable<void> {
+      std::string buf;
+      auto n = co_await l->Receive(buf);
+      if (n.ok()) (void)co_await l->Send("ok:" + buf);
+    }, asio::detached);
+  }
+
+ private:
+  asio::any_io_executor executor_;
+};
+
+TEST_CASE("in-process transport: sessions asked onto the acceptor's executor; a first message of any size") {
+  asio::io_context io;
+  EchoAcceptor acceptor(io.get_executor());
+  std::unique_ptr<Transport> placed = MakeInProcessTransport(acceptor, io.get_executor());
+  std::unique_ptr<Transport> unplaced = MakeInProcessTransport(acceptor);
+  REQUIRE(placed->session_executor().has_value());
+  CHECK(*placed->session_executor() == asio::any_io_executor(io.get_executor()));
+  CHECK_FALSE(unplaced->session_executor().has_value());
+  // 4 MiB: more than a direct link's limit, and the acceptor's session
+  // starts only once Open() has handed the link over.
+  const std::string big(4 << 20, 'q');
+  std::string got = Run(io, [&]() -> asio::awaitable<std::string> {
+    auto link = co_await placed->Open(io.get_executor(), big);
+    REQUIRE(link.ok());
+    std::string buf;
+    while (buf.size() < big.size() + 3) {
+      auto n = co_await (*link)->Receive(buf);
+      REQUIRE(n.ok());
+    }
+    co_return buf;
+  }());
+  CHECK(got.size() == big.size() + 3);
+  CHECK(got.substr(0, 3) == "ok:");
 }
 
 }  // namespace
