@@ -37,6 +37,15 @@ class Link {
   // a slow reader slows the writer). Fails once either end has closed.
   virtual asio::awaitable<absl::Status> Send(std::string bytes) = 0;
 
+  // Sends `bytes` without suspending when the link can take them now (true:
+  // taken, `bytes` is left empty); false: nothing was sent, use Send. A link
+  // that can never do this (the default) says false at once. Not while a
+  // Send of this end is pending.
+  virtual bool TrySend(std::string& bytes) {
+    (void)bytes;
+    return false;
+  }
+
   // Appends the next bytes from the peer to `buffer` (keeping what is already
   // there, so a caller can keep partial frames and reuse capacity). Returns
   // the number of bytes appended, or an error; absl::StatusCode::kCancelled /

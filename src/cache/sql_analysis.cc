@@ -4,6 +4,7 @@
 // invalidation and errs towards "function call" / "relation" when unsure.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -635,54 +636,108 @@ absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOpti
 }
 
 namespace {
-// `needle` is lowercase; ASCII case-insensitive search without a copy.
-bool ContainsLowered(std::string_view hay, std::string_view needle) {
-  for (size_t i = 0; i + needle.size() <= hay.size(); ++i) {
-    size_t k = 0;
-    while (k < needle.size() && absl::ascii_tolower(static_cast<unsigned char>(hay[i + k])) == needle[k]) ++k;
-    if (k == needle.size()) return true;
-  }
-  return false;
-}
-}  // namespace
 
-// (sql_analysis.h) Starts with the keyword SELECT, has no ';' before its trailing
-// ones, calls no set_config and names nothing hyperpool; and has none of the
-// bytes that could make it lex differently from how it reads here (quoted
-// identifiers, U& escapes, backslashes, comments, dollar quotes) or fail to
-// lex (an odd number of single quotes). Such a text is classified exactly
-// as the lexer would (no effects); anything else is left to the lexer. Most
-// of an application's queries take this path, and the Client classifies
-// every forwarded Query (issue 11: lexing was ~10% of a simple query's CPU).
-bool IsPlainSelect(std::string_view sql) {
+// `word` (lowercase) at `at` in `sql`, ASCII case-insensitively.
+bool LoweredAt(std::string_view sql, size_t at, std::string_view word) {
+  if (sql.size() - at < word.size()) return false;
+  for (size_t k = 0; k < word.size(); ++k) {
+    if (absl::ascii_tolower(static_cast<unsigned char>(sql[at + k])) != word[k]) return false;
+  }
+  return true;
+}
+
+bool WordChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' ||
+         static_cast<unsigned char>(c) >= 0x80;
+}
+
+enum class SelectScan : uint8_t {
+  kNotPlain,  // not IsPlainSelect
+  kPlain,     // IsPlainSelect, but it has '(' or INTO
+  kSimple,    // IsPlainSelect, no '(' and no INTO word: SqlText::simple_read
+};
+
+// IsPlainSelect and simple_read in one pass over the text (every Query a
+// session forwards goes through this, on both halves).
+SelectScan ScanSelect(std::string_view sql) {
   size_t i = 0;
   while (i < sql.size() && absl::ascii_isspace(static_cast<unsigned char>(sql[i]))) ++i;
   constexpr std::string_view kSelect = "select";
-  if (sql.size() - i <= kSelect.size()) return false;
-  for (size_t k = 0; k < kSelect.size(); ++k) {
-    if (absl::ascii_tolower(static_cast<unsigned char>(sql[i + k])) != kSelect[k]) return false;
-  }
-  const unsigned char after = static_cast<unsigned char>(sql[i + kSelect.size()]);
-  if (absl::ascii_isalnum(after) || after == '_' || after == '$' || after >= 0x80) return false;
-  size_t quotes = 0;
+  if (sql.size() - i <= kSelect.size() || !LoweredAt(sql, i, kSelect)) return SelectScan::kNotPlain;
+  if (WordChar(sql[i + kSelect.size()])) return SelectScan::kNotPlain;
   size_t end = sql.size();
   while (end > i && (sql[end - 1] == ';' || absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1])))) --end;
+  // Bytes the loop below must look at; the others (most of a query) are
+  // skipped with one table look-up each.
+  static constexpr std::array<bool, 256> kNotable = [] {
+    std::array<bool, 256> t{};
+    for (char c : std::string_view("'\"&\\;/-$(sShHiI")) t[static_cast<unsigned char>(c)] = true;
+    return t;
+  }();
+  size_t quotes = 0;
+  bool calls_or_into = false;
   for (size_t j = i; j < sql.size(); ++j) {
     const char c = sql[j];
-    if (c == '\'') {
-      ++quotes;
-    } else if (c == '"' || c == '&' || c == '\\' || (c == ';' && j < end)) {
-      return false;
-    } else if ((c == '/' && j + 1 < sql.size() && sql[j + 1] == '*') ||
-               (c == '-' && j + 1 < sql.size() && sql[j + 1] == '-')) {
-      return false;
-    } else if (c == '$' && !(j + 1 < sql.size() && absl::ascii_isdigit(static_cast<unsigned char>(sql[j + 1])))) {
-      return false;
+    if (!kNotable[static_cast<unsigned char>(c)]) continue;
+    const char next = j + 1 < sql.size() ? sql[j + 1] : '\0';
+    switch (c) {
+      case '\'':
+        ++quotes;
+        break;
+      case '"':
+      case '&':
+      case '\\':
+        return SelectScan::kNotPlain;
+      case ';':
+        if (j < end) return SelectScan::kNotPlain;
+        break;
+      case '/':
+        if (next == '*') return SelectScan::kNotPlain;
+        break;
+      case '-':
+        if (next == '-') return SelectScan::kNotPlain;
+        break;
+      case '$':
+        if (!absl::ascii_isdigit(static_cast<unsigned char>(next))) return SelectScan::kNotPlain;
+        break;
+      case '(':
+        calls_or_into = true;
+        break;
+      // Anywhere, even in a literal (conservative): set_config and hyperpool.
+      case 's':
+      case 'S':
+        if (LoweredAt(sql, j, "set_config")) return SelectScan::kNotPlain;
+        break;
+      case 'h':
+      case 'H':
+        if (LoweredAt(sql, j, "hyperpool")) return SelectScan::kNotPlain;
+        break;
+      // INTO as a word: SELECT ... INTO t creates t (INTO TEMP pins).
+      case 'i':
+      case 'I':
+        if (!calls_or_into && LoweredAt(sql, j, "into") && (j == 0 || !WordChar(sql[j - 1])) &&
+            (j + 4 == sql.size() || !WordChar(sql[j + 4]))) {
+          calls_or_into = true;
+        }
+        break;
+      default:
+        break;
     }
   }
-  if (quotes % 2 != 0) return false;
-  return !ContainsLowered(sql, "set_config") && !ContainsLowered(sql, "hyperpool");
+  if (quotes % 2 != 0) return SelectScan::kNotPlain;
+  return calls_or_into ? SelectScan::kPlain : SelectScan::kSimple;
 }
+
+}  // namespace
+
+// (sql_analysis.h) Starts with the keyword SELECT, has no ';' before its
+// trailing ones, calls no set_config and names nothing hyperpool; and has
+// none of the bytes that could make it lex differently from how it reads
+// here (quoted identifiers, U& escapes, backslashes, comments, dollar
+// quotes) or fail to lex (an odd number of single quotes). Such a text is
+// classified exactly as the lexer would (no effects); anything else is left
+// to the lexer.
+bool IsPlainSelect(std::string_view sql) { return ScanSelect(sql) != SelectScan::kNotPlain; }
 
 const absl::StatusOr<std::vector<Token>>& SqlText::tokens() const {
   if (!tokens_) tokens_.emplace(Lex(sql_));
@@ -705,22 +760,7 @@ const absl::StatusOr<StatementAnalysis>& SqlText::analysis() const {
 }
 
 bool SqlText::simple_read() const {
-  if (simple_ < 0) {
-    bool simple = IsPlainSelect(sql_) && sql_.find('(') == std::string_view::npos;
-    // No INTO as a word (SELECT ... INTO t creates t; INTO TEMP pins).
-    for (size_t i = 0; simple && i + 4 <= sql_.size(); ++i) {
-      if ((sql_[i] | 0x20) != 'i' || (sql_[i + 1] | 0x20) != 'n' || (sql_[i + 2] | 0x20) != 't' ||
-          (sql_[i + 3] | 0x20) != 'o') {
-        continue;
-      }
-      const auto word = [](char c) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' ||
-               static_cast<unsigned char>(c) >= 0x80;
-      };
-      if ((i == 0 || !word(sql_[i - 1])) && (i + 4 == sql_.size() || !word(sql_[i + 4]))) simple = false;
-    }
-    simple_ = simple ? 1 : 0;
-  }
+  if (simple_ < 0) simple_ = ScanSelect(sql_) == SelectScan::kSimple ? 1 : 0;
   return simple_ == 1;
 }
 

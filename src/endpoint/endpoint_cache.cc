@@ -701,13 +701,14 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
     case 'Q': {
       describe_window_ = DescribeWindow::kNone;
       unnamed_known_ = false;
-      auto q = protocol::DecodeQuery(frame.payload);
       Effect e;
-      if (!q.ok()) {
-        e.write.all = e.write.schema = true;
+      if (text != nullptr) {  // decoded once by the session
+        e = EffectOf(*text, /*apply_settings=*/true);
+      } else if (auto q = protocol::DecodeQuery(frame.payload); q.ok()) {
+        cache::SqlText own(q->query);
+        e = EffectOf(own, /*apply_settings=*/true);
       } else {
-        cache::SqlText own(text != nullptr ? std::string_view() : q->query);
-        e = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/true);
+        e.write.all = e.write.schema = true;
       }
       NoteStateChange(e);
       if (e.own_write) wrote_ = true;

@@ -44,9 +44,7 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
                }
                if (core_) {
                  core_->DeliverControl(control);
-                 asio::co_spawn(endpoint_->executor,
-                                [self = shared_from_this()]() { return self->Execute(/*flush_link=*/true); },
-                                asio::detached);
+                 Execute(/*flush_link=*/true);
                } else {
                  link_out_ += control;  // before link-ready is sent: queued behind it
                }
@@ -77,15 +75,13 @@ void Session::Start() {
 void Session::DeliverNotification(std::string_view raw_frame) {
   if (!core_ || finished_) return;
   core_->OnNotification(raw_frame);
-  asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Execute(/*flush_link=*/true); },
-                 asio::detached);
+  Execute(/*flush_link=*/true);
 }
 
 void Session::Shutdown() {
   if (core_) {
     core_->Shutdown();
-    asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Execute(/*flush_link=*/true); },
-                   asio::detached);
+    Execute(/*flush_link=*/true);
   } else {
     link_closed_ = true;
     link_->Close();
@@ -120,7 +116,7 @@ asio::awaitable<void> Session::Run() {
     }
     // The frames that came with the hello (the link's first message).
     core_->TakeClientBytes(in_);
-    co_await Execute(/*flush_link=*/true);
+    Execute(/*flush_link=*/true);
     co_await ReadLink();
     co_return;
   }

@@ -109,10 +109,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // Carries out what the core's outbox holds (see the file comment), until
   // it is empty; sends `to_client` when `flush_link` (or the core says the
   // answers are complete, or they are large).
-  asio::awaitable<void> Execute(bool flush_link);
+  void Execute(bool flush_link);
+  // Writes origin_out_ at once if the socket takes it, else starts WriteOrigin.
+  void StartOriginWrite();
   void RunCommand(endpoint::SessionCommand& command);
-  // Sends `link_out_` (when no send runs); the session ends after it when
-  // the core is over.
+  // Send `link_out_` / write `origin_out_` when that had to wait (one each
+  // at a time; Execute starts them).
   asio::awaitable<void> SendLink();
   asio::awaitable<void> WriteOrigin();
   void ReleaseNow(ReleaseDecision decision);

@@ -26,8 +26,7 @@ using endpoint::SessionCommand;
 bool Session::Cancel() {
   if (!core_ || finished_) return false;
   const bool cancelled = core_->OnCancelRequest();
-  asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Execute(/*flush_link=*/true); },
-                 asio::detached);
+  Execute(/*flush_link=*/true);
   return cancelled;
 }
 
@@ -45,12 +44,12 @@ asio::awaitable<void> Session::ReadLink() {
       // The Client closed the link: after Terminate (its units finish) or
       // without it (a vanished client).
       core_->OnClientGone();
-      co_await Execute(/*flush_link=*/true);
+      Execute(/*flush_link=*/true);
       co_return;
     }
     core_->TakeClientBytes(in_);
     ReleaseIfLarge(in_);  // (it may now hold the core's old buffer)
-    co_await Execute(/*flush_link=*/true);
+    Execute(/*flush_link=*/true);
   }
 }
 
@@ -78,17 +77,17 @@ asio::awaitable<void> Session::ReadOrigin() {
     }
     if (!frame.ok()) {
       core_->OnOriginLost(frame.status());
-      co_await Execute(/*flush_link=*/true);
+      Execute(/*flush_link=*/true);
       continue;
     }
     if (!core_->OnOriginFrame(*frame)) {
-      co_await Execute(/*flush_link=*/true);  // held for the listener: sends what came before it
+      Execute(/*flush_link=*/true);  // held for the listener: sends what came before it
       continue;
     }
     // Batches a burst of frames into one link send (a large result into
     // several): sent when nothing more is buffered, the unit is answered,
     // or the batch is large.
-    co_await Execute(/*flush_link=*/!lease_ || !c->HasBufferedFrame());
+    Execute(/*flush_link=*/!lease_ || !c->HasBufferedFrame());
     // Backpressure: a Client that does not read stops the origin reads.
     while (!finished_ && link_out_.size() > kMaxLinkBatch) co_await sent_.Wait();
   }
@@ -96,14 +95,10 @@ asio::awaitable<void> Session::ReadOrigin() {
 
 // ----- Executing the core's decisions
 
-asio::awaitable<void> Session::Execute(bool flush_link) {
-  if (!core_) co_return;
+void Session::Execute(bool flush_link) {
+  if (!core_ || executing_) return;  // (re-entered from a command run below: the outer call finishes it)
   auto self = shared_from_this();
   endpoint::SessionCore::Outbox& out = core_->outbox();
-  if (executing_) {
-    // Re-entered from a command run below: the outer Execute finishes it.
-    co_return;
-  }
   executing_ = true;
   for (;;) {
     if (!out.to_origin.empty()) {
@@ -137,9 +132,42 @@ asio::awaitable<void> Session::Execute(bool flush_link) {
   executing_ = false;
   if (core_->wants_client()) client_wake_.Notify();
   if (core_->wants_origin()) origin_wake_.Notify();
-  if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) co_await WriteOrigin();
-  if (!link_out_.empty() && !link_sending_) co_await SendLink();
+  // At once when the socket and the link take the bytes (the usual case:
+  // no coroutine, no suspension); the rest by a writer of its own.
+  if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) StartOriginWrite();
+  if (!link_out_.empty() && !link_sending_) {
+    if (link_->TrySend(link_out_)) {
+      link_out_.clear();
+      sent_.Notify();
+    } else {
+      link_sending_ = true;
+      asio::co_spawn(endpoint_->executor, [self]() { return self->SendLink(); }, asio::detached);
+    }
+  }
   if (core_->ending() && !link_sending_ && link_out_.empty() && core_->outbox().to_client.empty()) Finish();
+}
+
+void Session::StartOriginWrite() {
+  OriginConnection* c = &lease_.As<OriginConnection>();
+  const std::size_t n = c->TryWrite(origin_out_);
+  if (n == origin_out_.size()) {
+    origin_out_.clear();
+    ReleaseIfLarge(origin_out_);
+    return;
+  }
+  if (c->broken()) {
+    origin_out_.clear();
+    // A pending read fails too and reports the loss; else it is reported here.
+    c->CloseNow();
+    if (reading_ != c) {
+      core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
+      Execute(/*flush_link=*/true);
+    }
+    return;
+  }
+  origin_out_.erase(0, n);
+  origin_writer_ = true;
+  asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WriteOrigin(); }, asio::detached);
 }
 
 void Session::RunCommand(SessionCommand& command) {
@@ -217,21 +245,10 @@ void Session::RunCommand(SessionCommand& command) {
 }
 
 asio::awaitable<void> Session::WriteOrigin() {
-  origin_writer_ = true;
   OriginConnection* failed = nullptr;
   while (!origin_out_.empty() && lease_ && own_query_ == nullptr) {
     OriginConnection* c = &lease_.As<OriginConnection>();
-    // At once when the socket takes it (most units fit): no suspension.
-    const std::size_t n = c->TryWrite(origin_out_);
-    if (n == origin_out_.size()) {
-      origin_out_.clear();
-      break;
-    }
-    if (c->broken()) {
-      failed = c;
-      break;
-    }
-    origin_writing_buf_.assign(origin_out_, n, std::string::npos);
+    origin_writing_buf_.swap(origin_out_);
     origin_out_.clear();
     writing_ = c;
     absl::Status written = co_await c->Write(origin_writing_buf_);
@@ -254,15 +271,12 @@ asio::awaitable<void> Session::WriteOrigin() {
     origin_out_.clear();
     // A pending read fails too and reports the loss; else it is reported here.
     failed->CloseNow();
-    if (reading_ != failed) {
-      core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
-      co_await Execute(/*flush_link=*/true);
-    }
+    if (reading_ != failed) core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
   }
+  Execute(/*flush_link=*/true);
 }
 
 asio::awaitable<void> Session::SendLink() {
-  link_sending_ = true;
   while (!link_out_.empty() && !link_closed_) {
     std::string chunk = std::move(link_out_);
     link_out_.clear();
@@ -274,12 +288,12 @@ asio::awaitable<void> Session::SendLink() {
       link_out_.clear();
       link_sending_ = false;
       core_->OnClientGone();
-      co_await Execute(/*flush_link=*/true);
+      Execute(/*flush_link=*/true);
       co_return;
     }
   }
   link_sending_ = false;
-  if (core_->ending() && link_out_.empty() && core_->outbox().to_client.empty()) Finish();
+  Execute(/*flush_link=*/true);
 }
 
 void Session::ReleaseNow(ReleaseDecision decision) {
@@ -342,7 +356,7 @@ asio::awaitable<void> Session::Acquire() {
     lease_ = std::move(*lease);
     core_->OnAcquired(&lease_.As<OriginConnection>());
   }
-  co_await Execute(/*flush_link=*/true);
+  Execute(/*flush_link=*/true);
 }
 
 asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::Kind kind, bool discard_sequences) {
@@ -393,7 +407,7 @@ asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::
       break;
     }
   }
-  co_await Execute(/*flush_link=*/true);
+  Execute(/*flush_link=*/true);
 }
 
 asio::awaitable<void> Session::CancelOrigin(endpoint::BackendKey key, bool notify) {
@@ -406,7 +420,7 @@ asio::awaitable<void> Session::CancelOrigin(endpoint::BackendKey key, bool notif
   }
   if (notify) {
     core_->OnCancelDelivered();
-    co_await Execute(/*flush_link=*/true);
+    Execute(/*flush_link=*/true);
   }
 }
 
@@ -414,14 +428,14 @@ asio::awaitable<void> Session::ListenSet(std::set<std::string> channels) {
   std::shared_ptr<endpoint::ListenerConnection> listener = endpoint_->listener;
   co_await listener->Set(listen_id_, std::move(channels));
   core_->OnListenApplied();
-  co_await Execute(/*flush_link=*/true);
+  Execute(/*flush_link=*/true);
 }
 
 asio::awaitable<void> Session::Barrier() {
   std::shared_ptr<endpoint::ListenerConnection> listener = endpoint_->listener;
   co_await listener->Barrier();
   core_->OnListenApplied();
-  co_await Execute(/*flush_link=*/true);
+  Execute(/*flush_link=*/true);
 }
 
 asio::awaitable<void> Session::FinishIntercept() {
@@ -430,7 +444,7 @@ asio::awaitable<void> Session::FinishIntercept() {
   char skip_status = 'I';
   const bool served = co_await cache_.FinishIntercept(answers, skip_until_sync, skip_status);
   core_->OnIntercepted(served, answers, skip_until_sync, skip_status);
-  co_await Execute(/*flush_link=*/true);
+  Execute(/*flush_link=*/true);
 }
 
 asio::awaitable<void> Session::WatchPinnedIdle() {
@@ -440,7 +454,7 @@ asio::awaitable<void> Session::WatchPinnedIdle() {
     idle_watch_->expires_at(next);
     (void)co_await idle_watch_->async_wait(kAsTuple);
   }
-  co_await Execute(/*flush_link=*/true);  // a FATAL may be queued
+  Execute(/*flush_link=*/true);  // a FATAL may be queued
 }
 
 asio::awaitable<void> Session::WatchTimeouts() {
@@ -449,7 +463,7 @@ asio::awaitable<void> Session::WatchTimeouts() {
     (void)co_await timeout_timer_.async_wait(kAsTuple);
     if (finished_) break;
     core_->OnTimeout(std::chrono::steady_clock::now());
-    co_await Execute(/*flush_link=*/true);
+    Execute(/*flush_link=*/true);
   }
 }
 

@@ -121,12 +121,15 @@ void ListenTracker::AddToCurrentUnit(const std::vector<ListenOp>& ops) {
 void ListenTracker::OnFrontend(char tag, std::string_view payload, const cache::SqlText* text) {
   switch (tag) {
     case 'Q': {
-      auto q = protocol::DecodeQuery(payload);
-      if (q.ok()) {
-        cache::SqlText own(text != nullptr ? std::string_view() : q->query);
-        const cache::SqlText& t = text != nullptr ? *text : own;
-        if (!t.simple_read() && MayListen(t.sql())) connection_listened_ = true;
-        AddToCurrentUnit(ParseListenOps(t));
+      if (text != nullptr) {  // decoded once by the session
+        if (!text->simple_read()) {
+          if (MayListen(text->sql())) connection_listened_ = true;
+          AddToCurrentUnit(ParseListenOps(*text));
+        }
+      } else if (auto q = protocol::DecodeQuery(payload); q.ok()) {
+        const cache::SqlText own(q->query);
+        if (MayListen(own.sql())) connection_listened_ = true;
+        AddToCurrentUnit(ParseListenOps(own));
       }
       ++forwarded_units_;
       break;

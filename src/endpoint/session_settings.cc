@@ -458,9 +458,14 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
   std::size_t pos = 0;
   switch (tag) {
     case 'Q': {
+      if (text != nullptr) {  // decoded once by the session
+        SessionEffects fx = AnalyzeSessionEffects(*text);
+        Absorb(fx);
+        return fx;
+      }
       auto sql = ReadCString(payload, pos);
       if (!sql) return {};
-      SessionEffects fx = text != nullptr ? AnalyzeSessionEffects(*text) : AnalyzeSessionEffects(*sql);
+      SessionEffects fx = AnalyzeSessionEffects(*sql);
       Absorb(fx);
       return fx;
     }

@@ -25,17 +25,24 @@ class Signal {
   explicit Signal(asio::any_io_executor executor) : channel_(std::move(executor), 0) {}
 
   asio::awaitable<void> Wait() {
+    ++waiting_;
     (void)co_await channel_.async_receive(asio::experimental::as_tuple(asio::use_awaitable));
+    --waiting_;
   }
 
   // Wakes every coroutine waiting now (each try_send hands the message to
-  // one waiter; with capacity 0 it fails once nobody waits).
+  // one waiter; with capacity 0 it fails once nobody waits). With nobody
+  // waiting it costs a compare: it is called after every event.
   void Notify() {
+    if (waiting_ == 0) return;
     while (channel_.try_send(asio::error_code{}, true)) {
     }
   }
 
  private:
+  // Waits begun and not yet resumed (a resumption already handed a message
+  // but not yet run still counts: Notify then tries once more, harmlessly).
+  int waiting_ = 0;
   // (void(error_code) alone is ambiguous in Asio 1.22's channel_traits.)
   asio::experimental::channel<void(asio::error_code, bool)> channel_;
 };

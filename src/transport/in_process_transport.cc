@@ -202,6 +202,19 @@ class DirectLink final : public Link {
     co_return absl::OkStatus();
   }
 
+  bool TrySend(std::string& bytes) override {
+    if (closed_ || out_.reader_closed || out_.inbox.size() + bytes.size() > pipe_->limit) return false;
+    if (bytes.empty()) return true;
+    if (out_.inbox.empty()) {
+      out_.inbox.swap(bytes);
+    } else {
+      out_.inbox += bytes;
+      bytes.clear();
+    }
+    Wake(out_.receiver, {});
+    return true;
+  }
+
   asio::awaitable<absl::StatusOr<std::size_t>> Receive(std::string& buffer) override {
     for (;;) {
       if (closed_) co_return absl::UnavailableError("link closed");
