@@ -30,26 +30,12 @@
 #include <asio/experimental/concurrent_channel.hpp>
 #include <asio/use_awaitable.hpp>
 
-#include "common/small_fifo.h"
+#include "common/fifo_channel.h"
 #include "hyperpool/transport.h"
 
 namespace hyperpool {
 namespace {
 
-// asio's channel traits with a SmallFifo for the buffer: the default
-// std::deque allocates ~576 bytes even while empty, and every link holds two
-// channels (common/small_fifo.h).
-template <typename... Signatures>
-struct FifoChannelTraits : asio::experimental::channel_traits<Signatures...> {
-  template <typename... NewSignatures>
-  struct rebind {
-    using other = FifoChannelTraits<NewSignatures...>;
-  };
-  template <typename Element>
-  struct container {
-    using type = SmallFifo<Element>;
-  };
-};
 using Channel = asio::experimental::basic_concurrent_channel<asio::any_io_executor, FifoChannelTraits<>,
                                                              void(asio::error_code, std::string)>;
 constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
