@@ -1,23 +1,30 @@
 # `cmake --install`: the hyperpool binary, the public headers, the library and
 # a CMake package so a host application can `find_package(hyperpool)` and
 # link hyperpool::hyperpool; an example config and a systemd unit go to
-# share/hyperpool/. The static library's private dependencies (the codec and
-# TLS libraries, fmt, BoringSSL, hiredis) are part of its link interface, so they are
-# exported too and found again by hyperpoolConfig.cmake.
+# share/hyperpool/. libhyperpool (connect()) links the folder libraries
+# (docs/architecture.md, "Layers"), which are static: they and their private
+# dependencies (fmt, BoringSSL, hiredis) are part of its link interface, so
+# they are installed and exported too (hyperpool::client, hyperpool::endpoint,
+# ...) and found again by hyperpoolConfig.cmake. Their folders' headers are
+# not installed: a host includes only include/hyperpool/ (hyperpool::api).
 
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(HYPERPOOL_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/hyperpool")
 
-set_target_properties(hyperpool_protocol PROPERTIES EXPORT_NAME protocol)
-set_target_properties(hyperpool_tls PROPERTIES EXPORT_NAME tls)
+set(HYPERPOOL_FOLDER_LIBRARIES hyperpool_protocol hyperpool_tls hyperpool_common hyperpool_pool hyperpool_cache
+  hyperpool_placement hyperpool_transport hyperpool_endpoint hyperpool_client)
+foreach(lib hyperpool_api ${HYPERPOOL_FOLDER_LIBRARIES})
+  string(REPLACE "hyperpool_" "" export_name ${lib})
+  set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})
+endforeach()
 set_target_properties(hyperpool_asio PROPERTIES EXPORT_NAME asio)
 set_target_properties(hyperpool_ssl PROPERTIES EXPORT_NAME ssl)
 set_target_properties(hyperpool_crypto PROPERTIES EXPORT_NAME crypto)
 set_target_properties(hyperpool_hiredis PROPERTIES EXPORT_NAME hiredis)
 
-install(TARGETS hyperpool hyperpool_protocol hyperpool_tls hyperpool_asio hyperpool_ssl hyperpool_crypto hyperpool_hiredis
+install(TARGETS hyperpool hyperpool_api ${HYPERPOOL_FOLDER_LIBRARIES} hyperpool_asio hyperpool_ssl hyperpool_crypto hyperpool_hiredis
   EXPORT hyperpoolTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -25,16 +25,6 @@ struct EndpointAddress {
   std::string address;
 };
 
-class Placement {
- public:
-  virtual ~Placement() = default;
-  // Picks the Endpoint for the origin identified by `origin_key`.
-  virtual absl::StatusOr<EndpointAddress> Choose(const std::string& origin_key) = 0;
-};
-
-// Always answers with the one Endpoint it was given.
-std::unique_ptr<Placement> MakeStaticPlacement(EndpointAddress endpoint);
-
 // One Endpoint as a Client measured it with a probe link
 // (docs/architecture.md, "The link protocol", 7).
 struct EndpointMeasurement {
@@ -43,6 +33,20 @@ struct EndpointMeasurement {
   std::chrono::microseconds client_rtt{0};    // Client <-> Endpoint: the probe's round trip
   std::chrono::microseconds origin_rtt{0};    // Endpoint <-> origin, as the Endpoint measured it
 };
+
+class Placement {
+ public:
+  virtual ~Placement() = default;
+  // Picks the Endpoint for the origin identified by `origin_key`.
+  virtual absl::StatusOr<EndpointAddress> Choose(const std::string& origin_key) = 0;
+  // A Client's probe round (every Endpoint it knows, measured now), given
+  // before its next Choose: a placement that keeps measuring (failover,
+  // FailoverOptions::placement) decides from these. Default: ignored.
+  virtual void Observe(const std::vector<EndpointMeasurement>& round) { (void)round; }
+};
+
+// Always answers with the one Endpoint it was given.
+std::unique_ptr<Placement> MakeStaticPlacement(EndpointAddress endpoint);
 
 // Opens a probe link to one Endpoint through `transport` and times it.
 // Never throws; failures are in the result's status. With a positive
@@ -84,6 +88,13 @@ struct FailoverOptions {
   std::chrono::milliseconds first_round_wait{0};
   // Placement decisions and health changes, one line each. Optional.
   std::function<void(const std::string&)> log;
+  // The plug-in (optional): after each probe round it Observes the round
+  // and Chooses (origin key: the region) the Endpoint new sessions go to,
+  // in place of the built-in ranking's choice. An answer naming no known
+  // Endpoint, an error, or an Endpoint found down is ignored for that round
+  // (the ranking's choice stands); a link that cannot be opened still
+  // moves new sessions to the next Endpoint at once, as without it.
+  std::shared_ptr<Placement> placement;
 };
 
 }  // namespace hyperpool

@@ -35,6 +35,7 @@
 #include "client/client_cache.h"
 #include "client/client_impl.h"
 #include "client/client_session.h"
+#include "client/link_ready.h"
 #include "client/client_util.h"
 #include "client/invalidation_watch.h"
 #include "client/link_trace.h"
@@ -171,27 +172,19 @@ asio::awaitable<void> Client::Impl::Probe(std::shared_ptr<Impl> self) {
   } else {
     probe_link = std::move(*link);
     std::string buf;
-    size_t pos = 0;
-    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
-    bool done = false;
-    while (!done) {
-      pr::FrameReader::Result r = reader.Read(std::string_view(buf).substr(pos));
-      if (r.is_frame()) {
-        const pr::Frame& f = r.frame();
-        if (f.tag == 'S') {
-          if (auto ps = pr::DecodeParameterStatus(f.payload); ps.ok()) {
-            fresh.emplace_back(std::string(ps->name), std::string(ps->value));
-          }
-        } else if (f.tag == 'E') {
-          error = std::string(f.raw);
-          done = true;
-        } else if (f.tag == 'Z') {
-          done = true;
-        }
-        pos += f.size();
-        continue;
+    client::LinkReadyReader ready;
+    for (;;) {
+      size_t consumed = 0;
+      const client::LinkReadyReader::Result r = ready.Read(buf, &consumed);
+      if (r == client::LinkReadyReader::Result::kReady) {
+        fresh = ready.TakeParams();
+        break;
       }
-      if (r.is_error()) {
+      if (r == client::LinkReadyReader::Result::kRefused) {
+        error = ready.error();
+        break;
+      }
+      if (r == client::LinkReadyReader::Result::kMalformed) {
         error = ErrorFrame(kSqlStateConnectionFailure, "malformed answer from the hyperpool endpoint");
         break;
       }

@@ -24,6 +24,7 @@
 #include "client/client_cache.h"
 #include "client/client_util.h"
 #include "client/extended_session.h"
+#include "client/link_ready.h"
 #include "client/link_trace.h"
 #include "client/session_key.h"
 #include "protocol/codec.h"
@@ -410,32 +411,27 @@ asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> se
   // Link-ready: ParameterStatus... ReadyForQuery('I'). Not for the app
   // (it had its own from our handshake); refreshes the cached parameters.
   {
-    pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
-    client::ParamList fresh;
-    size_t pos = 0;
-    bool ready = false;
-    while (!ready) {
-      pr::FrameReader::Result r = reader.Read(std::string_view(buf).substr(pos));
-      if (r.is_frame()) {
-        const pr::Frame& f = r.frame();
-        if (f.tag == 'S') {
-          if (auto ps = pr::DecodeParameterStatus(f.payload); ps.ok()) {
-            fresh.emplace_back(std::string(ps->name), std::string(ps->value));
-          }
-        } else if (f.tag == 'Z') {
-          ready = true;
-        } else if (f.tag == 'E') {
-          // The Endpoint cannot serve: its error is the app's answer.
-          co_await Write(f.raw);
-          farewell_sent_ = true;
-          co_await LinkEnded();
-          co_return;
+    client::LinkReadyReader ready;
+    for (;;) {
+      size_t consumed = 0;
+      const client::LinkReadyReader::Result r = ready.Read(buf, &consumed);
+      if (r == client::LinkReadyReader::Result::kReady) {
+        if (!ready.params().empty()) {
+          std::lock_guard lock(impl_->mu);
+          impl_->params = ready.TakeParams();
         }
-        pos += f.size();
-        continue;
+        buf.erase(0, consumed);
+        break;
       }
-      if (r.is_error()) {
-        Log(fmt::format("malformed link-ready from the endpoint: {}", std::string(r.status().message())));
+      if (r == client::LinkReadyReader::Result::kRefused) {
+        // The Endpoint cannot serve: its error is the app's answer.
+        co_await Write(ready.error());
+        farewell_sent_ = true;
+        co_await LinkEnded();
+        co_return;
+      }
+      if (r == client::LinkReadyReader::Result::kMalformed) {
+        Log("malformed link-ready from the endpoint");
         co_await LinkEnded();
         co_return;
       }
@@ -445,11 +441,6 @@ asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> se
         co_return;
       }
     }
-    if (!fresh.empty()) {
-      std::lock_guard lock(impl_->mu);
-      impl_->params = std::move(fresh);
-    }
-    buf.erase(0, pos);
   }
   std::string out;  // reused: its capacity outlives each batch
   for (;;) {

@@ -297,7 +297,23 @@ class Core : public std::enable_shared_from_this<Core> {
                                       std::string(m.status.message())));
         }
       }
-      const bool changed = ranking_.EndRound();
+      const std::size_t was_in_use = ranking_.in_use();
+      bool changed = ranking_.EndRound();
+      if (options_.placement) {
+        // The plug-in decides from the round (its answer is used unless it
+        // names no known Endpoint or one that is down); only where new
+        // sessions end up counts as a change.
+        options_.placement->Observe(results);
+        absl::StatusOr<EndpointAddress> chosen = options_.placement->Choose(options_.region);
+        if (chosen.ok()) {
+          for (std::size_t i = 0; i < slots_.size(); ++i) {
+            if (slots_[i].address != chosen->address && slots_[i].address != chosen->name) continue;
+            ranking_.Prefer(i, "chosen by the placement plug-in");
+            break;
+          }
+        }
+        changed = ranking_.in_use() != was_in_use;
+      }
       if (changed) {
         OpenAheadLocked(ranking_.in_use());
         route_.fetch_add(1);

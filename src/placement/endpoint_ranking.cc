@@ -120,6 +120,11 @@ bool EndpointRanking::EndRound() {
                                          endpoints_[candidate].better_streak));
 }
 
+bool EndpointRanking::Prefer(std::size_t i, std::string reason) {
+  if (i >= endpoints_.size() || i == in_use_ || endpoints_[i].health == Health::kDown) return false;
+  return SwitchTo(i, std::move(reason));
+}
+
 std::vector<std::size_t> EndpointRanking::Order() const {
   std::vector<std::size_t> up;
   std::vector<std::size_t> rest;  // unknown, then down; each in rendezvous order

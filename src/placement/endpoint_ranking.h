@@ -67,6 +67,10 @@ class EndpointRanking {
   // says otherwise. True if in_use() changed (it was the one in use).
   bool RecordLinkFailure(std::size_t i);
 
+  // A placement plug-in chose Endpoint `i` for new sessions: it is used
+  // unless it is down. True if in_use() changed.
+  bool Prefer(std::size_t i, std::string reason);
+
   // The Endpoint new sessions go to.
   std::size_t in_use() const { return in_use_; }
   // Every Endpoint in the order a new session tries them: in use first, then

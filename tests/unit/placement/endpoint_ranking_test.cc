@@ -141,6 +141,21 @@ TEST_CASE("a dead Endpoint in use is left at once, by a link failure or a probe"
   }
 }
 
+TEST_CASE("a plug-in's preference moves new sessions at once, but never to an Endpoint that is down") {
+  EndpointRanking r({"a:1", "b:1", "c:1"}, "x");
+  Round(r, {1000, 2000, 3000});
+  REQUIRE(r.in_use() == 0);
+  CHECK(r.Prefer(2, "chosen by the placement plug-in"));
+  CHECK(r.in_use() == 2);
+  CHECK(r.reason() == "chosen by the placement plug-in");
+  CHECK(r.Order().front() == 2);
+  CHECK_FALSE(r.Prefer(2, "again"));  // already in use
+  CHECK(r.RecordLinkFailure(1) == false);
+  CHECK_FALSE(r.Prefer(1, "down"));
+  CHECK(r.in_use() == 2);
+  CHECK_FALSE(r.Prefer(7, "unknown"));
+}
+
 TEST_CASE("a better Endpoint that comes back gets new sessions only after settle_probes healthy rounds") {
   RankingOptions options;
   options.settle_probes = 3;
