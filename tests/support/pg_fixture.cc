@@ -304,4 +304,13 @@ absl::StatusOr<TestCerts> GenerateTestCerts() {
                    d + "/wrongname.key"};
 }
 
+const TestCerts& SharedTestCerts() {
+  static const TestCerts certs = [] {
+    auto generated = GenerateTestCerts();
+    if (!generated.ok()) FAIL("cannot generate certificates: " << generated.status().ToString());
+    return *generated;
+  }();
+  return certs;
+}
+
 }  // namespace hyperpool::testing

@@ -97,6 +97,9 @@ struct TestCerts {
 
 // Generates TestCerts into a new temporary directory (removed at process exit).
 absl::StatusOr<TestCerts> GenerateTestCerts();
+// The certificates of GenerateTestCerts, made once per test process (the
+// test fails if they cannot be made).
+const TestCerts& SharedTestCerts();
 
 // Reads a whole file.
 absl::StatusOr<std::string> ReadFile(const std::string& path);

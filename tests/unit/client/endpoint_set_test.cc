@@ -23,6 +23,7 @@
 #include "hyperpool/transport.h"
 #include "protocol/codec.h"
 #include "protocol/link_protocol.h"
+#include "support/io_worker.h"
 #include "support/pg_fixture.h"
 
 namespace hyperpool::client {
@@ -32,25 +33,9 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 constexpr char kSecret[] = "correct horse battery staple, twice";
 
-const testing::TestCerts& Certs() {
-  static const testing::TestCerts certs = [] {
-    auto generated = testing::GenerateTestCerts();
-    if (!generated.ok()) FAIL("cannot generate certificates: " << generated.status().ToString());
-    return *generated;
-  }();
-  return certs;
-}
+const hyperpool::testing::TestCerts& Certs() { return hyperpool::testing::SharedTestCerts(); }
 
-struct Worker {
-  asio::io_context io{1};
-  asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
-  std::thread thread{[this] { io.run(); }};
-  ~Worker() {
-    guard.reset();
-    io.stop();
-    thread.join();
-  }
-};
+using Worker = testing::IoWorker;
 
 // An Endpoint stand-in: answers placement probes (an origin round trip of
 // 1 ms) and counts the session links it is given.

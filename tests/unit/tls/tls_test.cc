@@ -34,14 +34,7 @@ constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 
-const TestCerts& Certs() {
-  static const TestCerts certs = [] {
-    auto generated = hyperpool::testing::GenerateTestCerts();
-    if (!generated.ok()) FAIL("cannot generate certificates: " << generated.status().ToString());
-    return *generated;
-  }();
-  return certs;
-}
+const hyperpool::testing::TestCerts& Certs() { return hyperpool::testing::SharedTestCerts(); }
 
 ClientContext MakeClient(SslMode mode, std::string root = "", std::string cert = "",
                          std::string key = "") {

@@ -31,6 +31,7 @@
 #include <fmt/format.h>
 
 #include "hyperpool/transport.h"
+#include "support/io_worker.h"
 #include "support/pg_fixture.h"
 #include "tls/tls_context.h"
 #include "tls/tls_stream.h"
@@ -48,28 +49,10 @@ constexpr char kSecret[] = "correct horse battery staple, twice";
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 
-const TestCerts& Certs() {
-  static const TestCerts certs = [] {
-    auto generated = hyperpool::testing::GenerateTestCerts();
-    if (!generated.ok()) FAIL("cannot generate certificates: " << generated.status().ToString());
-    return *generated;
-  }();
-  return certs;
-}
+const hyperpool::testing::TestCerts& Certs() { return hyperpool::testing::SharedTestCerts(); }
 
 // An io_context run by its own thread until Stop().
-struct Worker {
-  asio::io_context io{1};
-  asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
-  std::thread thread{[this] { io.run(); }};
-  std::thread::id id() const { return thread.get_id(); }
-  void Stop() {
-    guard.reset();
-    io.stop();
-    if (thread.joinable()) thread.join();
-  }
-  ~Worker() { Stop(); }
-};
+using Worker = hyperpool::testing::IoWorker;
 
 // Runs `coro` on `io` and waits (bounded) for its result.
 template <typename T>
