@@ -253,14 +253,17 @@ class SignalWatcher {
   std::thread thread_;
 };
 
-}  // namespace
-
-int Demo(int argc, char** argv) {
+struct DemoArgs {
   double rtt_ms = 125;
   int iterations = 10;
   std::string origin;
   std::string out_dir = "demo-results";
   bool chart = true;
+};
+
+// The command line; an exit code when the demo must stop at once (help, or
+// a usage error).
+std::optional<int> ParseDemoArgs(int argc, char** argv, DemoArgs& a) {
   for (int i = 2; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -268,7 +271,7 @@ int Demo(int argc, char** argv) {
       return 0;
     }
     if (arg == "--no-chart") {
-      chart = false;
+      a.chart = false;
       continue;
     }
     std::string name(arg), value;
@@ -280,42 +283,30 @@ int Demo(int argc, char** argv) {
       value = argv[++i];
     }
     if (name == "--rtt") {
-      if (!absl::SimpleAtod(value, &rtt_ms) || !(rtt_ms >= 0) || rtt_ms > 10000) {
+      if (!absl::SimpleAtod(value, &a.rtt_ms) || !(a.rtt_ms >= 0) || a.rtt_ms > 10000) {
         return UsageError("--rtt needs milliseconds between 0 and 10000");
       }
     } else if (name == "--iterations") {
-      if (!absl::SimpleAtoi(value, &iterations) || iterations < 1 || iterations > 10000) {
+      if (!absl::SimpleAtoi(value, &a.iterations) || a.iterations < 1 || a.iterations > 10000) {
         return UsageError("--iterations needs a number from 1 to 10000");
       }
     } else if (name == "--origin") {
-      origin = value;
+      a.origin = value;
     } else if (name == "--out") {
       if (value.empty()) return UsageError("--out needs a directory");
-      out_dir = value;
+      a.out_dir = value;
     } else {
       return UsageError(fmt::format("unknown option {}", name));
     }
   }
+  return std::nullopt;
+}
 
-  std::signal(SIGPIPE, SIG_IGN);
-  demo::CleanupList cleanup;
-  SignalWatcher watcher(cleanup);  // before any other thread exists
-  struct RunCleanupAtExit {
-    demo::CleanupList& list;
-    ~RunCleanupAtExit() { list.RunAll(); }
-  } run_cleanup_at_exit{cleanup};
-
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) {
-    Log(fmt::format("cannot create {}: {}", out_dir, ec.message()));
-    return 1;
-  }
-
-  // 1. The database.
-  PgLogin target;
-  std::string database_label;
-  if (origin.empty()) {
+// 1. The database: a scratch PostgreSQL 15 (removed at exit), or --origin.
+// An exit code when it cannot be had.
+std::optional<int> PrepareDatabase(const DemoArgs& a, demo::CleanupList& cleanup, PgLogin& target,
+                                   std::string& label) {
+  if (a.origin.empty()) {
     Log("starting a scratch PostgreSQL 15 (removed at exit)");
     absl::StatusOr<std::shared_ptr<demo::ScratchPostgres>> pg = demo::ScratchPostgres::Start(cleanup, Log);
     if (!pg.ok()) {
@@ -329,29 +320,31 @@ int Demo(int argc, char** argv) {
       return 1;
     }
     target = *login;
-    database_label = fmt::format("scratch PostgreSQL 15 on 127.0.0.1:{}", target.port);
-  } else {
-    absl::StatusOr<OriginConfig> config = ParseOriginConfig(origin);
-    if (!config.ok()) return UsageError(fmt::format("bad --origin: {}", std::string(config.status().message())));
-    if (config->is_unix_socket()) return UsageError("--origin must be a TCP address (the WAN simulator relays TCP)");
-    if (config->sslmode > SslMode::kPrefer) {
-      return UsageError(fmt::format(
-          "--origin has sslmode={}: the demo's direct client speaks no TLS, so every mode runs in plaintext; "
-          "use an origin that accepts sslmode=disable",
-          std::string(SslModeName(config->sslmode))));
-    }
-    target.host = config->host;
-    target.port = config->port;
-    target.user = config->user;
-    target.password = config->password;
-    target.database = config->dbname.empty() ? config->user : config->dbname;
-    database_label = RedactedOriginString(*config);
+    label = fmt::format("scratch PostgreSQL 15 on 127.0.0.1:{}", target.port);
+    return std::nullopt;
   }
+  absl::StatusOr<OriginConfig> config = ParseOriginConfig(a.origin);
+  if (!config.ok()) return UsageError(fmt::format("bad --origin: {}", std::string(config.status().message())));
+  if (config->is_unix_socket()) return UsageError("--origin must be a TCP address (the WAN simulator relays TCP)");
+  if (config->sslmode > SslMode::kPrefer) {
+    return UsageError(fmt::format(
+        "--origin has sslmode={}: the demo's direct client speaks no TLS, so every mode runs in plaintext; "
+        "use an origin that accepts sslmode=disable",
+        std::string(SslModeName(config->sslmode))));
+  }
+  target.host = config->host;
+  target.port = config->port;
+  target.user = config->user;
+  target.password = config->password;
+  target.database = config->dbname.empty() ? config->user : config->dbname;
+  label = RedactedOriginString(*config);
+  return std::nullopt;
+}
 
-  demo::Workload workload("hyperpool_demo_" + HexRandom(4));
+// Loads the workload's tables (dropped again at exit, also on Ctrl-C).
+absl::Status LoadWorkload(const PgLogin& target, demo::Workload& workload, demo::CleanupList& cleanup) {
   Log(fmt::format("loading {} accounts and {} branches into schema {}", demo::kAccounts, demo::kBranches,
                   workload.schema()));
-  // Dropped at exit once it exists (also on Ctrl-C).
   auto on_schema_created = [&] {
     PgLogin drop_login = target;
     drop_login.timeout = std::chrono::milliseconds(10000);
@@ -367,20 +360,85 @@ int Demo(int argc, char** argv) {
       }
     });
   };
-  {
-    absl::StatusOr<std::unique_ptr<PgClient>> c = PgClient::Connect(target);
-    absl::Status loaded = c.ok() ? workload.LoadTables(**c, on_schema_created) : c.status();
-    if (!loaded.ok()) {
-      Log(fmt::format("cannot load the tables: {}", std::string(loaded.message())));
+  absl::StatusOr<std::unique_ptr<PgClient>> c = PgClient::Connect(target);
+  return c.ok() ? workload.LoadTables(**c, on_schema_created) : c.status();
+}
+
+// Every write went through exactly once: the branch balances add up.
+bool WritesAddUp(const PgLogin& target, const demo::Workload& workload, int connections) {
+  absl::StatusOr<std::unique_ptr<PgClient>> c = PgClient::Connect(target);
+  absl::StatusOr<PgResult> sum = c.ok() ? (*c)->Query(fmt::format("SELECT sum(balance) FROM {}.branches", workload.schema()))
+                                        : absl::StatusOr<PgResult>(c.status());
+  const std::string expected = std::to_string(connections);
+  if (!sum.ok() || sum->rows.size() != 1 || sum->rows[0][0] != expected) {
+    Log(fmt::format("FAILED: the {} write transactions did not all commit exactly once (sum of branch balances: {})",
+                    connections, sum.ok() && !sum->rows.empty() && sum->rows[0][0] ? *sum->rows[0][0] : std::string("?")));
+    return false;
+  }
+  Log(fmt::format("checked: all {} write transactions committed exactly once; every read returned the right rows",
+                  connections));
+  return true;
+}
+
+// The tables on stdout, the CSV files and the chart in --out.
+int WriteResults(demo::Report& rep, const demo::Workload& workload, const DemoArgs& a) {
+  SetLimits(rep, workload);
+  std::string tables = demo::RenderTables(rep);
+  std::fputs(tables.c_str(), stdout);
+  std::fflush(stdout);
+  std::filesystem::path dir(a.out_dir);
+  if (absl::Status wrote = demo::WriteCsv(rep, a.out_dir); !wrote.ok()) {
+    Log(std::string(wrote.message()));
+    return 1;
+  }
+  std::string written = (dir / "demo.csv").string() + ", " + (dir / "demo_iterations.csv").string();
+  if (a.chart) {
+    if (absl::Status drawn = demo::WriteChart(rep, a.out_dir); !drawn.ok()) {
+      Log(std::string(drawn.message()));
       return 1;
     }
+    written += ", " + (dir / "demo.png").string();
+  }
+  Log("wrote " + written);
+  return 0;
+}
+
+}  // namespace
+
+int Demo(int argc, char** argv) {
+  DemoArgs a;
+  if (std::optional<int> done = ParseDemoArgs(argc, argv, a)) return *done;
+
+  std::signal(SIGPIPE, SIG_IGN);
+  demo::CleanupList cleanup;
+  SignalWatcher watcher(cleanup);  // before any other thread exists
+  struct RunCleanupAtExit {
+    demo::CleanupList& list;
+    ~RunCleanupAtExit() { list.RunAll(); }
+  } run_cleanup_at_exit{cleanup};
+
+  std::error_code ec;
+  std::filesystem::create_directories(a.out_dir, ec);
+  if (ec) {
+    Log(fmt::format("cannot create {}: {}", a.out_dir, ec.message()));
+    return 1;
+  }
+
+  // 1. The database.
+  PgLogin target;
+  std::string database_label;
+  if (std::optional<int> failed = PrepareDatabase(a, cleanup, target, database_label)) return *failed;
+  demo::Workload workload("hyperpool_demo_" + HexRandom(4));
+  if (absl::Status loaded = LoadWorkload(target, workload, cleanup); !loaded.ok()) {
+    Log(fmt::format("cannot load the tables: {}", std::string(loaded.message())));
+    return 1;
   }
 
   // 2. The WAN in front of the database, for the direct mode.
   wan::WanOptions wan_options;
   wan_options.target_host = target.host;
   wan_options.target_port = target.port;
-  wan_options.rtt = std::chrono::microseconds(std::llround(rtt_ms * 1000));
+  wan_options.rtt = std::chrono::microseconds(std::llround(a.rtt_ms * 1000));
   absl::StatusOr<std::unique_ptr<wan::WanProxy>> proxy = wan::WanProxy::StartThread(wan_options);
   if (!proxy.ok()) {
     Log(fmt::format("cannot start the WAN simulator: {}", std::string(proxy.status().message())));
@@ -388,7 +446,7 @@ int Demo(int argc, char** argv) {
   }
   Log(fmt::format("WAN simulator on {} -> {}:{}, RTT {:g} ms (direct mode; pooled modes get one in front of their "
                   "Endpoint)",
-                  (*proxy)->listen_address(), target.host, target.port, rtt_ms));
+                  (*proxy)->listen_address(), target.host, target.port, a.rtt_ms));
   PgLogin via_wan = target;
   via_wan.host = "127.0.0.1";
   via_wan.port = (*proxy)->port();
@@ -406,8 +464,8 @@ int Demo(int argc, char** argv) {
 
   // 3. The three modes in both protocols.
   demo::Report rep;
-  rep.rtt_ms = rtt_ms;
-  rep.iterations = iterations;
+  rep.rtt_ms = a.rtt_ms;
+  rep.iterations = a.iterations;
   rep.statements = workload.Statements();
   rep.database = database_label;
   for (Protocol protocol : {Protocol::kExtended, Protocol::kSimple}) {
@@ -418,7 +476,7 @@ int Demo(int argc, char** argv) {
   absl::Status status = absl::OkStatus();
   for (demo::ProtocolRun& run : rep.runs) {
     IterationResult first;
-    status = RunConnections(run.modes[0], run.protocol, via_wan, workload, iterations, connection_index, &first);
+    status = RunConnections(run.modes[0], run.protocol, via_wan, workload, a.iterations, connection_index, &first);
     if (!status.ok()) break;
     rep.login_round_trips = first.login_round_trips;
     rep.auth_method = first.auth_method;
@@ -430,44 +488,8 @@ int Demo(int argc, char** argv) {
     Log(fmt::format("FAILED: {}", std::string(status.message())));
     return 1;
   }
-
-  // Every write went through exactly once: the branch balances add up.
-  {
-    absl::StatusOr<std::unique_ptr<PgClient>> c = PgClient::Connect(target);
-    absl::StatusOr<PgResult> sum =
-        c.ok() ? (*c)->Query(fmt::format("SELECT sum(balance) FROM {}.branches", workload.schema()))
-               : absl::StatusOr<PgResult>(c.status());
-    std::string expected = std::to_string(connection_index);
-    if (!sum.ok() || sum->rows.size() != 1 || sum->rows[0][0] != expected) {
-      Log(fmt::format("FAILED: the {} write transactions did not all commit exactly once (sum of branch balances: {})",
-                      connection_index,
-                      sum.ok() && !sum->rows.empty() && sum->rows[0][0] ? *sum->rows[0][0] : std::string("?")));
-      return 1;
-    }
-    Log(fmt::format("checked: all {} write transactions committed exactly once; every read returned the right rows",
-                    connection_index));
-  }
-
-  SetLimits(rep, workload);
-  std::string tables = demo::RenderTables(rep);
-  std::fputs(tables.c_str(), stdout);
-  std::fflush(stdout);
-
-  std::filesystem::path dir(out_dir);
-  if (absl::Status wrote = demo::WriteCsv(rep, out_dir); !wrote.ok()) {
-    Log(std::string(wrote.message()));
-    return 1;
-  }
-  std::string written = (dir / "demo.csv").string() + ", " + (dir / "demo_iterations.csv").string();
-  if (chart) {
-    if (absl::Status drawn = demo::WriteChart(rep, out_dir); !drawn.ok()) {
-      Log(std::string(drawn.message()));
-      return 1;
-    }
-    written += ", " + (dir / "demo.png").string();
-  }
-  Log("wrote " + written);
-  return 0;
+  if (!WritesAddUp(target, workload, connection_index)) return 1;
+  return WriteResults(rep, workload, a);
 }
 
 }  // namespace hyperpool::cli

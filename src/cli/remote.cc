@@ -411,17 +411,17 @@ std::optional<std::string> ApplyLinkOption(std::string_view name, const std::str
 
 }  // namespace
 
-int RunEndpoint(int argc, char** argv) {
+// `hyperpool endpoint`'s command line (and config file) into the Endpoint's
+// and the link listener's options; an exit code when it must stop at once.
+std::optional<int> ParseEndpointArgs(int argc, char** argv, EndpointOptions& options, LinkListenerOptions& listen,
+                                     std::string& metrics_listen) {
   constexpr std::string_view kCommand = "endpoint";
   auto usage_error = [&](const std::string& message) { return UsageError(kCommand, kEndpointUsage, message); };
-  EndpointOptions options;
   LoggerOptions log;
   if (const char* env = std::getenv("HYPERPOOL_ORIGIN")) options.origin = env;
-  LinkListenerOptions listen;
   listen.host.clear();
   bool have_listen = false;
   std::string secret_file;
-  std::string metrics_listen;
   Args args(argc, argv, kCommand);
   if (args.error()) return usage_error(*args.error());
   while (args.Next()) {
@@ -480,6 +480,15 @@ int RunEndpoint(int argc, char** argv) {
   listen.link_secret = *std::move(secret);
   listen.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
   options.logger = std::make_shared<const Logger>(std::move(log));
+  return std::nullopt;
+}
+
+int RunEndpoint(int argc, char** argv) {
+  constexpr std::string_view kCommand = "endpoint";
+  EndpointOptions options;
+  LinkListenerOptions listen;
+  std::string metrics_listen;
+  if (std::optional<int> done = ParseEndpointArgs(argc, argv, options, listen, metrics_listen)) return *done;
 
   asio::io_context signals_io(1);
   asio::signal_set signals(signals_io, SIGINT, SIGTERM);

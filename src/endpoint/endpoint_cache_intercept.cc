@@ -1,0 +1,316 @@
+// SessionCache (endpoint_cache.h), the Endpoint tier's decision for a unit
+// of work: Intercept (a synchronous look-up: hit, stale, a leader's fetch,
+// or a wait), Step (one round of the look-up), FinishIntercept (the waits
+// for the shared tier and for another session leading the same fetch) and
+// Serve (a stored result replayed as the unit's answers). The rest of the
+// tier is endpoint_cache.cc.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "endpoint/endpoint_cache.h"
+#include "protocol/codec.h"
+#include "protocol/link_protocol.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+// A follower waits at most this long for its leader (Hyperdrive's max query
+// duration), then goes to the origin itself.
+constexpr std::chrono::seconds kFollowerWait{60};
+constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
+
+}  // namespace
+
+bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit,
+                         uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  return Serve(entry, unit.form, unit.replay, digest, local_out, skip_until_sync, skip_status);
+}
+
+bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form,
+                         cache::ReplayRequest r, uint64_t digest, std::string& local_out, bool& skip_until_sync,
+                         char& skip_status) {
+  std::string out;
+  cache::AppendControl(out, cache::BeginControl{digest});
+  if (form == cache::ProtocolForm::kExtended) r.sync = false;
+  if (!cache::AppendReplay(entry->messages, r, out).ok()) return false;
+  if (form == cache::ProtocolForm::kSimple) {
+    if (out.size() < kReadyIdle.size() || std::string_view(out).substr(out.size() - kReadyIdle.size()) != kReadyIdle) {
+      return false;
+    }
+    out.resize(out.size() - kReadyIdle.size());
+  }
+  auto now = std::chrono::steady_clock::now();
+  cache::StoreControl store;
+  store.digest = digest;
+  store.ttl = entry->expires > now ? std::chrono::duration_cast<std::chrono::milliseconds>(entry->expires - now)
+                                   : std::chrono::milliseconds(0);
+  store.generation = cache_->generation();
+  store.tables = entry->tables;
+  store.source = cache_->source();
+  cache::AppendControl(out, store);
+  if (form == cache::ProtocolForm::kSimple) {
+    out.append(kReadyIdle);
+  } else {
+    // The unit's remaining frames are discarded up to its Sync, which the
+    // session answers with ReadyForQuery('I').
+    skip_until_sync = true;
+    skip_status = 'I';
+  }
+  local_out += out;
+  return true;
+}
+
+SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
+                                                     std::string_view rest, bool idle, std::string& local_out,
+                                                     bool& skip_until_sync, char& skip_status) {
+  if (frame.tag == 'P') {
+    // A unit of named Parses up to a Sync is answered without the origin
+    // (statement_session.h) and never forwarded: its statements are known
+    // from here, so that Binds of them are keyed and their writes tracked.
+    auto p = protocol::DecodeParse(frame.payload);
+    if (p.ok() && !p->statement.empty()) {
+      RecordParse(*p);
+      if (statements_.find(std::string(p->statement)) == statements_.end()) {
+        cache::SqlText own(text != nullptr ? std::string_view() : p->query);
+        statements_[std::string(p->statement)] = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/false);
+      }
+    }
+  }
+  if (idle) {
+    // Whatever was outstanding has been answered (possibly locally, when the
+    // origin was lost or no connection could be had).
+    if (leader_) EndLeader(/*abandon=*/true);
+    pending_.clear();
+    building_ = Effect{};
+    txn_written_ = cache::WriteEffect{};
+  }
+  // After a Parse/Describe(statement) flight whose answers have all come
+  // (postgres.js: Parse + Describe + Flush, then Bind + Execute + Sync), a
+  // Bind starts the rest of that implicit transaction: its result may be
+  // stored, but it is never answered from the tier (the origin must see the
+  // Sync that ends the transaction the Parse began).
+  // (OnForward opens and closes the window.)
+  const bool after_describe = !idle && frame.tag == 'B' && DescribeWindowReady();
+  if (!idle && !after_describe) return InterceptResult::kNotServed;
+  if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B') return InterceptResult::kNotServed;
+  RefreshSettingsKey();
+  if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
+    cache_->NoteBypassed();
+    return InterceptResult::kNotServed;
+  }
+  cache::CandidateUnit unit;
+  std::string_view bytes(frame.raw.data(), frame.raw.size() + rest.size());
+  // A unit without a Parse runs one of the session's named statements: keyed
+  // by its text (the unnamed statement is not resolved: a unit answered here
+  // skips its Parse, so what the session's unnamed statement is may differ).
+  const cache::StatementLookup lookup = [this, after_describe](std::string_view name, std::string_view* sql,
+                                                               std::vector<uint32_t>* types) {
+    if (name.empty() && after_describe && unnamed_known_) {
+      // Parsed in this very transaction: that Parse reached the origin.
+      *sql = unnamed_text_.sql;
+      *types = unnamed_text_.types;
+      return true;
+    }
+    if (name.empty()) return false;
+    auto it = statement_texts_.find(std::string(name));
+    if (it == statement_texts_.end() || it->second.poisoned) return false;
+    *sql = it->second.sql;
+    *types = it->second.types;
+    return true;
+  };
+  if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return InterceptResult::kNotServed;
+  // The unit's text is usually this frame's (a Query, or the Parse that
+  // starts it): its analysis is shared; a Bind of a named statement has the
+  // statement's stored text.
+  std::optional<cache::SqlText> stored;
+  if (text == nullptr || text->sql().data() != unit.sql.data() || text->sql().size() != unit.sql.size()) {
+    stored.emplace(unit.sql);
+  }
+  const cache::SqlText& unit_text = stored ? *stored : *text;
+  cache::StatementEffects fx = cache::ClassifyStatements(unit_text, nullptr);
+  if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
+    cache_->NoteBypassed();
+    return InterceptResult::kNotServed;
+  }
+  if (Ttl() <= std::chrono::milliseconds(0)) {
+    cache_->NoteBypassed();
+    return InterceptResult::kNotServed;
+  }
+  cache::DecisionContext ctx;
+  ctx.enabled = true;
+  ctx.in_transaction = false;
+  ctx.max_query_bytes = cache_->options().max_query_bytes;
+  ctx.params = unit.params;
+  ctx.oracle = cache_->Oracle();
+  cache::StatementAnalysis analysis;
+  cache::Decision d = cache::DecideSql(unit_text, ctx, &analysis);
+  if (!analysis.functions.empty() || !analysis.relations_read.empty()) cache_->WantCatalog();
+  if (d.unknown_name) cache_->NameUnknown();  // e.g. a table created on the origin directly
+  cache_->RecordDecision(analysis.fingerprint, d.reason, analysis.normalized);
+  if (!d.cacheable()) return InterceptResult::kNotServed;
+
+  cache::CacheKeyInput in;
+  in.database = cache_->database();
+  in.role = cache_->role();
+  in.settings = nullptr;
+  in.sql = unit.sql;
+  in.param_types = unit.param_types;
+  in.params = unit.params;
+  in.result_formats = unit.result_formats;
+  in.form = unit.form;
+  std::string key = cache::BuildCacheKey(in);
+  cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_);
+  const uint64_t digest = cache::Fnv1a64(unit.frames);
+
+  lookup_ = Lookup{};
+  lookup_->key = std::move(key);
+  lookup_->digest = digest;
+  lookup_->tables = std::move(d.tables);
+  lookup_->form = unit.form;
+  lookup_->replay = unit.replay;
+  lookup_->refresh_only = unit.named_parse || after_describe;
+  return Step(local_out, skip_until_sync, skip_status);
+}
+
+// One round of the look-up (at most four: a leader that abandoned makes its
+// followers look again). kWait leaves lookup_->wait set for FinishIntercept.
+SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  Lookup& l = *lookup_;
+  for (; l.round < 4; ++l.round) {
+    woken_ = false;
+    woken_entry_.reset();
+    CacheLookup lk = cache_->tier().Lookup(l.key, [this](std::shared_ptr<const CacheEntry> e) {
+      woken_ = true;
+      woken_entry_ = std::move(e);
+      wait_timer_.cancel();
+    });
+    switch (lk.status) {
+      case CacheLookupStatus::kHit:
+      case CacheLookupStatus::kStale: {
+        if (l.refresh_only) {
+          // The origin must see a named Parse (the statement outlives the
+          // unit), so the unit goes there; its result refreshes the entry
+          // and is marked for the Client tier as a leader's would be.
+          leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
+          leader_->key = std::move(l.key);
+          leader_->digest = l.digest;
+          leader_->generation = cache_->generation();
+          leader_->tables = std::move(l.tables);
+          leader_->ttl = Ttl();
+          leader_->owns_key = false;
+          cache_->Publish();
+          lookup_.reset();
+          return InterceptResult::kNotServed;
+        }
+        bool served = Serve(lk.entry, l.form, l.replay, l.digest, local_out, skip_until_sync, skip_status);
+        if (served) cache_->NoteServed(l.waited);
+        cache_->Publish();
+        lookup_.reset();
+        return served ? InterceptResult::kServed : InterceptResult::kNotServed;
+      }
+      case CacheLookupStatus::kStaleRefresh:
+      case CacheLookupStatus::kMissLeader: {
+        // The stale entry's refresh runs as this unit's own origin query
+        // (while others are served the stale entry).
+        leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
+        leader_->key = l.key;
+        leader_->digest = l.digest;
+        leader_->generation = cache_->generation();
+        leader_->tables = l.tables;
+        leader_->ttl = Ttl();
+        leader_->replay = l.replay;
+        leader_->form = l.form;
+        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(l.key);
+        if (cache_->shared() != nullptr && cache_->shared()->up()) {
+          // Second level: another Endpoint may have fetched it. The local
+          // flight stays led by this session meanwhile (followers wait).
+          l.wait = Lookup::Wait::kShared;
+          return InterceptResult::kWait;
+        }
+        cache_->Publish();
+        lookup_.reset();
+        return InterceptResult::kNotServed;
+      }
+      case CacheLookupStatus::kMissFollower: {
+        wait_key_ = l.key;
+        wait_id_ = lk.wait_id;
+        l.wait = Lookup::Wait::kFollower;
+        return InterceptResult::kWait;
+      }
+    }
+  }
+  lookup_.reset();
+  return InterceptResult::kNotServed;
+}
+
+asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status) {
+  while (lookup_ && lookup_->wait != Lookup::Wait::kNone) {
+    Lookup& l = *lookup_;
+    if (l.wait == Lookup::Wait::kShared) {
+      l.wait = Lookup::Wait::kNone;
+      const std::string key = l.key;
+      std::shared_ptr<const CacheEntry> e = co_await LookupShared(key, leader_->tables);
+      if (!lookup_ || !leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
+      if (e && std::chrono::steady_clock::now() < e->expires) {
+        cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
+        leader_->done = true;
+        EndLeader(/*abandon=*/false);
+        bool served = Serve(e, lookup_->form, lookup_->replay, lookup_->digest, local_out, skip_until_sync, skip_status);
+        if (served) {
+          cache_->NoteServed(lookup_->waited);
+          cache_->NoteSharedServed();
+        }
+        cache_->Publish();
+        lookup_.reset();
+        co_return served;
+      }
+      if (e && !leader_->fallback) leader_->fallback = e;  // past max age: for stale-if-error only
+      cache_->Publish();
+      lookup_.reset();
+      co_return false;
+    }
+    // A follower: the leader's result (or its abandoning) wakes us.
+    l.wait = Lookup::Wait::kNone;
+    if (!woken_) {
+      wait_timer_.expires_after(kFollowerWait);
+      (void)co_await wait_timer_.async_wait(kAsTuple);
+    }
+    if (!lookup_) co_return false;
+    if (!woken_) cache_->tier().CancelWait(wait_key_, wait_id_);
+    wait_key_.clear();
+    lookup_->waited = true;
+    if (woken_ && woken_entry_) {
+      std::shared_ptr<const CacheEntry> e = std::move(woken_entry_);
+      bool served = Serve(e, lookup_->form, lookup_->replay, lookup_->digest, local_out, skip_until_sync, skip_status);
+      if (served) cache_->NoteServed(true);
+      cache_->Publish();
+      lookup_.reset();
+      co_return served;
+    }
+    if (!woken_) {  // timed out: go to the origin, uncoordinated
+      lookup_.reset();
+      co_return false;
+    }
+    ++lookup_->round;  // the leader abandoned: look again (may lead now)
+    switch (Step(local_out, skip_until_sync, skip_status)) {
+      case InterceptResult::kServed:
+        co_return true;
+      case InterceptResult::kNotServed:
+        co_return false;
+      case InterceptResult::kWait:
+        break;
+    }
+  }
+  co_return false;
+}
+
+}  // namespace hyperpool::endpoint
