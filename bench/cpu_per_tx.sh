@@ -5,13 +5,15 @@
 # `hyperpool serve` per binary given, then runs `pgbench -S -c8 -j2` in each
 # mode against each target in rotating order and prints, per run, the
 # pooler's utime+stime (all threads, /proc/PID/stat) over pgbench's
-# transactions, then the median per target and the ratio to PgBouncer.
+# transactions (and the user and kernel parts apart), then the median per
+# target and the ratio to PgBouncer.
 # CPU per transaction is robust to other load on the machine; tps is not.
 #
 #   bash bench/cpu_per_tx.sh                      # build/hyperpool vs pgbouncer
 #   HYPERPOOL_BINARIES="/tmp/old build/hyperpool" bash bench/cpu_per_tx.sh
 #
-# Environment: CPT_DURATION (s per run, 10), CPT_REPS (3), CPT_MODES
+# Environment: CPT_SERVE_ARGS (extra `serve` flags, "--no-cache"; "" for the
+# cache on), CPT_DURATION (s per run, 10), CPT_REPS (3), CPT_MODES
 # ("simple prepared"), CPT_CLIENTS (8), CPT_POOL (8), CPT_SCALE (10),
 # CPT_PERF=1: also `perf record -g` the last hyperpool's last run
 # (perf.data in the work directory, whose path is printed).
@@ -38,7 +40,8 @@ cleanup() {
 }
 trap cleanup EXIT
 # utime + stime of all threads, in clock ticks.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# utime and stime (user and kernel) of all the process's threads, in ticks.
+cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
 bash "$ROOT/tests/support/pgcluster.sh" start "$WORK/pg" >"$WORK/pgcluster.log" 2>&1 \
   || { cat "$WORK/pgcluster.log" >&2; die "pgcluster.sh start failed"; }
@@ -63,7 +66,7 @@ for bin in "${HP_BINS[@]}"; do
   name=hp$i; i=$((i + 1))
   PORT[$name]=$(free_port)
   "$bin" serve --origin "postgresql://$BUSER:$BPASS@$PGHOST:$PGPORT/$DB?sslmode=disable" \
-    --listen "127.0.0.1:${PORT[$name]}" --pool-size "$POOL" --no-cache \
+    --listen "127.0.0.1:${PORT[$name]}" --pool-size "$POOL" ${CPT_SERVE_ARGS---no-cache} \
     --user "$BUSER" --password "$BPASS" --database "$DB" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PID[$name]=$!; PIDS+=("$!")
   for _ in $(seq 100); do [ -s "$WORK/$name.out" ] && break; sleep 0.1; done
@@ -74,7 +77,7 @@ done
 PIDS+=("${PID[pgbouncer]}")
 
 HZ=$(getconf CLK_TCK)
-echo "mode target rep tps cpu_us_per_tx" > "$WORK/runs.txt"
+echo "mode target rep tps cpu_us_per_tx user_us_per_tx kernel_us_per_tx" > "$WORK/runs.txt"
 for rep in $(seq "$REPS"); do
   for mode in "${MODES[@]}"; do
     n=${#TARGETS[@]}
@@ -85,14 +88,15 @@ for rep in $(seq "$REPS"); do
         perf record -g -o "$WORK/perf-$mode.data" -p "${PID[$t]}" >/dev/null 2>&1 &
         perf_pid=$!
       fi
-      before=$(cpu_ticks "${PID[$t]}")
+      read -r u0 s0 < <(cpu_ticks "${PID[$t]}")
       out=$(PGPASSWORD=$BPASS PGSSLMODE=disable pgbench -n -S -M "$mode" -c "$CLIENTS" -j 2 -T "$DURATION" \
         -h 127.0.0.1 -p "${PORT[$t]}" -U "$BUSER" "$DB" 2>&1) || { echo "$out" >&2; die "pgbench failed on $t"; }
-      after=$(cpu_ticks "${PID[$t]}")
+      read -r u1 s1 < <(cpu_ticks "${PID[$t]}")
       [ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
       tx=$(echo "$out" | awk '/number of transactions actually processed/ {split($NF, a, "/"); print a[1]}')
       tps=$(echo "$out" | awk '/^tps/ {printf "%.0f", $3}')
-      us=$(awk -v d=$((after - before)) -v hz="$HZ" -v tx="$tx" 'BEGIN {printf "%.1f", d * 1e6 / hz / tx}')
+      us=$(awk -v u=$((u1 - u0)) -v k=$((s1 - s0)) -v hz="$HZ" -v tx="$tx" \
+        'BEGIN {printf "%.1f %.1f %.1f", (u + k) * 1e6 / hz / tx, u * 1e6 / hz / tx, k * 1e6 / hz / tx}')
       echo "$mode $t $rep $tps $us" | tee -a "$WORK/runs.txt" >&2
     done
   done
@@ -103,14 +107,14 @@ echo "# medians over $REPS reps, -c$CLIENTS -j2 -T$DURATION, pool $POOL (work di
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:]]
 bins = sys.argv[2:]
-print(f"{'mode':9} {'target':10} {'tps':>8} {'cpu_us/tx':>10} {'x_pgb':>6}  binary")
+print(f"{'mode':9} {'target':10} {'tps':>8} {'cpu_us/tx':>10} {'x_pgb':>6} {'user':>6} {'kernel':>7}  binary")
 for mode in sorted({r[0] for r in rows}):
     med = {}
     for t in dict.fromkeys(r[1] for r in rows if r[0] == mode):
         sel = [r for r in rows if r[0] == mode and r[1] == t]
-        med[t] = (statistics.median(float(r[3]) for r in sel), statistics.median(float(r[4]) for r in sel))
-    for t, (tps, us) in med.items():
+        med[t] = tuple(statistics.median(float(r[i]) for r in sel) for i in (3, 4, 5, 6))
+    for t, (tps, us, user, kernel) in med.items():
         ratio = us / med["pgbouncer"][1] if med.get("pgbouncer") else float("nan")
         b = bins[int(t[2:])] if t.startswith("hp") else ""
-        print(f"{mode:9} {t:10} {tps:8.0f} {us:10.1f} {ratio:6.2f}  {b}")
+        print(f"{mode:9} {t:10} {tps:8.0f} {us:10.1f} {ratio:6.2f} {user:6.1f} {kernel:7.1f}  {b}")
 EOF

@@ -12,12 +12,17 @@
 #
 # Every repetition logs in once on each target, the order rotating; the
 # driver is Debian's psycopg 3 (libpq), one process, timed around
-# connect() .. execute("select 1") .. close().
+# connect() .. execute("select 1") .. close(). Then the same from C with
+# libpq alone: `pgbench -n -C -c1 -f select1.sql -T LOGIN_PGBENCH_S` per
+# target, LOGIN_PGBENCH_REPS rounds (default 3 x 3 s), the order rotating;
+# pgbench's mean latency per transaction (with -C: connect, SCRAM,
+# `select 1`, close) and its mean connection time, medians over the rounds.
 #
 #   bash bench/login_latency.sh          # 300 logins per target
 #   LOGIN_N=1000 bash bench/login_latency.sh
 #
-# Environment: LOGIN_N (default 300), HYPERPOOL_BINARY (default build/hyperpool),
+# Environment: LOGIN_N (default 300), LOGIN_PGBENCH_S (3), LOGIN_PGBENCH_REPS
+# (3; 0 skips the pgbench part), HYPERPOOL_BINARY (default build/hyperpool),
 # BENCH_OUT (default bench/results). Writes BENCH_OUT/<timestamp>-login/
 # (logins.csv, report.md, env.txt) and copies it to BENCH_OUT/latest/login/.
 set -euo pipefail
@@ -134,11 +139,51 @@ lines += ["", "| goal (issue 11) | measured | met? |", "|---|---|---|",
           f"| hyperpool login + select 1, p50 <= 0.3 ms | {hp:.3f} ms | {'yes' if hp <= 0.3 else 'no'} |"]
 open(f"{out}/report.md", "w").write("\n".join(lines) + "\n")
 EOF
+PGB_REPS=${LOGIN_PGBENCH_REPS:-3}
+if [ "$PGB_REPS" -gt 0 ]; then
+  log "libpq from C: pgbench -C, $PGB_REPS rounds of ${LOGIN_PGBENCH_S:-3} s per target"
+  echo "select 1;" > "$WORK/select1.sql"
+  names=(direct pgbouncer hyperpool hyperpool-4096)
+  urls=("postgresql://$SCRAM_USER:$SCRAM_PASSWORD@$PGHOST:$PGPORT/$DB?sslmode=disable"
+        "postgresql://$SCRAM_USER:$SCRAM_PASSWORD@127.0.0.1:$pgb_port/$DB?sslmode=disable"
+        "$HP_URL" "$HP4096_URL")
+  echo "target,round,latency_ms,connection_ms,tps" > "$OUT/pgbench_connect.csv"
+  for round in $(seq "$PGB_REPS"); do
+    for k in 0 1 2 3; do
+      i=$(( (k + round) % 4 ))
+      r=$(pgbench -n -C -c1 -j1 -T "${LOGIN_PGBENCH_S:-3}" -f "$WORK/select1.sql" "${urls[$i]}" 2>&1) \
+        || die "pgbench -C on ${names[$i]} failed: $(echo "$r" | tail -3)"
+      lat=$(echo "$r" | awk '/^latency average/{print $4}')
+      con=$(echo "$r" | awk '/^average connection time/{print $5}')
+      tps=$(echo "$r" | awk '/^tps/{print $3}')
+      echo "${names[$i]},$round,$lat,$con,$tps" >> "$OUT/pgbench_connect.csv"
+    done
+  done
+  $PY - "$OUT" <<'EOF'
+import csv, statistics, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(f"{out}/pgbench_connect.csv")))
+order = ["direct", "pgbouncer", "hyperpool", "hyperpool-4096"]
+names = [n for n in order if any(r["target"] == n for r in rows)]
+med = {n: (statistics.median(float(r["latency_ms"]) for r in rows if r["target"] == n),
+           statistics.median(float(r["connection_ms"]) for r in rows if r["target"] == n)) for n in names}
+pgb = med["pgbouncer"][0]
+lines = ["", "## libpq from C: `pgbench -n -C -c1 -f select1.sql` (mean per transaction, median of rounds)", "",
+         "| target | login + select 1 + close ms | of which connection ms | vs PgBouncer |", "|---|---|---|---|"]
+for n in names:
+    lines.append(f"| {n} | {med[n][0]:.3f} | {med[n][1]:.3f} | {med[n][0] / pgb:.2f}x |")
+hp = med["hyperpool"][0]
+lines += ["", "| goal (issue 11), libpq from C | measured | met? |", "|---|---|---|",
+          f"| hyperpool login + select 1, mean <= 0.3 ms | {hp:.3f} ms | {'yes' if hp <= 0.3 else 'no'} |"]
+open(f"{out}/report.md", "a").write("\n".join(lines) + "\n")
+EOF
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
 { echo; echo '```'; cat "$OUT/env.txt"; echo '```'; } >> "$OUT/report.md"
 mkdir -p "$OUT_ROOT/latest"
 rm -rf "$OUT_ROOT/latest/login"
 mkdir -p "$OUT_ROOT/latest/login"
 cp "$OUT"/report.md "$OUT"/env.txt "$OUT_ROOT/latest/login/"
+[ -f "$OUT/pgbench_connect.csv" ] && cp "$OUT/pgbench_connect.csv" "$OUT_ROOT/latest/login/"
 log "done: $OUT/report.md (copied to $OUT_ROOT/latest/login/)"
 cat "$OUT/report.md"

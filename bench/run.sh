@@ -340,11 +340,16 @@ echo "suite wall time: $(( SECONDS - SUITE_T0 )) s" >> "$OUT/env.txt"
 # --- report -------------------------------------------------------------------
 log "report"
 $PY "$BENCH/report.py" "$OUT" || log "warning: report.py failed"
-# latest/seed/ belongs to bench/seed_postgresjs.sh: keep it.
-if [ -d "$OUT_ROOT/latest/seed" ]; then mv "$OUT_ROOT/latest/seed" "$WORK/seed-latest"; fi
+# latest/seed/ and latest/login/ belong to bench/seed_postgresjs.sh and
+# bench/login_latency.sh: keep them.
+for kept in seed login; do
+  if [ -d "$OUT_ROOT/latest/$kept" ]; then mv "$OUT_ROOT/latest/$kept" "$WORK/$kept-latest"; fi
+done
 rm -rf "$OUT_ROOT/latest"
 cp -r "$OUT" "$OUT_ROOT/latest"
-if [ -d "$WORK/seed-latest" ]; then mv "$WORK/seed-latest" "$OUT_ROOT/latest/seed"; fi
+for kept in seed login; do
+  if [ -d "$WORK/$kept-latest" ]; then mv "$WORK/$kept-latest" "$OUT_ROOT/latest/$kept"; fi
+done
 log "done in $(( SECONDS - SUITE_T0 )) s: $OUT/report.md (copied to $OUT_ROOT/latest/)"
 if [ "$SEED" = 1 ]; then
   log "the seed workload (bench/seed_postgresjs.sh)"

@@ -1,8 +1,10 @@
 #include "cache/cacheability.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
+#include "absl/strings/string_view.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -25,6 +27,32 @@ std::string MapKey(std::string_view schema, std::string_view name) {
   k.append(name);
   return k;
 }
+// MapKey for a look-up, without allocating for names of ordinary length
+// (every cacheability decision looks up each relation it reads).
+class LookupKey {
+ public:
+  LookupKey(std::string_view schema, std::string_view name) {
+    const size_t n = schema.size() + 1 + name.size();
+    char* p = small_;
+    if (n > sizeof(small_)) {
+      big_.resize(n);
+      p = big_.data();
+    }
+    std::memcpy(p, schema.data(), schema.size());
+    p[schema.size()] = '\0';
+    std::memcpy(p + schema.size() + 1, name.data(), name.size());
+    view_ = std::string_view(p, n);
+  }
+  LookupKey(const LookupKey&) = delete;
+  LookupKey& operator=(const LookupKey&) = delete;
+  // absl's string_view: Debian's abseil keys string maps by its own type.
+  absl::string_view view() const { return absl::string_view(view_.data(), view_.size()); }
+
+ private:
+  char small_[136];
+  std::string big_;
+  std::string_view view_;
+};
 bool IsTempSchema(std::string_view s) { return s.starts_with("pg_temp"); }
 
 bool ContainsTimeWordCi(std::string_view v) {
@@ -284,7 +312,7 @@ class SnapshotOracle final : public VolatilityOracle {
 
   std::optional<Volatility> FunctionVolatility(const QualifiedName& n) const override {
     if (!n.schema.empty()) {
-      auto it = s_.functions_.find(MapKey(n.schema, n.name));
+      auto it = s_.functions_.find(LookupKey(n.schema, n.name).view());
       if (it == s_.functions_.end()) return std::nullopt;
       return it->second;
     }
@@ -293,7 +321,7 @@ class SnapshotOracle final : public VolatilityOracle {
     std::optional<Volatility> worst;
     for (const std::string& schema : path_) {
       if (IsTempSchema(schema)) continue;  // Functions are never found in pg_temp implicitly.
-      auto it = s_.functions_.find(MapKey(schema, n.name));
+      auto it = s_.functions_.find(LookupKey(schema, n.name).view());
       if (it == s_.functions_.end()) continue;
       if (!worst || static_cast<char>(it->second) > static_cast<char>(*worst)) worst = it->second;
     }
@@ -324,17 +352,17 @@ class SnapshotOracle final : public VolatilityOracle {
       }
       if (n.schema == "pg_temp") return std::nullopt;
       for (const std::string& schema : path_) {
-        if (s_.relations_.contains(MapKey(schema, n.name))) return Info(schema, n.name);
+        if (s_.relations_.contains(LookupKey(schema, n.name).view())) return Info(schema, n.name);
       }
       return std::nullopt;
     }
-    if (!s_.relations_.contains(MapKey(n.schema, n.name))) return std::nullopt;
+    if (!s_.relations_.contains(LookupKey(n.schema, n.name).view())) return std::nullopt;
     return Info(n.schema, n.name);
   }
 
  private:
   std::string Invalidation(const std::string& schema, const std::string& name) const {
-    auto it = s_.relations_.find(MapKey(schema, name));
+    auto it = s_.relations_.find(LookupKey(schema, name).view());
     if (it != s_.relations_.end() && !it->second.root.empty()) return it->second.root;
     return Join(schema, name);
   }
@@ -360,17 +388,17 @@ class SnapshotOracle final : public VolatilityOracle {
 
   std::optional<RelationInfo> Info(const QualifiedName& n, int depth) const {
     if (!n.schema.empty()) {
-      if (!s_.relations_.contains(MapKey(n.schema, n.name))) return std::nullopt;
+      if (!s_.relations_.contains(LookupKey(n.schema, n.name).view())) return std::nullopt;
       return Info(n.schema, n.name, depth);
     }
     for (const std::string& schema : path_) {
-      if (s_.relations_.contains(MapKey(schema, n.name))) return Info(schema, n.name, depth);
+      if (s_.relations_.contains(LookupKey(schema, n.name).view())) return Info(schema, n.name, depth);
     }
     return std::nullopt;
   }
 
   RelationInfo Info(const std::string& schema, const std::string& name, int depth = 0) const {
-    const CatalogSnapshot::Rel& rel = s_.relations_.at(MapKey(schema, name));
+    const CatalogSnapshot::Rel& rel = s_.relations_.at(LookupKey(schema, name).view());
     RelationInfo info;
     info.resolved = Join(schema, name);
     info.kind = rel.kind;
@@ -382,7 +410,7 @@ class SnapshotOracle final : public VolatilityOracle {
     if (!rel.viewdef.empty() && DefinitionNonImmutable(rel.viewdef, depth)) {
       info.nonimmutable_functions = true;
     }
-    auto deps = s_.view_deps_.find(MapKey(schema, name));
+    auto deps = s_.view_deps_.find(LookupKey(schema, name).view());
     if (deps == s_.view_deps_.end()) return info;
     for (const CatalogSnapshot::ViewDep& d : deps->second) {
       if (d.dep_kind == 'f') {

@@ -152,11 +152,11 @@ bool MemoryCache::Store(const std::string& key, std::shared_ptr<const CacheEntry
   }
   lru_.push_front(Node{key, std::move(entry), cost});
   List::iterator node = lru_.begin();
-  std::string_view k = node->key;
-  index_.emplace(k, node);
+  index_.emplace(std::string_view(node->key), node);
   const CacheEntry& e = *node->entry;
-  by_database_[e.database].insert(k);
-  for (const std::string& t : e.tables) by_table_[TableKey(e.database, t)].insert(k);
+  const Node* n = &*node;
+  by_database_[e.database].insert(n);
+  for (const std::string& t : e.tables) by_table_[TableKey(e.database, t)].insert(n);
   stats_.bytes += cost;
   ++stats_.entries;
   ++stats_.stores;
@@ -164,20 +164,20 @@ bool MemoryCache::Store(const std::string& key, std::shared_ptr<const CacheEntry
 }
 
 void MemoryCache::Remove(List::iterator node) {
-  std::string_view k = node->key;
+  const Node* n = &*node;
   const CacheEntry& e = *node->entry;
   for (const std::string& t : e.tables) {
     auto bt = by_table_.find(TableKey(e.database, t));
     if (bt != by_table_.end()) {
-      bt->second.erase(k);
+      bt->second.erase(n);
       if (bt->second.empty()) by_table_.erase(bt);
     }
   }
   if (auto bd = by_database_.find(e.database); bd != by_database_.end()) {
-    bd->second.erase(k);
+    bd->second.erase(n);
     if (bd->second.empty()) by_database_.erase(bd);
   }
-  index_.erase(k);
+  index_.erase(std::string_view(node->key));
   stats_.bytes -= node->cost;
   --stats_.entries;
   lru_.erase(node);
@@ -197,15 +197,20 @@ void MemoryCache::InvalidateTables(std::string_view database,
     std::string tk = TableKey(database, t);
     if (!flights_.empty()) table_epochs_[tk] = epoch_;
     auto bt = by_table_.find(tk);
-    if (bt == by_table_.end()) continue;
-    // Copy: Remove() edits the set.
-    std::vector<std::string_view> keys(bt->second.begin(), bt->second.end());
-    for (std::string_view k : keys) {
-      auto it = index_.find(k);
-      if (it == index_.end()) continue;
-      ++stats_.invalidations;
-      Remove(it->second);
-    }
+    if (bt != by_table_.end()) RemoveAll(bt->second);
+  }
+}
+
+void MemoryCache::RemoveAll(const absl::flat_hash_set<const Node*>& nodes) {
+  // A copy: Remove() edits `nodes` (and erases it with its last entry).
+  // Each node stays valid until its own Remove: removing one entry never
+  // removes another.
+  std::vector<const Node*> victims(nodes.begin(), nodes.end());
+  for (const Node* n : victims) {
+    auto it = index_.find(std::string_view(n->key));
+    if (it == index_.end()) continue;
+    ++stats_.invalidations;
+    Remove(it->second);
   }
 }
 
@@ -213,14 +218,7 @@ void MemoryCache::InvalidateAll(std::string_view database) {
   ++epoch_;
   if (!flights_.empty()) database_epochs_[std::string(database)] = epoch_;
   auto bd = by_database_.find(std::string(database));
-  if (bd == by_database_.end()) return;
-  std::vector<std::string_view> keys(bd->second.begin(), bd->second.end());
-  for (std::string_view k : keys) {
-    auto it = index_.find(k);
-    if (it == index_.end()) continue;
-    ++stats_.invalidations;
-    Remove(it->second);
-  }
+  if (bd != by_database_.end()) RemoveAll(bd->second);
 }
 
 }  // namespace hyperpool::cache

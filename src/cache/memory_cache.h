@@ -78,6 +78,8 @@ class MemoryCache final : public Cache {
   // Takes the flight of `key` out and wakes its waiters with `entry`.
   void Finish(const std::string& key, const std::shared_ptr<const CacheEntry>& entry);
   bool InvalidatedSince(const CacheEntry& entry, uint64_t epoch) const;
+  // Removes every entry of `nodes` (a by_table_ or by_database_ set).
+  void RemoveAll(const absl::flat_hash_set<const Node*>& nodes);
   static std::string TableKey(std::string_view db, std::string_view table);
 
   MemoryCacheLimits limits_;
@@ -86,8 +88,11 @@ class MemoryCache final : public Cache {
   List lru_;  // Front: most recently used.
   // Views point into Node::key (list nodes never move).
   absl::flat_hash_map<std::string_view, List::iterator> index_;
-  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string_view>> by_table_;
-  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string_view>> by_database_;
+  // Entries by table and by database, as node addresses: hashing a pointer
+  // instead of the (long) key keeps a store and an eviction to one hash of
+  // the key each (index_).
+  absl::flat_hash_map<std::string, absl::flat_hash_set<const Node*>> by_table_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<const Node*>> by_database_;
 
   absl::flat_hash_map<std::string, Flight> flights_;
   uint64_t next_wait_id_ = 1;

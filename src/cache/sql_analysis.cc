@@ -4,7 +4,6 @@
 // invalidation and errs towards "function call" / "relation" when unsure.
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -12,7 +11,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/ascii.h"
 #include "absl/status/statusor.h"
 #include "cache/sql_analysis.h"
 
@@ -626,6 +624,19 @@ std::string_view StatementKindName(StatementKind kind) {
   return "unknown";
 }
 
+std::optional<StatementKind> LeadingStatementKind(std::span<const Token> statement) {
+  // As Analyzer::Classify.
+  size_t i = 0;
+  while (i < statement.size() && statement[i].kind == TokenKind::kLParen) ++i;
+  if (i == statement.size() || statement[i].kind != TokenKind::kIdentifier) return StatementKind::kOther;
+  return StatementKindOfKeyword(statement[i].value);
+}
+
+std::optional<StatementKind> StatementKindOfKeyword(std::string_view kw) {
+  if (kw == "with" || kw == "copy" || kw == "prepare") return std::nullopt;
+  return KindOfKeyword(kw);
+}
+
 absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOptions options) {
   absl::StatusOr<std::vector<Token>> tokens = Lex(sql, options);
   if (!tokens.ok()) return tokens.status();
@@ -634,110 +645,6 @@ absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOpti
   Normalize(*tokens, out);
   return out;
 }
-
-namespace {
-
-// `word` (lowercase) at `at` in `sql`, ASCII case-insensitively.
-bool LoweredAt(std::string_view sql, size_t at, std::string_view word) {
-  if (sql.size() - at < word.size()) return false;
-  for (size_t k = 0; k < word.size(); ++k) {
-    if (absl::ascii_tolower(static_cast<unsigned char>(sql[at + k])) != word[k]) return false;
-  }
-  return true;
-}
-
-bool WordChar(char c) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' ||
-         static_cast<unsigned char>(c) >= 0x80;
-}
-
-enum class SelectScan : uint8_t {
-  kNotPlain,  // not IsPlainSelect
-  kPlain,     // IsPlainSelect, but it has '(' or INTO
-  kSimple,    // IsPlainSelect, no '(' and no INTO word: SqlText::simple_read
-};
-
-// IsPlainSelect and simple_read in one pass over the text (every Query a
-// session forwards goes through this, on both halves).
-SelectScan ScanSelect(std::string_view sql) {
-  size_t i = 0;
-  while (i < sql.size() && absl::ascii_isspace(static_cast<unsigned char>(sql[i]))) ++i;
-  constexpr std::string_view kSelect = "select";
-  if (sql.size() - i <= kSelect.size() || !LoweredAt(sql, i, kSelect)) return SelectScan::kNotPlain;
-  if (WordChar(sql[i + kSelect.size()])) return SelectScan::kNotPlain;
-  size_t end = sql.size();
-  while (end > i && (sql[end - 1] == ';' || absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1])))) --end;
-  // Bytes the loop below must look at; the others (most of a query) are
-  // skipped with one table look-up each.
-  static constexpr std::array<bool, 256> kNotable = [] {
-    std::array<bool, 256> t{};
-    for (char c : std::string_view("'\"&\\;/-$(sShHiI")) t[static_cast<unsigned char>(c)] = true;
-    return t;
-  }();
-  size_t quotes = 0;
-  bool calls_or_into = false;
-  for (size_t j = i; j < sql.size(); ++j) {
-    const char c = sql[j];
-    if (!kNotable[static_cast<unsigned char>(c)]) continue;
-    const char next = j + 1 < sql.size() ? sql[j + 1] : '\0';
-    switch (c) {
-      case '\'':
-        ++quotes;
-        break;
-      case '"':
-      case '&':
-      case '\\':
-        return SelectScan::kNotPlain;
-      case ';':
-        if (j < end) return SelectScan::kNotPlain;
-        break;
-      case '/':
-        if (next == '*') return SelectScan::kNotPlain;
-        break;
-      case '-':
-        if (next == '-') return SelectScan::kNotPlain;
-        break;
-      case '$':
-        if (!absl::ascii_isdigit(static_cast<unsigned char>(next))) return SelectScan::kNotPlain;
-        break;
-      case '(':
-        calls_or_into = true;
-        break;
-      // Anywhere, even in a literal (conservative): set_config and hyperpool.
-      case 's':
-      case 'S':
-        if (LoweredAt(sql, j, "set_config")) return SelectScan::kNotPlain;
-        break;
-      case 'h':
-      case 'H':
-        if (LoweredAt(sql, j, "hyperpool")) return SelectScan::kNotPlain;
-        break;
-      // INTO as a word: SELECT ... INTO t creates t (INTO TEMP pins).
-      case 'i':
-      case 'I':
-        if (!calls_or_into && LoweredAt(sql, j, "into") && (j == 0 || !WordChar(sql[j - 1])) &&
-            (j + 4 == sql.size() || !WordChar(sql[j + 4]))) {
-          calls_or_into = true;
-        }
-        break;
-      default:
-        break;
-    }
-  }
-  if (quotes % 2 != 0) return SelectScan::kNotPlain;
-  return calls_or_into ? SelectScan::kPlain : SelectScan::kSimple;
-}
-
-}  // namespace
-
-// (sql_analysis.h) Starts with the keyword SELECT, has no ';' before its
-// trailing ones, calls no set_config and names nothing hyperpool; and has
-// none of the bytes that could make it lex differently from how it reads
-// here (quoted identifiers, U& escapes, backslashes, comments, dollar
-// quotes) or fail to lex (an odd number of single quotes). Such a text is
-// classified exactly as the lexer would (no effects); anything else is left
-// to the lexer.
-bool IsPlainSelect(std::string_view sql) { return ScanSelect(sql) != SelectScan::kNotPlain; }
 
 const absl::StatusOr<std::vector<Token>>& SqlText::tokens() const {
   if (!tokens_) tokens_.emplace(Lex(sql_));
@@ -752,16 +659,19 @@ const absl::StatusOr<StatementAnalysis>& SqlText::analysis() const {
     } else {
       StatementAnalysis out;
       Analyzer(*tokens, out).Run();
-      Normalize(*tokens, out);
-      analysis_.emplace(std::move(out));
+      analysis_.emplace(std::move(out));  // normalized on demand
     }
   }
   return *analysis_;
 }
 
-bool SqlText::simple_read() const {
-  if (simple_ < 0) simple_ = ScanSelect(sql_) == SelectScan::kSimple ? 1 : 0;
-  return simple_ == 1;
+const StatementAnalysis* SqlText::normalized_analysis_if_done() const {
+  if (!analysis_ || !analysis_->ok()) return nullptr;
+  if (!normalized_) {
+    Normalize(**tokens_, **analysis_);
+    normalized_ = true;
+  }
+  return &**analysis_;
 }
 
 }  // namespace hyperpool::cache

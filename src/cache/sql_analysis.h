@@ -188,6 +188,19 @@ void ForEachStatement(const std::vector<Token>& tokens, Fn&& fn) {
   }
 }
 
+// The kind AnalyzeStatement reports for one statement's tokens (no
+// semicolon among them) when its leading keyword alone decides it (after
+// any opening parentheses); nullopt when more of it must be read (WITH,
+// COPY, PREPARE) — then only the full analysis knows.
+std::optional<StatementKind> LeadingStatementKind(std::span<const Token> statement);
+// The same for a statement's leading keyword (lowercase).
+std::optional<StatementKind> StatementKindOfKeyword(std::string_view keyword);
+// The leading keyword (lowercased) of `sql` when `sql` is one statement
+// that lexes without fail and whose first token is that keyword, told from
+// the bytes alone: no ';' but trailing ones, no quote of any kind, no
+// backslash, no comment, no '&'; nullopt otherwise (then lex it).
+std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql);
+
 // Whether `sql` is one plain SELECT that ClassifyStatements (tier.h) can
 // classify without lexing it (no effects at all). Conservative: false for
 // anything it cannot tell from the bytes (several statements, set_config,
@@ -220,17 +233,34 @@ class SqlText {
   // full analysis, without it. Most of an application's queries take this
   // path (pgbench -S's every query does).
   bool simple_read() const;
+  // IsPlainSelect(sql()), from the same one scan as simple_read().
+  bool plain_select() const;
+  // That scan's result (-1: not scanned yet), for a new SqlText of the same
+  // bytes to start from (a session handling one frame again after a wait).
+  signed char scan_result() const { return scan_; }
+  void set_scan_result(signed char scan) { scan_ = scan; }
 
   // Lex(sql) and AnalyzeStatement(sql) with the default LexOptions, each
   // computed on first use (the analysis from the same tokens).
   const absl::StatusOr<std::vector<Token>>& tokens() const;
   const absl::StatusOr<StatementAnalysis>& analysis() const;
+  // The analysis if a pass has computed it and it succeeded, else null
+  // (never computes it: a pass that declined to, e.g. for an oversized
+  // text, stays the only judge of that).
+  const StatementAnalysis* analysis_if_done() const {
+    return analysis_ && analysis_->ok() ? &**analysis_ : nullptr;
+  }
+  // analysis_if_done() with its `normalized` text and `fingerprint` filled
+  // in: analysis() leaves them empty, as only the cache's decision
+  // statistics read them.
+  const StatementAnalysis* normalized_analysis_if_done() const;
 
  private:
   std::string_view sql_;
-  mutable signed char simple_ = -1;  // simple_read(): -1 not yet known
+  mutable signed char scan_ = -1;  // simple_read(), plain_select(): -1 not yet scanned
   mutable std::optional<absl::StatusOr<std::vector<Token>>> tokens_;
   mutable std::optional<absl::StatusOr<StatementAnalysis>> analysis_;
+  mutable bool normalized_ = false;
 };
 
 // 64-bit FNV-1a; used for fingerprints.

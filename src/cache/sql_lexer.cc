@@ -218,8 +218,10 @@ class Lexer {
     }
 
     if (IsIdentStart(c)) {
-      std::string value;
-      while (pos_ < s_.size() && IsIdentCont(At(pos_))) value.push_back(AsciiLower(s_[pos_++]));
+      while (pos_ < s_.size() && IsIdentCont(At(pos_))) ++pos_;
+      // One copy, lowered in place (not a push_back per byte).
+      std::string value(s_.substr(start, pos_ - start));
+      for (char& ch : value) ch = AsciiLower(ch);
       out = Make(TokenKind::kIdentifier, start, std::move(value));
       return true;
     }

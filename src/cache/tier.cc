@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
+#include <span>
 
 #include "absl/strings/ascii.h"
 #include "protocol/codec.h"
@@ -9,11 +11,17 @@
 namespace hyperpool::cache {
 namespace {
 
+// Big-endian, one append each (push_back per byte costs a capacity check
+// and, without a reserve, reallocations).
 void PutU64(std::string& out, uint64_t v) {
-  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * (7 - i)));
+  out.append(b, sizeof(b));
 }
 void PutU32(std::string& out, uint32_t v) {
-  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * (3 - i)));
+  out.append(b, sizeof(b));
 }
 void PutTables(std::string& out, const std::vector<std::string>& tables) {
   PutU32(out, static_cast<uint32_t>(tables.size()));
@@ -103,6 +111,9 @@ void AppendControl(std::string& out, const BeginControl& c) {
 
 void AppendControl(std::string& out, const StoreControl& c) {
   std::string p(1, 'S');
+  size_t tables = 0;
+  for (const std::string& t : c.tables) tables += t.size() + 1;
+  p.reserve(1 + 8 + 4 + 8 + 4 + tables + 8);
   PutU64(p, c.digest);
   PutU32(p, static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
   PutU64(p, c.generation);
@@ -370,6 +381,13 @@ bool IsUnkeyedSetting(std::string_view name) {
 // Settings whose SET/RESET is not a plain GUC change a capture can describe.
 bool IsIdentitySetting(std::string_view name) { return name == "role" || name == "session_authorization"; }
 
+// Statements that change session state in ways ClassifySet does not read
+// (DISCARD, DO and CALL may run anything; kOther is unknown).
+bool ChangesStateByKind(StatementKind k) {
+  return k == StatementKind::kDiscard || k == StatementKind::kDo || k == StatementKind::kCall ||
+         k == StatementKind::kOther;
+}
+
 // One statement's tokens [b, e). Returns: 0 not a SET/RESET, 1 hyperpool.*
 // setting (applied), 2 local-only SET (no lasting effect), 3 state change,
 // 4 a session-level change of ordinary settings (see only_setting_changes),
@@ -431,8 +449,18 @@ StatementEffects ClassifyStatements(std::string_view sql, SessionCacheSettings* 
 StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* settings) {
   StatementEffects fx;
   const std::string_view sql = text.sql();
-  if (IsPlainSelect(sql)) return fx;  // what the lexer would conclude, without it
+  if (text.plain_select()) return fx;  // what the lexer would conclude, without it
   fx.nocache_hint = ContainsCi(sql, "hyperpool:nocache");
+  // One statement whose leading keyword decides it (an UPDATE, INSERT,
+  // BEGIN ...): what the lexer and the analysis below would conclude,
+  // without them. SET and RESET go on to ClassifySet.
+  if (std::optional<std::string> kw = LeadingKeywordOfPlainText(sql);
+      kw && *kw != "set" && *kw != "reset" && !ContainsCi(sql, "set_config")) {
+    if (std::optional<StatementKind> kind = StatementKindOfKeyword(*kw)) {
+      fx.changes_session_state = ChangesStateByKind(*kind);
+      return fx;
+    }
+  }
   const absl::StatusOr<std::vector<Token>>& tokens = text.tokens();
   if (!tokens.ok()) {
     fx.changes_session_state = true;
@@ -444,11 +472,23 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
   bool has_other = false;  // statements that are not SET/RESET
   bool setting_changes = false;  // plain session-level SET/RESET of ordinary settings
   bool keyed_changes = false;    // ...of settings a key depends on
+  // Statement kinds that change session state, from each statement's
+  // leading keyword where that decides it (LeadingStatementKind): the full
+  // analysis is needed only for the others (WITH, COPY, PREPARE) and for a
+  // possible set_config call.
+  bool kinds_known = true;
+  bool state_kind = false;
   size_t b = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
     if (i < t.size() && t[i].kind != TokenKind::kSemicolon) continue;
     if (i > b) {
       any = true;
+      std::optional<StatementKind> kind = LeadingStatementKind(std::span<const Token>(t).subspan(b, i - b));
+      if (!kind) {
+        kinds_known = false;
+      } else if (ChangesStateByKind(*kind)) {
+        state_kind = true;
+      }
       int c = ClassifySet(t, b, i, settings);
       if (c != 1) all_cache_settings = false;
       if (c == 3) fx.changes_session_state = true;
@@ -459,17 +499,21 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
     b = i + 1;
   }
   fx.only_cache_settings = any && all_cache_settings;
-  if (has_other) {
+  // set_config can be named only with those letters, or with a U&"..."
+  // escape (which needs '&').
+  const bool may_set_config = sql.find('&') != std::string_view::npos || ContainsCi(sql, "set_config");
+  if (has_other && kinds_known && !may_set_config) {
+    // What the analysis below would conclude, without it (its kinds are
+    // LeadingStatementKind's, and it finds no set_config).
+    if (state_kind) fx.changes_session_state = true;
+  } else if (has_other) {
     const absl::StatusOr<StatementAnalysis>& a = text.analysis();
     if (!a.ok()) {
       fx.changes_session_state = true;
       return fx;
     }
     for (StatementKind k : a->kinds) {
-      if (k == StatementKind::kDiscard || k == StatementKind::kDo || k == StatementKind::kCall ||
-          k == StatementKind::kOther) {
-        fx.changes_session_state = true;
-      }
+      if (ChangesStateByKind(k)) fx.changes_session_state = true;
     }
     for (const QualifiedName& f : a->functions) {
       if (f.name == "set_config") fx.changes_session_state = true;
@@ -598,7 +642,9 @@ WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, b
 
 std::string ClientLocalKey(std::string_view hello_fingerprint, const SessionCacheSettings& s,
                            std::string_view unit_frames) {
-  std::string k("hpc1");
+  std::string k;
+  k.reserve(4 + 4 + hello_fingerprint.size() + 8 + 4 + unit_frames.size());
+  k.append("hpc1");
   PutU32(k, static_cast<uint32_t>(hello_fingerprint.size()));
   k.append(hello_fingerprint);
   PutU64(k, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);

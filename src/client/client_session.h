@@ -176,9 +176,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   asio::awaitable<void> WaitWriteDone();
 
+  // The unit at the front of in_ that ServeLocalHits parsed as a local-tier
+  // candidate and did not find (candidate false: none).
+  struct LocalMiss {
+    bool candidate = false;
+    cache::CandidateUnit unit;
+    std::string key;
+  };
   // Answers units at the front of in_ from the local tier, as long as they
-  // hit. False if the app connection failed.
-  asio::awaitable<bool> ServeLocalHits();
+  // hit; the first one that does not is left in `miss`. False if the app
+  // connection failed.
+  asio::awaitable<bool> ServeLocalHits(LocalMiss& miss);
 
   // A control message from the Endpoint (never forwarded to the app).
   void OnControl(std::string_view payload);

@@ -162,11 +162,17 @@ asio::awaitable<void> ClientSession::WaitWriteDone() {
   (void)co_await write_done_.async_wait(kAsTuple);
 }
 
-asio::awaitable<bool> ClientSession::ServeLocalHits() {
+asio::awaitable<bool> ClientSession::ServeLocalHits(LocalMiss& miss) {
+  miss.candidate = false;
   while (CacheUsable()) {
-    cache::CandidateUnit unit;
-    std::string key;
+    cache::CandidateUnit& unit = miss.unit;
+    std::string& key = miss.key;
+    unit = cache::CandidateUnit{};
+    key.clear();
     if (!LocalCandidate(in_.view(), unit, key)) co_return true;
+    // From here on a return leaves the unit at the front of in_ and says so:
+    // the caller forwards it as a candidate without parsing it again.
+    miss.candidate = true;
     std::shared_ptr<const CacheEntry> entry = impl_->cache->GetFresh(key);
     if (!entry) co_return true;
     std::string out;
@@ -182,6 +188,7 @@ asio::awaitable<bool> ClientSession::ServeLocalHits() {
     }
     const size_t n = unit.frames.size();
     while (link_writing_) co_await WaitWriteDone();
+    miss.candidate = false;  // served: the unit leaves in_ below
     hit_writing_ = true;
     auto [ec, written] = co_await WriteApp(out);
     CountSent(written);
@@ -269,7 +276,8 @@ asio::awaitable<void> ClientSession::AppToLink() {
     // The idle timeout ended the session while we waited for the app (see
     // EndIdleSession): nothing more may be sent on the link.
     if (reason_ == EndReason::kIdleTimeout || reason_ == EndReason::kKilled) co_return;
-    if (!co_await ServeLocalHits()) {
+    LocalMiss miss;
+    if (!co_await ServeLocalHits(miss)) {
       if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
       CloseLink();
       CloseSocket();
@@ -277,10 +285,11 @@ asio::awaitable<void> ClientSession::AppToLink() {
       co_return;
     }
     std::string_view view = in_.view();
-    // The first unit of this batch may become a local-tier entry.
-    cache::CandidateUnit first;
-    std::string first_key;
-    const bool first_candidate = CacheUsable() && LocalCandidate(view, first, first_key);
+    // The first unit of this batch may become a local-tier entry: the one
+    // ServeLocalHits parsed and missed (in_ has not moved since).
+    const cache::CandidateUnit& first = miss.unit;
+    std::string& first_key = miss.key;
+    const bool first_candidate = miss.candidate && CacheUsable();
     size_t units_in_batch = 0;
     size_t batch = 0;
     size_t needed = 0;

@@ -151,11 +151,15 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   ctx.max_query_bytes = cache_->options().max_query_bytes;
   ctx.params = unit.params;
   ctx.oracle = cache_->Oracle();
-  cache::StatementAnalysis analysis;
-  cache::Decision d = cache::DecideSql(unit_text, ctx, &analysis);
-  if (!analysis.functions.empty() || !analysis.relations_read.empty()) cache_->WantCatalog();
+  cache::Decision d = cache::DecideSql(unit_text, ctx);
+  // The text's own analysis (no copy); null if the decision needed none.
+  const cache::StatementAnalysis* analysis = unit_text.normalized_analysis_if_done();
+  if (analysis != nullptr && (!analysis->functions.empty() || !analysis->relations_read.empty())) {
+    cache_->WantCatalog();
+  }
   if (d.unknown_name) cache_->NameUnknown();  // e.g. a table created on the origin directly
-  cache_->RecordDecision(analysis.fingerprint, d.reason, analysis.normalized);
+  cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason,
+                         analysis != nullptr ? std::string_view(analysis->normalized) : std::string_view());
   if (!d.cacheable()) return InterceptResult::kNotServed;
 
   cache::CacheKeyInput in;

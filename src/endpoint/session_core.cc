@@ -203,6 +203,7 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
     if (auto p = protocol::DecodeParse(frame.payload); p.ok()) text.emplace(p->query);
   }
   const cache::SqlText* sql = text ? &*text : nullptr;
+  if (text && head_step_ != Step::kStart) text->set_scan_result(head_scan_);
 
   if (head_step_ == Step::kStart) {
     if (tag == 'X') {
@@ -224,6 +225,7 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
     if (!rewritten_pin_ && !NoteSessionEffects(frame, sql)) return HandleRefusedPin(frame, offset);
     if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, sql);  // remembered by name
     head_step_ = Step::kNoted;
+    head_scan_ = sql != nullptr ? sql->scan_result() : -1;
   }
   if (head_step_ == Step::kNoted) {
     // The lent connection failed: its loss is being reported (OnOriginLost).

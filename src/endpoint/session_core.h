@@ -278,6 +278,9 @@ class SessionCore {
 
   std::string in_;             // link bytes not yet handled; the head frame may be waiting
   Step head_step_ = Step::kStart;
+  // The head frame's select-scan (cache::SqlText::scan_result), kept while
+  // the frame waits past Step::kStart so handling it again does not rescan.
+  signed char head_scan_ = -1;
   std::string rewritten_;      // a refused pin's replacement frame, handled instead of the head
   bool advancing_ = false;     // Advance() is on the stack (no re-entry)
 

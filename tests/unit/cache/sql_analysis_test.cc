@@ -362,7 +362,10 @@ TEST_CASE("SqlText: the tokens and the analysis are computed once and equal the 
   CHECK(t1->size() == Lex(sql)->size());
   const auto& a = text.analysis();
   REQUIRE(a.ok());
+  CHECK(a->normalized.empty());  // filled in only on demand
+  REQUIRE(text.normalized_analysis_if_done() == &*a);
   CHECK(a->normalized == AnalyzeStatement(sql)->normalized);
+  CHECK(a->fingerprint == AnalyzeStatement(sql)->fingerprint);
   CHECK(Names(a->relations_written) == std::vector<std::string>{"t"});
 }
 

@@ -4,6 +4,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
+#include "cache/sql_analysis.h"
 #include "cache/tier.h"
 #include "client/client_cache.h"
 #include "protocol/codec.h"
@@ -428,6 +429,52 @@ TEST_CASE("plain SELECTs are classified without the lexer, anything doubtful wit
   }
   CHECK(ClassifyStatements("SELECT 1;DISCARD ALL", nullptr).changes_session_state);
   CHECK(ClassifyStatements("SELECT SET_CONFIG('search_path', 'a', false)", nullptr).changes_session_state);
+}
+
+}  // namespace
+}  // namespace hyperpool::cache
+
+namespace hyperpool::cache {
+namespace {
+
+TEST_CASE("statement kinds from the leading keyword give the full analysis's answer on session state") {
+  // ClassifyStatements skips the full analysis when every statement's kind
+  // is decided by its leading keyword and no set_config can be named; its
+  // answer must be the one the analysis gives.
+  const std::string sql = GENERATE(as<std::string>{},
+      "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 3",
+      "INSERT INTO pgbench_history (tid, bid) VALUES (1, 2)", "BEGIN", "END", "BEGIN; UPDATE t SET a = 1; COMMIT",
+      "DELETE FROM t WHERE a IN (SELECT b FROM u)", "DISCARD ALL", "DO $$ begin perform 1; end $$", "CALL p(1)",
+      "LOAD 'auto_explain'", "CHECKPOINT", "(SELECT 1) UNION (SELECT 2) ORDER BY 1 FOR UPDATE",
+      "UPDATE t SET a = set_config('search_path', 's', false)", "UPDATE t SET a = SET_CONFIG('x', 'y', true)",
+      "UPDATE t SET a = U&\"\\0073et_config\"('search_path', 's', false)",
+      "WITH x AS (DELETE FROM t RETURNING *) SELECT * FROM x", "WITH d AS (SELECT 1) DO $$ $$",
+      "COPY t FROM STDIN", "PREPARE q AS SELECT 1", "PREPARE TRANSACTION 'x'", "42", "\"update\" t",
+      "SET application_name = 'a'; DISCARD PLANS", "SET application_name = 'a'; UPDATE t SET a = 1",
+      "VACUUM; LISTEN c", "SELECT 1; CALL p()", "SELECT now(); LOCK t",
+      // One statement told from its bytes (LeadingKeywordOfPlainText), and
+      // texts that look like one but are not.
+      "  ( UPDATE t SET a = 1)", "update2 t", "UPDATE\xc3\xa9 t", "begin;", "DISCARD ALL;;  ", "LOAD x", "vacuum",
+      "update t set a = 1 -- c", "CHECKPOINT; CHECKPOINT", "discard/* x */ all", "do", "UPDATE t SET a = -1",
+      "listen c", "unlisten *", "NOTIFY c", "EXPLAIN ANALYZE UPDATE t SET a = 1", "reindex table t",
+      "SAVEPOINT s", "release s", "fetch 1 from c", "create temp table x (a int)", "lock table t");
+  CAPTURE(sql);
+  absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql);
+  REQUIRE(a.ok());
+  bool expected = false;
+  for (StatementKind k : a->kinds) {
+    using K = StatementKind;
+    if (k == K::kDiscard || k == K::kDo || k == K::kCall || k == K::kOther) expected = true;
+  }
+  for (const QualifiedName& f : a->functions) {
+    if (f.name == "set_config") expected = true;
+  }
+  StatementEffects fx = ClassifyStatements(sql, nullptr);
+  if (sql.rfind("SET ", 0) == 0) {
+    CHECK(fx.changes_session_state);  // the SET alone says so
+  } else {
+    CHECK(fx.changes_session_state == expected);
+  }
 }
 
 }  // namespace

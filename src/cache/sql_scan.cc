@@ -1,0 +1,165 @@
+// Byte-level readings of SQL text that spare the lexer (sql_analysis.h):
+// one plain SELECT (IsPlainSelect, SqlText::simple_read and plain_select)
+// and one statement's leading keyword (LeadingKeywordOfPlainText). Each
+// must conclude exactly what the lexer and the analysis would, or decline.
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/ascii.h"
+#include "cache/sql_analysis.h"
+
+namespace hyperpool::cache {
+namespace {
+
+// `word` (lowercase) at `at` in `sql`, ASCII case-insensitively.
+bool LoweredAt(std::string_view sql, size_t at, std::string_view word) {
+  if (sql.size() - at < word.size()) return false;
+  for (size_t k = 0; k < word.size(); ++k) {
+    if (absl::ascii_tolower(static_cast<unsigned char>(sql[at + k])) != word[k]) return false;
+  }
+  return true;
+}
+
+bool WordChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' ||
+         static_cast<unsigned char>(c) >= 0x80;
+}
+
+enum class SelectScan : uint8_t {
+  kNotPlain,  // not IsPlainSelect
+  kPlain,     // IsPlainSelect, but it has '(' or INTO
+  kSimple,    // IsPlainSelect, no '(' and no INTO word: SqlText::simple_read
+};
+
+// IsPlainSelect and simple_read in one pass over the text (every Query a
+// session forwards goes through this, on both halves).
+SelectScan ScanSelect(std::string_view sql) {
+  size_t i = 0;
+  while (i < sql.size() && absl::ascii_isspace(static_cast<unsigned char>(sql[i]))) ++i;
+  constexpr std::string_view kSelect = "select";
+  if (sql.size() - i <= kSelect.size() || !LoweredAt(sql, i, kSelect)) return SelectScan::kNotPlain;
+  if (WordChar(sql[i + kSelect.size()])) return SelectScan::kNotPlain;
+  size_t end = sql.size();
+  while (end > i && (sql[end - 1] == ';' || absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1])))) --end;
+  // Bytes the loop below must look at; the others (most of a query) are
+  // skipped with one table look-up each.
+  static constexpr std::array<bool, 256> kNotable = [] {
+    std::array<bool, 256> t{};
+    for (char c : std::string_view("'\"&\\;/-$(sShHiI")) t[static_cast<unsigned char>(c)] = true;
+    return t;
+  }();
+  size_t quotes = 0;
+  bool calls_or_into = false;
+  for (size_t j = i; j < sql.size(); ++j) {
+    const char c = sql[j];
+    if (!kNotable[static_cast<unsigned char>(c)]) continue;
+    const char next = j + 1 < sql.size() ? sql[j + 1] : '\0';
+    switch (c) {
+      case '\'':
+        ++quotes;
+        break;
+      case '"':
+      case '&':
+      case '\\':
+        return SelectScan::kNotPlain;
+      case ';':
+        if (j < end) return SelectScan::kNotPlain;
+        break;
+      case '/':
+        if (next == '*') return SelectScan::kNotPlain;
+        break;
+      case '-':
+        if (next == '-') return SelectScan::kNotPlain;
+        break;
+      case '$':
+        if (!absl::ascii_isdigit(static_cast<unsigned char>(next))) return SelectScan::kNotPlain;
+        break;
+      case '(':
+        calls_or_into = true;
+        break;
+      // Anywhere, even in a literal (conservative): set_config and hyperpool.
+      case 's':
+      case 'S':
+        if (LoweredAt(sql, j, "set_config")) return SelectScan::kNotPlain;
+        break;
+      case 'h':
+      case 'H':
+        if (LoweredAt(sql, j, "hyperpool")) return SelectScan::kNotPlain;
+        break;
+      // INTO as a word: SELECT ... INTO t creates t (INTO TEMP pins).
+      case 'i':
+      case 'I':
+        if (!calls_or_into && LoweredAt(sql, j, "into") && (j == 0 || !WordChar(sql[j - 1])) &&
+            (j + 4 == sql.size() || !WordChar(sql[j + 4]))) {
+          calls_or_into = true;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  if (quotes % 2 != 0) return SelectScan::kNotPlain;
+  return calls_or_into ? SelectScan::kPlain : SelectScan::kSimple;
+}
+
+}  // namespace
+
+// (sql_analysis.h) Starts with the keyword SELECT, has no ';' before its
+// trailing ones, calls no set_config and names nothing hyperpool; and has
+// none of the bytes that could make it lex differently from how it reads
+// here (quoted identifiers, U& escapes, backslashes, comments, dollar
+// quotes) or fail to lex (an odd number of single quotes). Such a text is
+// classified exactly as the lexer would (no effects); anything else is left
+// to the lexer.
+bool IsPlainSelect(std::string_view sql) { return ScanSelect(sql) != SelectScan::kNotPlain; }
+
+// scan_: -1 not yet scanned, else the SelectScan.
+bool SqlText::simple_read() const {
+  if (scan_ < 0) scan_ = static_cast<signed char>(ScanSelect(sql_));
+  return scan_ == static_cast<signed char>(SelectScan::kSimple);
+}
+
+bool SqlText::plain_select() const {
+  if (scan_ < 0) scan_ = static_cast<signed char>(ScanSelect(sql_));
+  return scan_ != static_cast<signed char>(SelectScan::kNotPlain);
+}
+
+std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql) {
+  size_t end = sql.size();
+  while (end > 0 && (sql[end - 1] == ';' || absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1])))) --end;
+  const std::string_view body = sql.substr(0, end);
+  // Nothing that could end a statement early, hide one, or fail to lex:
+  // quotes, dollar quotes, backslashes, comments, U& escapes. One pass,
+  // a table look-up per byte.
+  static constexpr std::array<bool, 256> kStop = [] {
+    std::array<bool, 256> t{};
+    for (char c : std::string_view(";'\"$\\&-/")) t[static_cast<unsigned char>(c)] = true;
+    return t;
+  }();
+  for (size_t j = 0; j < body.size(); ++j) {
+    const char c = body[j];
+    if (!kStop[static_cast<unsigned char>(c)]) continue;
+    if (c == '-' || c == '/') {
+      const char next = j + 1 < body.size() ? body[j + 1] : '\0';
+      if ((c == '-' && next == '-') || (c == '/' && next == '*')) return std::nullopt;
+      continue;
+    }
+    return std::nullopt;
+  }
+  size_t i = 0;
+  while (i < body.size() && (absl::ascii_isspace(static_cast<unsigned char>(body[i])) || body[i] == '(')) ++i;
+  const size_t start = i;
+  while (i < body.size() && (absl::ascii_isalpha(static_cast<unsigned char>(body[i])) || body[i] == '_')) ++i;
+  if (i == start) return std::nullopt;
+  // The lexer's identifier goes on through digits, '$' and non-ASCII bytes.
+  if (i < body.size() && WordChar(body[i])) return std::nullopt;
+  std::string kw(body.substr(start, i - start));
+  for (char& c : kw) c = absl::ascii_tolower(static_cast<unsigned char>(c));
+  return kw;
+}
+
+}  // namespace hyperpool::cache
