@@ -119,11 +119,12 @@ struct LinkPair {
 LinkPair MakeInProcessLinkPair(asio::any_io_executor first_executor, asio::any_io_executor second_executor,
                                std::size_t capacity = 64);
 // A connected pair for two ends on one executor that runs one handler at a
-// time (used, and safe, only there): no channel and no lock; a Send waits
-// only when more than `limit` bytes sent are unread. `first_bytes` wait in
-// the pipe from `first` to `second` already (however many: no Send waits
-// for them).
-LinkPair MakeDirectLinkPair(asio::any_io_executor executor, std::size_t limit = 1 << 20, std::string first_bytes = {});
+// time (used, and safe, only there; each end completes on its caller's
+// executor): no channel and no lock; a Send waits only when more than
+// `limit` bytes sent are unread. `first_bytes` wait in the pipe from `first`
+// to `second` already (however many: no Send waits for them).
+inline constexpr std::size_t kDirectLinkLimit = 1 << 20;
+LinkPair MakeDirectLinkPair(std::size_t limit = kDirectLinkLimit, std::string first_bytes = {});
 
 // ---- The socket transport: Client and Endpoint on different machines ----
 //

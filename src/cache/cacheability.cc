@@ -155,31 +155,26 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
   return d;
 }
 
-Decision DecideSql(std::string_view sql, const DecisionContext& ctx,
-                   StatementAnalysis* analysis_out, LexOptions options) {
+Decision DecideSql(std::string_view sql, const DecisionContext& ctx, LexOptions options) {
   if (!options.standard_conforming_strings) {
     if (!ctx.enabled) return Make(Reason::kDisabled);
     if (ctx.max_query_bytes != 0 && sql.size() > ctx.max_query_bytes) return Make(Reason::kOversizedQuery);
     absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql, options);
     if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
-    Decision d = Decide(*a, ctx);
-    if (analysis_out != nullptr) *analysis_out = std::move(*a);
-    return d;
+    return Decide(*a, ctx);
   }
   SqlText text(sql);
-  return DecideSql(text, ctx, analysis_out);
+  return DecideSql(text, ctx);
 }
 
-Decision DecideSql(const SqlText& text, const DecisionContext& ctx, StatementAnalysis* analysis_out) {
+Decision DecideSql(const SqlText& text, const DecisionContext& ctx) {
   if (!ctx.enabled) return Make(Reason::kDisabled);
   if (ctx.max_query_bytes != 0 && text.sql().size() > ctx.max_query_bytes) {
     return Make(Reason::kOversizedQuery);
   }
   const absl::StatusOr<StatementAnalysis>& a = text.analysis();
   if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
-  Decision d = Decide(*a, ctx);
-  if (analysis_out != nullptr) *analysis_out = *a;
-  return d;
+  return Decide(*a, ctx);
 }
 
 std::optional<std::vector<std::string>> TablesToInvalidate(const StatementAnalysis& a,

@@ -100,12 +100,11 @@ struct Decision {
 // Decides from an analysis (the ordered checks are listed in Reason).
 Decision Decide(const StatementAnalysis& analysis, const DecisionContext& context);
 // Checks the cheap reasons (disabled, size) first, then lexes and decides.
-// `analysis_out`, if given, receives the analysis (when lexing succeeded).
-Decision DecideSql(std::string_view sql, const DecisionContext& context,
-                   StatementAnalysis* analysis_out = nullptr, LexOptions options = {});
+Decision DecideSql(std::string_view sql, const DecisionContext& context, LexOptions options = {});
 // The same for one text whose analysis the caller shares with other passes
-// (default LexOptions).
-Decision DecideSql(const SqlText& text, const DecisionContext& context, StatementAnalysis* analysis_out = nullptr);
+// (default LexOptions; the analysis stays in `text`:
+// SqlText::normalized_analysis_if_done).
+Decision DecideSql(const SqlText& text, const DecisionContext& context);
 
 // Tables to invalidate after `analysis` ran successfully: the resolved
 // written relations (partition roots; for a view, its base tables). nullopt

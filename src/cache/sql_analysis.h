@@ -244,15 +244,11 @@ class SqlText {
   // computed on first use (the analysis from the same tokens).
   const absl::StatusOr<std::vector<Token>>& tokens() const;
   const absl::StatusOr<StatementAnalysis>& analysis() const;
-  // The analysis if a pass has computed it and it succeeded, else null
-  // (never computes it: a pass that declined to, e.g. for an oversized
-  // text, stays the only judge of that).
-  const StatementAnalysis* analysis_if_done() const {
-    return analysis_ && analysis_->ok() ? &**analysis_ : nullptr;
-  }
-  // analysis_if_done() with its `normalized` text and `fingerprint` filled
-  // in: analysis() leaves them empty, as only the cache's decision
-  // statistics read them.
+  // The analysis if a pass has computed it and it succeeded, else null (it
+  // never computes it: a pass that declined to, e.g. for an oversized text,
+  // stays the only judge of that), with its `normalized` text and
+  // `fingerprint` filled in: analysis() leaves them empty, as only the
+  // cache's decision statistics read them.
   const StatementAnalysis* normalized_analysis_if_done() const;
 
  private:

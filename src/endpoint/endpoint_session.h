@@ -112,6 +112,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void Execute(bool flush_link);
   // Writes origin_out_ at once if the socket takes it, else starts WriteOrigin.
   void StartOriginWrite();
+  // Writing to the lent connection `c` failed: drops what was for it, closes
+  // it, and reports the loss to the core unless a pending read on it will
+  // (true: reported here).
+  bool OriginWriteFailed(OriginConnection* c);
   void RunCommand(endpoint::SessionCommand& command);
   // Send `link_out_` / write `origin_out_` when that had to wait (one each
   // at a time; Execute starts them).

@@ -156,13 +156,7 @@ void Session::StartOriginWrite() {
     return;
   }
   if (c->broken()) {
-    origin_out_.clear();
-    // A pending read fails too and reports the loss; else it is reported here.
-    c->CloseNow();
-    if (reading_ != c) {
-      core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
-      Execute(/*flush_link=*/true);
-    }
+    if (OriginWriteFailed(c)) Execute(/*flush_link=*/true);
     return;
   }
   origin_out_.erase(0, n);
@@ -267,13 +261,17 @@ asio::awaitable<void> Session::WriteOrigin() {
   origin_writer_ = false;
   sent_.Notify();  // an own query may wait for the writer
   ReleaseIfLarge(origin_out_);
-  if (failed != nullptr && lease_ && &lease_.As<OriginConnection>() == failed) {
-    origin_out_.clear();
-    // A pending read fails too and reports the loss; else it is reported here.
-    failed->CloseNow();
-    if (reading_ != failed) core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
-  }
+  if (failed != nullptr && lease_ && &lease_.As<OriginConnection>() == failed) OriginWriteFailed(failed);
   Execute(/*flush_link=*/true);
+}
+
+bool Session::OriginWriteFailed(OriginConnection* c) {
+  origin_out_.clear();
+  c->CloseNow();
+  // A pending read fails too and reports the loss; else it is reported here.
+  if (reading_ == c) return false;
+  core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
+  return true;
 }
 
 asio::awaitable<void> Session::SendLink() {

@@ -118,18 +118,19 @@ void ListenTracker::AddToCurrentUnit(const std::vector<ListenOp>& ops) {
   open_.back().ops.insert(open_.back().ops.end(), ops.begin(), ops.end());
 }
 
+void ListenTracker::NoteQuery(const cache::SqlText& text) {
+  if (text.simple_read()) return;  // calls nothing, so listens on nothing
+  if (MayListen(text.sql())) connection_listened_ = true;
+  AddToCurrentUnit(ParseListenOps(text));
+}
+
 void ListenTracker::OnFrontend(char tag, std::string_view payload, const cache::SqlText* text) {
   switch (tag) {
     case 'Q': {
       if (text != nullptr) {  // decoded once by the session
-        if (!text->simple_read()) {
-          if (MayListen(text->sql())) connection_listened_ = true;
-          AddToCurrentUnit(ParseListenOps(*text));
-        }
+        NoteQuery(*text);
       } else if (auto q = protocol::DecodeQuery(payload); q.ok()) {
-        const cache::SqlText own(q->query);
-        if (MayListen(own.sql())) connection_listened_ = true;
-        AddToCurrentUnit(ParseListenOps(own));
+        NoteQuery(cache::SqlText(q->query));
       }
       ++forwarded_units_;
       break;

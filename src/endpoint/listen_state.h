@@ -95,6 +95,8 @@ class ListenTracker {
     std::vector<ListenOp> ops;
   };
   void AddToCurrentUnit(const std::vector<ListenOp>& ops);
+  // A simple Query's text: whether it may LISTEN, and the ops it does.
+  void NoteQuery(const cache::SqlText& text);
 
   std::uint64_t forwarded_units_ = 0;  // Query/Sync/FunctionCall forwarded
   std::uint64_t completed_units_ = 0;  // ReadyForQuery seen

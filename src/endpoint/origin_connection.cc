@@ -27,38 +27,36 @@ bool OriginConnection::HasBufferedFrame() const {
   return reader_.Read(pending).is_frame();
 }
 
-absl::StatusOr<std::optional<protocol::Frame>> OriginConnection::TakeBufferedFrame() {
-  if (broken_) return absl::UnavailableError("the origin connection is closed");
-  std::string_view pending(buffer_.data() + consumed_, end_ - consumed_);
-  protocol::FrameReader::Result r = reader_.Read(pending);
+protocol::FrameReader::Result OriginConnection::NextBuffered() {
+  protocol::FrameReader::Result r = reader_.Read(std::string_view(buffer_.data() + consumed_, end_ - consumed_));
   if (r.is_frame()) {
     consumed_ += r.frame().size();
     OnFrame(r.frame());
-    return std::optional<protocol::Frame>(r.frame());
-  }
-  if (r.is_error()) {
+  } else if (r.is_error()) {
     broken_ = true;
-    return absl::InvalidArgumentError(
-        fmt::format("protocol violation by the origin: {}", std::string(r.status().message())));
   }
+  return r;
+}
+
+absl::Status OriginConnection::ViolationError(const protocol::FrameReader::Result& r) {
+  return absl::InvalidArgumentError(
+      fmt::format("protocol violation by the origin: {}", std::string(r.status().message())));
+}
+
+absl::StatusOr<std::optional<protocol::Frame>> OriginConnection::TakeBufferedFrame() {
+  if (broken_) return absl::UnavailableError("the origin connection is closed");
+  protocol::FrameReader::Result r = NextBuffered();
+  if (r.is_frame()) return std::optional<protocol::Frame>(r.frame());
+  if (r.is_error()) return ViolationError(r);
   return std::optional<protocol::Frame>();
 }
 
 asio::awaitable<absl::StatusOr<protocol::Frame>> OriginConnection::ReadFrame() {
   if (broken_) co_return absl::UnavailableError("the origin connection is closed");
   for (;;) {
-    std::string_view pending(buffer_.data() + consumed_, end_ - consumed_);
-    protocol::FrameReader::Result r = reader_.Read(pending);
-    if (r.is_frame()) {
-      consumed_ += r.frame().size();
-      OnFrame(r.frame());
-      co_return r.frame();
-    }
-    if (r.is_error()) {
-      broken_ = true;
-      co_return absl::InvalidArgumentError(
-          fmt::format("protocol violation by the origin: {}", std::string(r.status().message())));
-    }
+    protocol::FrameReader::Result r = NextBuffered();
+    if (r.is_frame()) co_return r.frame();
+    if (r.is_error()) co_return ViolationError(r);
     // Need more: keep only the partial frame, then read after it.
     if (consumed_ > 0) {
       std::memmove(buffer_.data(), buffer_.data() + consumed_, end_ - consumed_);

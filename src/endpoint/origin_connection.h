@@ -184,6 +184,11 @@ class OriginConnection final : public PooledConnection {
   void ObserveFrameForTesting(const protocol::Frame& frame) { OnFrame(frame); }
 
  private:
+  // The reader's verdict on the buffered bytes, a frame taken (consumed and
+  // recorded by OnFrame) and a malformed one marking the connection broken:
+  // the first step of TakeBufferedFrame and of ReadFrame.
+  protocol::FrameReader::Result NextBuffered();
+  static absl::Status ViolationError(const protocol::FrameReader::Result& r);
   void OnFrame(const protocol::Frame& frame);
   void SetParameter(std::string_view name, std::string_view value);
 

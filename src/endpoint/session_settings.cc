@@ -458,14 +458,10 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
   std::size_t pos = 0;
   switch (tag) {
     case 'Q': {
-      if (text != nullptr) {  // decoded once by the session
-        SessionEffects fx = AnalyzeSessionEffects(*text);
-        Absorb(fx);
-        return fx;
-      }
-      auto sql = ReadCString(payload, pos);
-      if (!sql) return {};
-      SessionEffects fx = AnalyzeSessionEffects(*sql);
+      // The text the session decoded once, else decoded here.
+      auto sql = text != nullptr ? std::optional<std::string_view>() : ReadCString(payload, pos);
+      if (text == nullptr && !sql) return {};
+      SessionEffects fx = text != nullptr ? AnalyzeSessionEffects(*text) : AnalyzeSessionEffects(*sql);
       Absorb(fx);
       return fx;
     }

@@ -15,10 +15,10 @@
 #include <asio/awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/channel.hpp>
-
-#include "common/fifo_channel.h"
 #include <asio/use_awaitable.hpp>
 #include <utility>
+
+#include "common/fifo_channel.h"
 
 namespace hyperpool::endpoint {
 

@@ -18,9 +18,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
-#include <string>
 #include <utility>
 
 #include <asio/associated_executor.hpp>
@@ -116,7 +116,6 @@ class InProcessLink final : public Link {
   bool peer_done_ = false;
 };
 
-
 // ----- Direct links -------------------------------------------------------
 
 // A parked Send or Receive: its completion, type-erased (move-only).
@@ -139,9 +138,6 @@ class ParkedHandler final : public Parked {
  private:
   Handler handler_;
 };
-
-// Unread bytes a Send on a direct link may leave before it waits.
-constexpr std::size_t kDirectLimit = 1 << 20;
 
 struct DirectPipe {
   struct Direction {
@@ -173,12 +169,7 @@ class DirectLink final : public Link {
     if (closed_) co_return absl::CancelledError("link closed");
     if (out_.reader_closed) co_return absl::UnavailableError("link closed by peer");
     if (bytes.empty()) co_return absl::OkStatus();
-    if (out_.inbox.empty()) {
-      out_.inbox = std::move(bytes);  // keeps the allocation: the receiver takes it as it is
-    } else {
-      out_.inbox += bytes;
-    }
-    Wake(out_.receiver, {});
+    Deliver(bytes);
     while (out_.inbox.size() > pipe_->limit && !out_.reader_closed && !closed_) {
       auto [ec] = co_await Park(out_.sender);
       if (ec) break;
@@ -190,14 +181,7 @@ class DirectLink final : public Link {
 
   bool TrySend(std::string& bytes) override {
     if (closed_ || out_.reader_closed || out_.inbox.size() + bytes.size() > pipe_->limit) return false;
-    if (bytes.empty()) return true;
-    if (out_.inbox.empty()) {
-      out_.inbox.swap(bytes);
-    } else {
-      out_.inbox += bytes;
-      bytes.clear();
-    }
-    Wake(out_.receiver, {});
+    if (!bytes.empty()) Deliver(bytes);
     return true;
   }
 
@@ -237,6 +221,19 @@ class DirectLink final : public Link {
   }
 
  private:
+  // Appends `bytes` (non-empty) to the peer's inbox, leaving `bytes` empty,
+  // and wakes its waiting Receive. Into an empty inbox the string itself
+  // moves: the receiver takes its allocation as it is.
+  void Deliver(std::string& bytes) {
+    if (out_.inbox.empty()) {
+      out_.inbox.swap(bytes);
+    } else {
+      out_.inbox += bytes;
+    }
+    bytes.clear();
+    Wake(out_.receiver, {});
+  }
+
   // Suspends until Wake(`slot`, ec).
   asio::awaitable<std::tuple<asio::error_code>> Park(std::unique_ptr<Parked>& slot) {
     return asio::async_initiate<decltype(kAsTuple), void(asio::error_code)>(
@@ -266,7 +263,7 @@ class InProcessTransport final : public Transport {
     if (acceptor_executor_ && executor == *acceptor_executor_) {
       // The first message waits in the pipe, whatever its size: the
       // Endpoint's session, which drains it, starts only with Accept.
-      LinkPair pair = MakeDirectLinkPair(executor, kDirectLimit, std::move(initial_bytes));
+      LinkPair pair = MakeDirectLinkPair(kDirectLinkLimit, std::move(initial_bytes));
       acceptor_.Accept(std::move(pair.second));
       co_return std::move(pair.first);
     }
@@ -300,8 +297,7 @@ LinkPair MakeInProcessLinkPair(asio::any_io_executor first_executor, asio::any_i
   return pair;
 }
 
-LinkPair MakeDirectLinkPair(asio::any_io_executor executor, std::size_t limit, std::string first_bytes) {
-  (void)executor;  // both ends complete on their callers' (one) executor
+LinkPair MakeDirectLinkPair(std::size_t limit, std::string first_bytes) {
   auto pipe = std::make_shared<DirectPipe>(limit);
   pipe->a_to_b.inbox = std::move(first_bytes);
   LinkPair pair;

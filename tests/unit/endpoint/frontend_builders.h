@@ -11,51 +11,35 @@
 
 namespace hyperpool::testing {
 
-inline std::string Parse(std::string_view name, std::string_view query, std::vector<protocol::Oid> types = {}) {
+// Any message the codec encodes (protocol::Encode), as bytes.
+template <typename Message>
+std::string Encoded(const Message& message) {
   std::string out;
-  protocol::Encode(protocol::Parse{name, query, types}, out);
+  protocol::Encode(message, out);
   return out;
+}
+
+inline std::string Parse(std::string_view name, std::string_view query, std::vector<protocol::Oid> types = {}) {
+  return Encoded(protocol::Parse{name, query, types});
 }
 // Bind of `statement` to the unnamed portal, with text parameters.
 inline std::string Bind(std::string_view statement, const std::vector<std::string>& values = {}) {
-  std::string out;
   protocol::Bind b;
   b.statement = statement;
   for (const auto& v : values) b.parameters.push_back(std::string_view(v));
-  protocol::Encode(b, out);
-  return out;
+  return Encoded(b);
 }
 inline std::string DescribeS(std::string_view name) {
-  std::string out;
-  protocol::Encode(protocol::Describe{protocol::ObjectKind::kStatement, name}, out);
-  return out;
+  return Encoded(protocol::Describe{protocol::ObjectKind::kStatement, name});
 }
 // Execute of the unnamed portal, all rows.
-inline std::string Execute() {
-  std::string out;
-  protocol::Encode(protocol::Execute{"", 0}, out);
-  return out;
-}
+inline std::string Execute() { return Encoded(protocol::Execute{"", 0}); }
 inline std::string CloseS(std::string_view name) {
-  std::string out;
-  protocol::Encode(protocol::Close{protocol::ObjectKind::kStatement, name}, out);
-  return out;
+  return Encoded(protocol::Close{protocol::ObjectKind::kStatement, name});
 }
-inline std::string Sync() {
-  std::string out;
-  protocol::Encode(protocol::Sync{}, out);
-  return out;
-}
-inline std::string Flush() {
-  std::string out;
-  protocol::Encode(protocol::Flush{}, out);
-  return out;
-}
-inline std::string QueryBytes(std::string_view sql) {
-  std::string out;
-  protocol::Encode(protocol::Query{sql}, out);
-  return out;
-}
+inline std::string Sync() { return Encoded(protocol::Sync{}); }
+inline std::string Flush() { return Encoded(protocol::Flush{}); }
+inline std::string QueryBytes(std::string_view sql) { return Encoded(protocol::Query{sql}); }
 
 // Calls `fn(frame)` for each whole tagged frame of `bytes`, in order; false
 // (and stops) at bytes that are not whole frames.

@@ -61,6 +61,7 @@ namespace hyperpool::endpoint {
 namespace {
 
 using testing::Bind;
+using testing::Encoded;
 using testing::Execute;
 using testing::Parse;
 using testing::QueryBytes;
@@ -137,11 +138,7 @@ std::vector<Error> ErrorsIn(std::string_view bytes) {
   return out;
 }
 
-std::string Terminate() {
-  std::string out;
-  protocol::Encode(protocol::Terminate{}, out);
-  return out;
-}
+std::string Terminate() { return Encoded(protocol::Terminate{}); }
 
 // Backend messages.
 std::string RowDesc() {
@@ -151,9 +148,7 @@ std::string RowDesc() {
   f.type_oid = 23;
   f.type_size = 4;
   rd.fields.push_back(f);
-  std::string out;
-  protocol::Encode(rd, out);
-  return out;
+  return Encoded(rd);
 }
 std::string DataRow(std::string_view value) {
   std::vector<protocol::NullableValue> cols{protocol::NullableValue(value)};
@@ -161,45 +156,21 @@ std::string DataRow(std::string_view value) {
   protocol::EncodeDataRow(cols, out);
   return out;
 }
-std::string Complete(std::string_view tag) {
-  std::string out;
-  protocol::Encode(protocol::CommandComplete{tag}, out);
-  return out;
-}
+std::string Complete(std::string_view tag) { return Encoded(protocol::CommandComplete{tag}); }
 std::string Ready(char status) {
-  std::string out;
-  protocol::Encode(protocol::ReadyForQuery{static_cast<protocol::TransactionStatus>(status)}, out);
-  return out;
+  return Encoded(protocol::ReadyForQuery{static_cast<protocol::TransactionStatus>(status)});
 }
-std::string ParseOk() {
-  std::string out;
-  protocol::Encode(protocol::ParseComplete{}, out);
-  return out;
-}
-std::string BindOk() {
-  std::string out;
-  protocol::Encode(protocol::BindComplete{}, out);
-  return out;
-}
-std::string CloseOk() {
-  std::string out;
-  protocol::Encode(protocol::CloseComplete{}, out);
-  return out;
-}
-std::string ParamDesc() {
-  std::string out;
-  protocol::Encode(protocol::ParameterDescription{{23}}, out);
-  return out;
-}
+std::string ParseOk() { return Encoded(protocol::ParseComplete{}); }
+std::string BindOk() { return Encoded(protocol::BindComplete{}); }
+std::string CloseOk() { return Encoded(protocol::CloseComplete{}); }
+std::string ParamDesc() { return Encoded(protocol::ParameterDescription{{23}}); }
 std::string ErrorFrame(std::string_view severity, std::string_view sqlstate, std::string_view message) {
   std::string out;
   protocol::EncodeErrorResponse(out, severity, sqlstate, message);
   return out;
 }
 std::string ParamStatus(std::string_view name, std::string_view value) {
-  std::string out;
-  protocol::Encode(protocol::ParameterStatus{name, value}, out);
-  return out;
+  return Encoded(protocol::ParameterStatus{name, value});
 }
 // A one-row SELECT's answer, up to its ReadyForQuery.
 std::string SelectAnswer(char status = 'I') { return RowDesc() + DataRow("1") + Complete("SELECT 1") + Ready(status); }

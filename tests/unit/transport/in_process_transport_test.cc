@@ -49,7 +49,7 @@ TEST_CASE("in-process link carries bytes in order both ways") {
 TEST_CASE("bytes sent before Close reach the peer, then the link reports closed (channel and direct links)") {
   const bool direct = GENERATE(false, true);
   asio::io_context io;
-  LinkPair pair = direct ? MakeDirectLinkPair(io.get_executor())
+  LinkPair pair = direct ? MakeDirectLinkPair()
                          : MakeInProcessLinkPair(io.get_executor(), io.get_executor());
   auto result = Run(io, [&]() -> asio::awaitable<std::pair<std::string, bool>> {
     { auto st = co_await pair.first->Send("last words"); REQUIRE(st.ok()); }
@@ -139,7 +139,7 @@ TEST_CASE("a Send blocked on a full link fails when its own end closes") {
 
 TEST_CASE("direct link carries bytes in order both ways, a Receive with bytes waiting returns at once") {
   asio::io_context io;
-  LinkPair pair = MakeDirectLinkPair(io.get_executor(), 64);
+  LinkPair pair = MakeDirectLinkPair(64);
   std::string got = Run(io, [&]() -> asio::awaitable<std::string> {
     for (int i = 0; i < 5; ++i) {
       { auto st = co_await pair.first->Send("m" + std::to_string(i)); REQUIRE(st.ok()); }
@@ -159,7 +159,7 @@ TEST_CASE("direct link carries bytes in order both ways, a Receive with bytes wa
 
 TEST_CASE("direct link: a Receive parked before the Send is woken by it") {
   asio::io_context io;
-  LinkPair pair = MakeDirectLinkPair(io.get_executor());
+  LinkPair pair = MakeDirectLinkPair();
   std::string got;
   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
     std::string buf;
@@ -177,7 +177,7 @@ TEST_CASE("direct link: a Receive parked before the Send is woken by it") {
 TEST_CASE("direct link: a Send over the limit waits until the peer reads, and fails if the link closes") {
   const bool close_instead = GENERATE(false, true);
   asio::io_context io;
-  LinkPair pair = MakeDirectLinkPair(io.get_executor(), 8);
+  LinkPair pair = MakeDirectLinkPair(8);
   std::optional<bool> sent_ok;
   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
     absl::Status st = co_await pair.first->Send(std::string(100, 'x'));  // over the limit of 8
@@ -203,7 +203,7 @@ TEST_CASE("direct link: a Send over the limit waits until the peer reads, and fa
 
 TEST_CASE("direct link: first bytes larger than the limit wait in the pipe without a Send") {
   asio::io_context io;
-  LinkPair pair = MakeDirectLinkPair(io.get_executor(), 8, std::string(1000, 'h'));
+  LinkPair pair = MakeDirectLinkPair(8, std::string(1000, 'h'));
   std::string got = Run(io, [&]() -> asio::awaitable<std::string> {
     std::string buf;
     auto n = co_await pair.second->Receive(buf);
