@@ -165,10 +165,10 @@ asio::awaitable<void> Client::Impl::Probe(std::shared_ptr<Impl> self) {
   std::string hello = client::BuildLinkHello({}, id.ok() ? *id : std::string("0"));
   auto link = co_await transport.Open(accept_strand, std::move(hello));
   if (!link.ok()) {
-    error = ErrorFrame(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
+    error = ErrorFrame(pr::LinkFailure("could not reach the hyperpool endpoint"));
   } else if (stopping) {
     (*link)->Close();
-    error = ErrorFrame(kSqlStateAdminShutdown, "terminating connection due to administrator command");
+    error = ErrorFrame({std::string(kSqlStateAdminShutdown), "terminating connection due to administrator command"});
   } else {
     probe_link = std::move(*link);
     std::string buf;
@@ -185,13 +185,13 @@ asio::awaitable<void> Client::Impl::Probe(std::shared_ptr<Impl> self) {
         break;
       }
       if (r == client::LinkReadyReader::Result::kMalformed) {
-        error = ErrorFrame(kSqlStateConnectionFailure, "malformed answer from the hyperpool endpoint");
+        error = ErrorFrame(pr::LinkFailure("malformed answer from the hyperpool endpoint"));
         break;
       }
       if (!probe_link) break;
       absl::StatusOr<size_t> n = co_await probe_link->Receive(buf);
       if (!n.ok()) {
-        error = ErrorFrame(kSqlStateConnectionFailure, "the hyperpool endpoint closed the link before it was ready");
+        error = ErrorFrame(pr::LinkFailure("the hyperpool endpoint closed the link before it was ready"));
         break;
       }
     }

@@ -46,9 +46,9 @@ static inline void Log(std::string_view line) {
   std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
-static inline std::string ErrorFrame(std::string_view sqlstate, std::string_view message) {
+static inline std::string ErrorFrame(const pr::PoolerError& error) {
   std::string out;
-  pr::EncodeErrorResponse(out, "FATAL", sqlstate, message);
+  pr::AppendError(out, "FATAL", error);
   return out;
 }
 

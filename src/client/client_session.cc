@@ -155,7 +155,7 @@ void ClientSession::DisarmIdleTimer() {
 
 asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> self, std::string_view sqlstate,
                                                 std::string message) {
-  pending_error_ = ErrorFrame(sqlstate, message);
+  pending_error_ = ErrorFrame({std::string(sqlstate), std::string(message)});
   Log(fmt::format("closing an app connection: {}", message));
   if (link_) {
     // LinkToApp is the socket's writer: it delivers pending_error_ when

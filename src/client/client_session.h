@@ -133,6 +133,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // Sends a FATAL ErrorResponse and closes the socket.
   asio::awaitable<void> Fatal(std::string_view sqlstate, std::string message);
+  asio::awaitable<void> Fatal(const pr::PoolerError& error) { return Fatal(error.sqlstate, error.message); }
 
   // ---- Handshake (PostgreSQL docs, "Message Flow" > "Start-up") ----
 

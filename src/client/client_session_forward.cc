@@ -70,7 +70,7 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
   auto link = co_await impl_->transport.Open(executor(), std::move(first_frames));
   if (!link.ok()) {
     Log(fmt::format("could not open a link to the endpoint: {}", std::string(link.status().message())));
-    co_await Fatal(kSqlStateConnectionFailure, "could not reach the hyperpool endpoint");
+    co_await Fatal(pr::LinkFailure("could not reach the hyperpool endpoint"));
     co_return false;
   }
   if (reason_ != EndReason::kNone && reason_ != EndReason::kTerminate) {  // stopped while opening
@@ -389,7 +389,7 @@ asio::awaitable<void> ClientSession::AppToLink() {
       co_return;
     }
     if (!bad.ok()) {
-      std::string error = ErrorFrame(bad_sqlstate, std::string(bad.message()));
+      std::string error = ErrorFrame({std::string(bad_sqlstate), std::string(bad.message())});
       Log(fmt::format("closing an app connection: {}", std::string(bad.message())));
       if (link_ && reason_ == EndReason::kNone) {
         // LinkToApp is the socket's writer: let it deliver the error.
@@ -512,7 +512,7 @@ asio::awaitable<void> ClientSession::LinkEnded() {
       bool endpoint_said_why = farewell_sent_ || (passthrough_ == 0 && last_tag_ == 'E');
       if (!endpoint_said_why) {
         Log("the link to the endpoint failed");
-        co_await Write(ErrorFrame(kSqlStateConnectionFailure, "lost the connection to the hyperpool endpoint"));
+        co_await Write(ErrorFrame(pr::LinkFailure("lost the connection to the hyperpool endpoint")));
       }
       break;
     }

@@ -150,8 +150,7 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
         // What PostgreSQL 14.1+ says (CVE-2021-23222): these bytes were not
         // protected by the TLS the client asked for, and may be injected.
         step.log = "received unencrypted data after SSL request";
-        pr::EncodeErrorResponse(step.output, "FATAL", kSqlStateProtocolViolation,
-                                "received unencrypted data after SSL request");
+        pr::AppendError(step.output, "FATAL", pr::ProtocolViolation("received unencrypted data after SSL request"));
         step.event = Event::kClose;
         SetState(State::kFailed);
         return false;

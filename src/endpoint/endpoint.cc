@@ -51,8 +51,7 @@ absl::Status FailureToStatus(const endpoint::OriginFailure& failure) {
       status = absl::UnavailableError(failure.message);
       break;
   }
-  status.SetPayload(kSqlStatePayload, absl::Cord(failure.sqlstate));
-  return status;
+  return protocol::WithSqlState(std::move(status), failure.sqlstate);
 }
 
 }  // namespace
@@ -82,10 +81,9 @@ asio::awaitable<absl::Status> MeasureOriginRtt(std::shared_ptr<Endpoint::Impl> e
                                 .broken = conn.broken() || !pinged.ok(),
                                 .lifetime_exceeded = lease->lifetime_exceeded()}));
   if (!pinged.ok()) {
-    absl::Status failed =
-        absl::AbortedError(fmt::format("hyperpool: the origin did not answer: {}", std::string(pinged.message())));
-    failed.SetPayload(kSqlStatePayload, absl::Cord(std::string(kSqlStateConnectionFailure)));
-    co_return failed;
+    co_return protocol::WithSqlState(
+        absl::AbortedError(fmt::format("hyperpool: the origin did not answer: {}", std::string(pinged.message()))),
+        kSqlStateConnectionFailure);
   }
   co_return absl::OkStatus();
 }

@@ -51,10 +51,6 @@ using endpoint::Signal;  // endpoint/signal.h
 // keep internal linkage in each file that includes this header.
 constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 
-// The payload key under which a connect failure's SQLSTATE travels through
-// the pool's absl::Status.
-constexpr char kSqlStatePayload[] = "type.hyperpool/sqlstate";
-
 // One Send to the link carries at most about this much (a burst of small
 // frames becomes one Send; a large result becomes several).
 constexpr std::size_t kMaxLinkBatch = 256 * 1024;
@@ -69,26 +65,6 @@ static inline void ReleaseIfLarge(std::string& buffer) {
 // Locally made answers waiting for the link before Run() stops reading.
 constexpr std::size_t kMaxLocalBacklog = 1024 * 1024;
 
-
-// The SQLSTATE to report to the app for a failed Acquire().
-static inline std::string SqlStateOf(const absl::Status& status) {
-  if (status.code() == absl::StatusCode::kResourceExhausted) return std::string(kSqlStateTooManyConnections);
-  if (status.code() == absl::StatusCode::kCancelled) return std::string(kSqlStateAdminShutdown);
-  if (auto payload = status.GetPayload(kSqlStatePayload); payload && !payload->empty()) {
-    return std::string(*payload);
-  }
-  return std::string(kSqlStateCannotConnect);
-}
-
-static inline std::string AcquireErrorMessage(const absl::Status& status) {
-  if (status.code() == absl::StatusCode::kResourceExhausted) {
-    return "Failed to acquire a connection from the pool";
-  }
-  if (status.code() == absl::StatusCode::kCancelled) return "hyperpool endpoint is shutting down";
-  // The origin's own error (settings replay) or a cancel before the work started.
-  if (status.code() == absl::StatusCode::kAborted) return std::string(status.message());
-  return fmt::format("hyperpool could not connect to the origin database: {}", std::string(status.message()));
-}
 
 static inline void AppendReadyForQuery(std::string& out, char status) {
   protocol::AppendFrame(out, 'Z', std::string_view(&status, 1));

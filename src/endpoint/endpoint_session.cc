@@ -130,7 +130,7 @@ asio::awaitable<bool> Session::ReadHello() {
     if (r.is_frame()) {
       auto packet = protocol::DecodeStartupPacket(r.frame().payload);
       if (!packet.ok() || !std::holds_alternative<protocol::StartupMessage>(*packet)) {
-        co_await SendFatal(kSqlStateProtocolViolation, "hyperpool: the link did not start with a StartupMessage");
+        co_await SendFatal(protocol::ProtocolViolation("hyperpool: the link did not start with a StartupMessage"));
         co_return false;
       }
       for (const auto& [name, value] : std::get<protocol::StartupMessage>(*packet).parameters) {
@@ -141,8 +141,8 @@ asio::awaitable<bool> Session::ReadHello() {
       co_return OnHello();  // false: a cancel link, routed, nothing more
     }
     if (r.is_error()) {
-      co_await SendFatal(kSqlStateProtocolViolation,
-                         fmt::format("hyperpool: invalid hello on the link: {}", std::string(r.status().message())));
+      co_await SendFatal(protocol::ProtocolViolation(
+          fmt::format("hyperpool: invalid hello on the link: {}", std::string(r.status().message()))));
       co_return false;
     }
     auto n = co_await link_->Receive(in_);
@@ -193,7 +193,7 @@ asio::awaitable<bool> Session::SendLinkReady() {
     auto lease = co_await endpoint_->pool->Acquire();
     if (!lease.ok()) {
       if (lease.status().code() == absl::StatusCode::kResourceExhausted) endpoint_->acquire_timeouts++;
-      co_await SendFatal(SqlStateOf(lease.status()), AcquireErrorMessage(lease.status()));
+      co_await SendFatal(protocol::ErrorForAcquire(lease.status()));
       co_return false;
     }
     auto& conn = lease->As<OriginConnection>();
@@ -219,7 +219,7 @@ asio::awaitable<void> Session::AnswerProbe() {
   if (ep->rtt_count == 0) {
     absl::Status measured = co_await MeasureOriginRtt(ep);
     if (!measured.ok()) {
-      co_await SendFatal(SqlStateOf(measured), AcquireErrorMessage(measured));
+      co_await SendFatal(protocol::ErrorForAcquire(measured));
       co_return;
     }
   } else if (std::chrono::steady_clock::now() - ep->rtt_measured_at > kFresh && !ep->rtt_refreshing) {
@@ -253,8 +253,8 @@ asio::awaitable<void> Session::RunWatch() {
       continue;
     }
     if (r.is_error() || (r.frame().tag != 'S' && r.frame().tag != 'X')) {
-      protocol::EncodeErrorResponse(link_out_, "FATAL", kSqlStateProtocolViolation,
-                                    "hyperpool: a cache watch link takes only Sync and Terminate");
+      protocol::AppendError(link_out_, "FATAL",
+                            protocol::ProtocolViolation("hyperpool: a cache watch link takes only Sync and Terminate"));
       finished_ = true;  // FlushWatch closes the link after it
       sent_.Notify();
       co_return;
@@ -285,9 +285,9 @@ asio::awaitable<void> Session::FlushWatch() {
   link_->Close();
 }
 
-asio::awaitable<void> Session::SendFatal(std::string_view sqlstate, std::string_view message) {
+asio::awaitable<void> Session::SendFatal(const protocol::PoolerError& error) {
   std::string out;
-  protocol::EncodeErrorResponse(out, "FATAL", sqlstate, message);
+  protocol::AppendError(out, "FATAL", error);
   (void)co_await link_->Send(std::move(out));
 }
 

@@ -96,7 +96,7 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> FlushWatch();
 
   // Sends an ErrorResponse with severity FATAL (the session ends after).
-  asio::awaitable<void> SendFatal(std::string_view sqlstate, std::string_view message);
+  asio::awaitable<void> SendFatal(const protocol::PoolerError& error);
 
   // ----- The session: I/O around the core (endpoint_session_io.cc) -------
 

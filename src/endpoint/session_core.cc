@@ -146,8 +146,8 @@ void SessionCore::Advance() {
     auto r = reader_.Read(input);
     if (r.is_need_more()) break;
     if (r.is_error()) {
-      QueueError("FATAL", kSqlStateProtocolViolation,
-                 fmt::format("hyperpool: invalid message on the link: {}", std::string(r.status().message())));
+      QueueError("FATAL", protocol::ProtocolViolation(
+                              fmt::format("hyperpool: invalid message on the link: {}", std::string(r.status().message()))));
       end = true;
       break;
     }
@@ -371,8 +371,8 @@ void SessionCore::OnPrepared(const absl::Status& prepared_status) {
   parameter_mark_ = conn_->parameter_changes();
   const bool cancelled = status.ok() && cancel_requested_;
   if (cancelled) {
-    status = absl::AbortedError("canceling statement due to user request");
-    status.SetPayload(kSqlStateStatusPayload, absl::Cord(std::string(kSqlStateQueryCanceled)));
+    status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
+                                    kSqlStateQueryCanceled);
   }
   cancel_requested_ = false;
   if (!status.ok()) {
@@ -563,7 +563,7 @@ std::string SessionCore::StatementScope() const {
 std::size_t SessionCore::AnswerAcquireFailure(const absl::Status& status, const protocol::Frame& first,
                                               std::size_t offset) {
   if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_.acquire_timeouts++;
-  QueueError("ERROR", SqlStateOf(status), AcquireErrorMessage(status));
+  QueueError("ERROR", protocol::ErrorForAcquire(status));
   bool in_unit = false;
   auto answer = [&](char tag) {
     if (tag == 'Q' || tag == 'S' || tag == 'F') {
@@ -602,11 +602,10 @@ bool SessionCore::OnCancelRequest() {
     // unit ends with 57014 before any of it is sent.
     cancel_requested_ = true;
     if (state_ == State::kAcquiring) {
-      absl::Status cancelled = absl::AbortedError("canceling statement due to user request");
-      cancelled.SetPayload(kSqlStatePayload, absl::Cord(std::string(kSqlStateQueryCanceled)));
       SessionCommand c;
       c.kind = SessionCommand::Kind::kCancelAcquire;
-      c.status = std::move(cancelled);
+      c.status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
+                                        kSqlStateQueryCanceled);
       Command(std::move(c));
     }
     return true;
@@ -679,6 +678,10 @@ void SessionCore::OnTimeout(std::chrono::steady_clock::time_point now) {
 
 void SessionCore::QueueError(std::string_view severity, std::string_view sqlstate, std::string_view message) {
   protocol::EncodeErrorResponse(out_.to_client, severity, sqlstate, message);
+}
+
+void SessionCore::QueueError(std::string_view severity, const protocol::PoolerError& error) {
+  protocol::AppendError(out_.to_client, severity, error);
 }
 
 void SessionCore::QueueReadyForQuery(char status) { AppendReadyForQuery(out_.to_client, status); }

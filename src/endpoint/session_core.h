@@ -52,6 +52,7 @@
 #include "endpoint/statement_session.h"
 #include "pool/release_policy.h"
 #include "protocol/frame_reader.h"
+#include "protocol/pooler_errors.h"
 
 namespace hyperpool::endpoint {
 
@@ -244,6 +245,7 @@ class SessionCore {
   void NoteWorkSent();
   void NoteReady(char status);
   void QueueError(std::string_view severity, std::string_view sqlstate, std::string_view message);
+  void QueueError(std::string_view severity, const protocol::PoolerError& error);
   void QueueReadyForQuery(char status);
   bool TracksListens() const;
 

@@ -66,9 +66,7 @@ asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const Settin
   auto result = co_await RunSimpleQuery(conn, std::move(diff));
   if (!result.ok()) co_return result.status();
   if (result->failed()) {
-    absl::Status status = absl::AbortedError(result->message);
-    status.SetPayload(kSqlStateStatusPayload, absl::Cord(result->sqlstate));
-    co_return status;
+    co_return protocol::WithSqlState(absl::AbortedError(result->message), result->sqlstate);
   }
   conn.carried_settings() = desired;
   if (discard_sequences) conn.sequence_owner().Discarded();

@@ -20,10 +20,6 @@ namespace hyperpool::endpoint {
 
 class OriginConnection;
 
-// The payload key under which an origin's SQLSTATE travels in an
-// absl::Status (the Endpoint's convention, src/endpoint/endpoint.cc).
-inline constexpr char kSqlStateStatusPayload[] = "type.hyperpool/sqlstate";
-
 // What one simple Query returned.
 struct SimpleQueryResult {
   std::vector<std::vector<std::optional<std::string>>> rows;
@@ -41,7 +37,7 @@ asio::awaitable<absl::StatusOr<SimpleQueryResult>> RunSimpleQuery(OriginConnecti
 // does and `discard_sequences` is false; with it, DISCARD SEQUENCES runs
 // first in the same Query: sequence_state.h). An ErrorResponse (e.g. an invalid startup value) comes back as
 // kAborted with the origin's message and its SQLSTATE as payload
-// kSqlStateStatusPayload; the connection is unchanged (the statements ran
+// protocol::kSqlStatePayload; the connection is unchanged (the statements ran
 // in one implicit transaction) and usable.
 asio::awaitable<absl::Status> ApplySettings(OriginConnection& conn, const SettingMap& desired,
                                             bool discard_sequences = false);

@@ -1,6 +1,7 @@
 #include "ops/admin_session.h"
 
 #include "protocol/backend_messages.h"
+#include "protocol/pooler_errors.h"
 #include "protocol/frontend_messages.h"
 #include "protocol/sqlstate.h"
 
@@ -29,7 +30,7 @@ bool AdminProtocolSession::OnMessage(char tag, std::string_view body, std::strin
       if (skipping_to_sync_) return true;  // PostgreSQL ignores it too until Sync
       absl::StatusOr<pr::Query> query = pr::DecodeQuery(body);
       if (!query.ok()) {
-        pr::EncodeErrorResponse(out, "FATAL", kSqlStateProtocolViolation, "invalid Query message");
+        pr::AppendError(out, "FATAL", pr::ProtocolViolation("invalid Query message"));
         return false;
       }
       out += ExecuteAdminQuery(query->query, backend_);
@@ -61,9 +62,9 @@ bool AdminProtocolSession::OnMessage(char tag, std::string_view body, std::strin
       pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out);
       return true;
     default:
-      pr::EncodeErrorResponse(out, "FATAL", kSqlStateProtocolViolation,
-                              std::string("unexpected message type '") + (tag >= 32 && tag < 127 ? tag : '?') +
-                                  "' on the admin console");
+      pr::AppendError(out, "FATAL",
+                      pr::ProtocolViolation(std::string("unexpected message type '") +
+                                            (tag >= 32 && tag < 127 ? tag : '?') + "' on the admin console"));
       return false;
   }
 }

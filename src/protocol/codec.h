@@ -6,6 +6,7 @@
 #include "protocol/common_messages.h"     // IWYU pragma: export
 #include "protocol/frame_reader.h"        // IWYU pragma: export
 #include "protocol/frontend_messages.h"   // IWYU pragma: export
+#include "protocol/pooler_errors.h"       // IWYU pragma: export
 #include "protocol/protocol_error.h"      // IWYU pragma: export
 #include "protocol/tags.h"                // IWYU pragma: export
 #include "protocol/wire_reader.h"         // IWYU pragma: export

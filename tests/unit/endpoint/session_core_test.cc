@@ -638,7 +638,7 @@ TEST_CASE("SessionCore: a failed settings replay answers the unit with the origi
   REQUIRE(core.state() == State::kPreparing);
   // What ApplySettings reports for an ErrorResponse.
   absl::Status failed = absl::AbortedError("invalid value for parameter \"application_name\"");
-  failed.SetPayload(kSqlStateStatusPayload, absl::Cord("22023"));
+  failed.SetPayload(protocol::kSqlStatePayload, absl::Cord("22023"));
   core.OnPrepared(failed);
   Out out = h.Take();
   CHECK(out.to_origin.empty());
