@@ -94,11 +94,10 @@ struct TlsAbortAccess {
   static std::function<void()>& Of(TlsAbort& abort) { return abort.abort_; }
 };
 
-Peer PeerAddress(const tcp::socket& socket) {
-  asio::error_code ec;
-  tcp::endpoint remote = socket.remote_endpoint(ec);
+Peer PeerAddress(const std::optional<tcp::endpoint>& peer) {
   // A Unix-domain connection adopted by a tcp::socket has no IP peer.
-  if (ec || remote.port() == 0) return Peer{"[local]", "[local]", true};
+  if (!peer || peer->port() == 0) return Peer{"[local]", "[local]", true};
+  const tcp::endpoint& remote = *peer;
   asio::ip::address address = remote.address();
   if (address.is_v6() && address.to_v6().is_v4_mapped()) {
     address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());

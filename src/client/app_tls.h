@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,7 +34,8 @@ struct Peer {
   std::string text;
   bool unix_socket = false;
 };
-Peer PeerAddress(const asio::ip::tcp::socket& socket);
+// From the address accept() returned (no getpeername); nullopt: a Unix socket.
+Peer PeerAddress(const std::optional<asio::ip::tcp::endpoint>& remote);
 
 // How the session stops a handshake in progress (its login timeout,
 // Client::Stop): Abort() closes the socket under TLS. Use it on the

@@ -52,10 +52,9 @@ namespace {
 // Asio does not open sockets close-on-exec: without this a child process the
 // host forks (psql, a driver's helper) would inherit the listener and keep the
 // port open after Stop().
-void SetCloseOnExec(int fd) {
-  int flags = ::fcntl(fd, F_GETFD);
-  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-}
+// FD_CLOEXEC is the only descriptor flag, so it is set without reading the
+// others first (one syscall per accepted connection, not two).
+void SetCloseOnExec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
 }  // namespace
 
@@ -74,8 +73,10 @@ asio::awaitable<void> Client::Impl::AcceptLoop(std::shared_ptr<Impl> self) {
     asio::any_io_executor session_executor = NextSessionExecutor();
     // No structured binding here: g++ 12 mishandles the lifetime of a
     // non-trivial object bound from a co_await result.
+    // The peer's address comes with accept() itself: no getpeername.
+    tcp::endpoint peer;
     std::tuple<asio::error_code, tcp::socket> accepted =
-        co_await acceptor.async_accept(session_executor, kAsTuple);
+        co_await acceptor.async_accept(session_executor, peer, kAsTuple);
     asio::error_code ec = std::get<0>(accepted);
     tcp::socket socket = std::move(std::get<1>(accepted));
     if (stopping) co_return;
@@ -89,7 +90,7 @@ asio::awaitable<void> Client::Impl::AcceptLoop(std::shared_ptr<Impl> self) {
     }
     asio::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    StartSession(self, std::move(socket));
+    StartSession(self, std::move(socket), peer);
   }
 }
 
@@ -119,16 +120,20 @@ asio::awaitable<void> Client::Impl::UnixAcceptLoop(std::shared_ptr<Impl> self) {
       Log(fmt::format("cannot adopt a connection on {}: {}", unix_socket_path, ec.message()));
       continue;
     }
-    StartSession(self, std::move(socket));
+    StartSession(self, std::move(socket), std::nullopt);
   }
 }
 
-void Client::Impl::StartSession(std::shared_ptr<Impl> self, tcp::socket socket) {
+void Client::Impl::StartSession(std::shared_ptr<Impl> self, tcp::socket socket, std::optional<tcp::endpoint> peer) {
   accepted.fetch_add(1, std::memory_order_relaxed);
   SetCloseOnExec(socket.native_handle());
-  asio::error_code address_ec;
-  tcp::endpoint peer = socket.remote_endpoint(address_ec);
-  auto session = std::make_shared<ClientSession>(self, std::move(socket));
+  // Non-blocking from the start, as the user's setting: the session's first
+  // read then needs no FIONBIO of its own, and its writes try the socket
+  // directly (ClientSession::WriteApp). One ioctl per connection, not two.
+  asio::error_code nb_ec;
+  socket.non_blocking(true, nb_ec);
+  if (peer && peer->port() == 0) peer.reset();
+  auto session = std::make_shared<ClientSession>(self, std::move(socket), peer);
   {
     std::lock_guard lock(mu);
     sessions[session.get()] = session;
@@ -136,7 +141,7 @@ void Client::Impl::StartSession(std::shared_ptr<Impl> self, tcp::socket socket) 
     info.id = next_session_id.fetch_add(1, std::memory_order_relaxed);
     info.connect_time = std::chrono::system_clock::now();
     // The Unix listener adopts its sockets as TCP ones (unix_listener.h).
-    info.address = address_ec || peer.port() == 0 ? "unix" : fmt::format("{}:{}", peer.address().to_string(), peer.port());
+    info.address = !peer ? "unix" : fmt::format("{}:{}", peer->address().to_string(), peer->port());
   }
   asio::any_io_executor ex = session->executor();
   asio::co_spawn(ex, session->Run(session), [](std::exception_ptr e) {

@@ -69,7 +69,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // The executor the next session runs on (round robin over the workers).
   asio::any_io_executor NextSessionExecutor();
   // Starts a session on an accepted socket (bound to its session executor).
-  void StartSession(std::shared_ptr<Impl> self, tcp::socket socket);
+  // `peer`: the app's address as accept() returned it (nullopt on the Unix
+  // listener).
+  void StartSession(std::shared_ptr<Impl> self, tcp::socket socket, std::optional<tcp::endpoint> peer);
   asio::awaitable<void> Probe(std::shared_ptr<Impl> self);
   void Stop();
 

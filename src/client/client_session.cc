@@ -26,10 +26,11 @@
 
 namespace hyperpool {
 
-ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket)
+ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket,
+                             const std::optional<tcp::endpoint>& peer)
     : impl_(std::move(impl)),
       socket_(std::move(socket)),
-      peer_(client::PeerAddress(socket_)),
+      peer_(client::PeerAddress(peer)),
       started_(std::chrono::steady_clock::now()),
       watchdog_(socket_.get_executor()),
       idle_timer_(socket_.get_executor()),

@@ -68,7 +68,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     kStopped,           // Client::Stop()
   };
 
-  ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket);
+  ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket, const std::optional<tcp::endpoint>& peer);
 
   ~ClientSession();
 
