@@ -5,7 +5,7 @@
 
 Inputs (written by run.sh): runs.csv (one row per pgbench run), latency/*.csv
 (quantiles of 1-client runs), idle.jsonl (memory per idle client),
-peak_rss.txt, micro-*.json (Google Benchmark), env.txt.
+idle_latency.jsonl (one client's latency while N idle clients are held), peak_rss.txt, micro-*.json (Google Benchmark), env.txt.
 Medians over the repetitions that succeeded; a cell is FAILED when no
 repetition succeeded (the error text is listed under the tables).
 """
@@ -34,7 +34,9 @@ GOALS_TEXT = [
     ("pooler CPU ≤ 8 µs per transaction (-S -c 8 simple)", "S-simple-c8", "cpu", 8.0),
     ("cache hit p50 ≤ 60 µs (hot-c1, end to end through pgbench)", "hot-c1", "p50", 60.0),
     ("≤ 4 kB per idle client", None, "idle", 4.0),
+    ("select 1 p50 with 10,000 idle clients held ≤ PgBouncer's", None, "idle_lat", 1.0),
 ]
+IDLE_LAT_GOAL_CLIENTS = 10000
 
 
 def fnum(x):
@@ -115,6 +117,104 @@ def load_idle(d):
                     except json.JSONDecodeError:
                         pass
     return out
+
+
+def load_idle_latency(d):
+    """idle_latency.jsonl: one record per target, in the order run."""
+    out = []
+    path = os.path.join(d, "idle_latency.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
+    return out
+
+
+def idle_latency_p50(recs, target, query):
+    for rec in recs:
+        if rec.get("target") == target:
+            for r in rec.get("latency", []):
+                if r.get("query") == query and not r.get("error") and r.get("p50_ms"):
+                    return r["p50_ms"], rec.get("n_open") or 0
+    return None, 0
+
+
+def idle_latency_section(recs):
+    L = []
+    n = max([r.get("n_requested") or 0 for r in recs] or [0])
+    secs = next((r["latency_seconds"] for r in recs if r.get("latency_seconds")), None)
+    held_query = next((r["query"] for r in recs if r.get("query")), "SELECT 1")
+    L.append(f"## select 1 with {n:,} idle clients held\n")
+    L.append(
+        f"`bench/idle_clients.py` opens {n:,} connections to the target (asyncpg, 25 at a time, "
+        f"each runs `{held_query}` once) and holds them; meanwhile one more client runs the query "
+        f"back to back over the simple protocol for {secs if secs else '?'} s with pgbench "
+        "(`-c1 -j1 -M simple`), and p50/p90/p99 come from pgbench's per-transaction log "
+        "(`--log`), so no Python timing is in the figures. hyperpool answers `SELECT 1` from "
+        "its Client cache tier (default config); `now()` is a stable function, never cached, "
+        "so `SELECT now()` reaches the origin every time; PgBouncer forwards both. "
+        "direct and nullproxy are not run: each client would be a PostgreSQL backend "
+        "(max_connections = 200).\n")
+    L.append("| target | query | clients held | memory per held client | p50 ms | p90 ms | p99 ms | "
+             "transactions | p50 / PgBouncer's | note |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    for rec in recs:
+        t = rec.get("target", "?")
+        held = "–"
+        if "n_open" in rec:
+            held = f"{rec['n_open']:,}"
+            if rec["n_open"] != rec.get("n_requested"):
+                held += f" of {rec.get('n_requested', 0):,}"
+        notes = []
+        if rec.get("errors"):
+            notes.append(f"{rec['errors']} connections failed: {rec.get('first_error', '')[:160]}")
+        after = rec.get("n_open_after_latency")
+        if after is not None and after != rec.get("n_open"):
+            notes.append(f"{after:,} still open after the measurement")
+        if rec.get("warning"):
+            notes.append(rec["warning"])
+        if rec.get("skipped") or rec.get("error") or not rec.get("latency"):
+            text = rec.get("skipped") and f"skipped: {rec['skipped']}" or rec.get("error", "no result")
+            notes.insert(0, text[:300].replace("|", "/"))
+            L.append(f"| {t} | – | {held} | – | – | – | – | – | – | {'; '.join(notes)} |")
+            continue
+        # (RSS after - RSS before) / clients held: what a client that reached
+        # the origin costs (the memory test's clients ran SELECT 1 only).
+        mem = fmt(rec.get("kb_per_client"), 2, " kB")
+        for r in rec["latency"]:
+            q = r.get("query", "?")
+            base, _ = idle_latency_p50(recs, "pgbouncer", q)
+            p50 = r.get("p50_ms")
+            rel = fmt(p50 / base, 2, "×") if p50 and base and not r.get("error") else "–"
+            rnotes = list(notes)
+            if r.get("error"):
+                rnotes.insert(0, r["error"][:200])
+            if r.get("failed"):
+                rnotes.append(f"{r['failed']} failed transactions")
+            L.append(f"| {t} | `{q}` | {held} | {mem} | {fmt(p50, 3)} | {fmt(r.get('p90_ms'), 3)} | "
+                     f"{fmt(r.get('p99_ms'), 3)} | {fmt(r.get('count'))} | {rel} | "
+                     f"{'; '.join(rnotes).replace('|', '/')} |")
+    L.append("")
+    cmds = [rec for rec in recs if rec.get("command")]
+    if cmds:
+        L.append("Commands, run from the repository root by bench/run.sh (password masked), and the "
+                 "pgbench each runs once per query while the clients are held (FILE holds the "
+                 "query and a `;`; PGPASSWORD in its environment):\n")
+        L.append("```")
+        for rec in cmds:
+            L.append(f"# {rec['target']}")
+            L.append(rec["command"])
+            pgb = next((r["pgbench"] for r in rec.get("latency", []) if r.get("pgbench")), None)
+            if pgb:
+                L.append(pgb)
+        L.append("```")
+        L.append("")
+    return L
 
 
 def load_peak(d):
@@ -265,6 +365,7 @@ def main():
     runs = load_runs(d)
     order, targets, summary = summarize(runs)
     idle = load_idle(d)
+    idle_lat = load_idle_latency(d)
     peak = load_peak(d)
     micro = load_micro(d)
     env = open(os.path.join(d, "env.txt")).read() if os.path.exists(os.path.join(d, "env.txt")) else ""
@@ -373,6 +474,9 @@ def main():
                  f"{rec.get('n_open', '–')} | {per} | {note} |")
     L.append("")
 
+    if idle_lat:
+        L += idle_latency_section(idle_lat)
+
     if has_hp:
         L.append("## Goals\n")
         L.append("| goal | measured | met? |")
@@ -395,6 +499,16 @@ def main():
                 val = (summary.get((w, "hyperpool")) or {}).get("lat_p50_us")
                 shown = fmt(val, 0, " µs")
                 met = val is not None and val <= limit
+            elif kind == "idle_lat":
+                hp, n_hp = idle_latency_p50(idle_lat, "hyperpool", "SELECT 1")
+                pb, n_pb = idle_latency_p50(idle_lat, "pgbouncer", "SELECT 1")
+                val = hp / pb if hp and pb else None
+                held = min(n_hp, n_pb)
+                shown = fmt(val, 2, "× PgBouncer's") + (f" ({held:,} clients held)" if val is not None else "")
+                met = val is not None and val <= limit and held >= IDLE_LAT_GOAL_CLIENTS
+                if val is not None and val <= limit and not met:
+                    L.append(f"| {text} | {shown} | not at {IDLE_LAT_GOAL_CLIENTS:,} clients |")
+                    continue
             else:
                 val = idle.get("hyperpool", {}).get("kb_per_client")
                 shown = fmt(val, 2, " kB")

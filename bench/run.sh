@@ -6,7 +6,7 @@
 # See docs/performance.md. The seed workload with postgres.js across a
 # simulated WAN is bench/seed_postgresjs.sh.
 #
-#   bash bench/run.sh                 # full suite, ~11-13 min on 2 cores (108 runs of 5 s + setup)
+#   bash bench/run.sh                 # full suite, ~11-13 min on 2 cores (108 runs of 5 s + setup), plus ~3 min per pooler for the 10,000-idle-client latency test
 #   BENCH_QUICK=1 bash bench/run.sh   # ~2-3 min smoke version
 #
 # Environment:
@@ -25,11 +25,15 @@
 #                    with postgres.js across a WAN; 3 iterations when quick) at the end
 #                    (alone, it runs only that)
 #   BENCH_IDLE_CLIENTS  connections for the memory-per-idle-client test (default 1000; quick 200; 0 = skip)
+#   BENCH_IDLE_LATENCY_CLIENTS  connections held open while one more client times
+#                    SELECT 1 and SELECT now() (pgbench, simple protocol), poolers only
+#                    (default 10000; quick 1000; 0 = skip)
+#   BENCH_IDLE_LATENCY_SECONDS  seconds of pgbench per query in that test (default 5; quick 2)
 #   BENCH_MICRO      1 = run the bench_* microbenchmarks (default 1)
 #   BENCH_OUT        results root (default bench/results)
 #   HYPERPOOL_BINARY hyperpool binary (default build/hyperpool); its directory's
 #                    bench/ (or $BENCH_BUILD_DIR/bench) holds the microbenchmarks.
-# Writes bench/results/<timestamp>/ (runs.csv, summary.csv, idle.csv,
+# Writes bench/results/<timestamp>/ (runs.csv, summary.csv, idle.jsonl, idle_latency.jsonl,
 # micro.json, report.md, *.png, logs/) and copies it to bench/results/latest/.
 set -euo pipefail
 
@@ -41,10 +45,16 @@ QUICK=${BENCH_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
   DURATION=${BENCH_DURATION:-3}; REPS=${BENCH_REPS:-1}; SCALE=${BENCH_SCALE:-1}
   IDLE_N=${BENCH_IDLE_CLIENTS:-200}
+  IDLE_LAT_N=${BENCH_IDLE_LATENCY_CLIENTS:-1000}; IDLE_LAT_S=${BENCH_IDLE_LATENCY_SECONDS:-2}
 else
   DURATION=${BENCH_DURATION:-5}; REPS=${BENCH_REPS:-3}; SCALE=${BENCH_SCALE:-10}
   IDLE_N=${BENCH_IDLE_CLIENTS:-1000}
+  IDLE_LAT_N=${BENCH_IDLE_LATENCY_CLIENTS:-10000}; IDLE_LAT_S=${BENCH_IDLE_LATENCY_SECONDS:-5}
 fi
+# The latency client's queries in the idle-latency test: SELECT 1 is answered
+# by hyperpool's Client cache tier (default config); now() is a stable function,
+# never cacheable (src/cache/cacheability.cc), so it reaches the origin each time.
+IDLE_LAT_QUERIES=("SELECT 1" "SELECT now()")
 POOL_SIZE=${BENCH_POOL_SIZE:-8}
 read -r -a TARGETS <<< "${BENCH_TARGETS:-direct nullproxy pgbouncer hyperpool}"
 MICRO=${BENCH_MICRO:-1}
@@ -131,6 +141,11 @@ trap 'exit 130' INT TERM
 
 # Poolers and the idle-client test need more than 1024 descriptors.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 2>/dev/null || true
+NOFILE=$(ulimit -n)
+IDLE_MAX=$(( IDLE_N > IDLE_LAT_N ? IDLE_N : IDLE_LAT_N ))
+if [ "$NOFILE" != unlimited ] && [ "$NOFILE" -lt $(( IDLE_MAX + 600 )) ]; then
+  log "warning: open-file limit $NOFILE < $(( IDLE_MAX + 600 )): not all $IDLE_MAX idle clients can be held"
+fi
 
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -142,7 +157,8 @@ SUITE_T0=$SECONDS
   echo "started: $(date -Is)"
   echo "host: $(uname -srm), $(nproc) cores"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "settings: duration=${DURATION}s reps=$REPS scale=$SCALE pool_size=$POOL_SIZE quick=$QUICK idle_clients=$IDLE_N"
+  echo "settings: duration=${DURATION}s reps=$REPS scale=$SCALE pool_size=$POOL_SIZE quick=$QUICK idle_clients=$IDLE_N idle_latency_clients=$IDLE_LAT_N idle_latency_seconds=$IDLE_LAT_S"
+  echo "open files: $NOFILE (ulimit -n of run.sh, inherited by hyperpool)"
   echo "targets: ${TARGETS[*]}"
   echo "workloads: ${WORKLOADS[*]}"
   echo "pgbench: $(pgbench --version)"
@@ -171,7 +187,20 @@ start_pgbouncer() {  # name binary -> sets PGB_STARTED_PORT, PGB_STARTED_PID
     -U "$ADMIN_USER" -d "$DB" -c "SELECT rolpassword FROM pg_authid WHERE rolname = '$BUSER'")
   PGB_STARTED_PORT=$(free_port)
   start_pgbouncer_instance "$WORK/$1" "$2" "$PGB_STARTED_PORT" "$DB" "$PGHOST" "$PGPORT" "$BUSER" "$BPASS" \
-    "$PGB_SECRET" "$POOL_SIZE" $(( IDLE_N + 500 ))
+    "$PGB_SECRET" "$POOL_SIZE" $(( IDLE_MAX + 500 ))
+  # runuser's pam_limits gives PgBouncer a soft open-file limit of 1024 whatever
+  # this shell's is, and PgBouncer does not raise it (its log says "kernel file
+  # descriptor limit"): raise it to its hard limit, as postgres (root here may
+  # lack CAP_SYS_RESOURCE, which prlimit on another user's process needs).
+  local hard soft
+  hard=$(awk '/^Max open files/ {print $5}' "/proc/$PGB_STARTED_PID/limits")
+  runuser -u postgres -- prlimit --pid "$PGB_STARTED_PID" --nofile="$hard:$hard" 2>/dev/null \
+    || log "warning: could not raise $1's open-file limit (prlimit)"
+  soft=$(awk '/^Max open files/ {print $4}' "/proc/$PGB_STARTED_PID/limits")
+  echo "$1 open files: $soft (hard $hard), max_client_conn $(( IDLE_MAX + 500 ))" >> "$OUT/env.txt"
+  if [ "$soft" != unlimited ] && [ "$soft" -lt $(( IDLE_MAX + POOL_SIZE + 100 )) ]; then
+    log "warning: $1's open-file limit $soft cannot hold $IDLE_MAX idle clients"
+  fi
   log "$1 ($("$2" --version 2>/dev/null | head -1)) $PGB_STARTED_PID on 127.0.0.1:$PGB_STARTED_PORT (transaction mode, pool $POOL_SIZE)"
 }
 
@@ -318,6 +347,61 @@ if [ "$IDLE_N" -gt 0 ]; then
   done
 fi
 
+# --- select 1 with N idle clients held ------------------------------------------
+# bench/idle_clients.py opens IDLE_LAT_N connections (25 at a time), each of
+# which runs SELECT now() once (so at hyperpool every held client has a link and
+# an Endpoint session, as an app's pooled connection that did real work), holds them,
+# and meanwhile one more client runs each query back to back for IDLE_LAT_S s
+# (pgbench -c1 -M simple --log; p50/p90/p99 from the per-transaction log).
+# Poolers only: PostgreSQL has max_connections = 200, and nullproxy opens a
+# backend per client.
+idle_lat_record() {  # target key value [key value ...]: one JSON line to idle_latency.jsonl
+  $PY -c 'import json, sys
+a = sys.argv[2:]
+d = {"target": sys.argv[1], "n_requested": int(a.pop(0))}
+d.update(zip(a[::2], a[1::2]))
+print(json.dumps(d))' "$1" "$IDLE_LAT_N" "${@:2}" >> "$OUT/idle_latency.jsonl"
+}
+idle_lat_summary() {  # the last line of idle_latency.jsonl, short
+  tail -n 1 "$OUT/idle_latency.jsonl" | $PY -c 'import json, sys
+d = json.loads(sys.stdin.read())
+parts = ["%s/%s held, %s errors" % (d.get("n_open", 0), d.get("n_requested"), d.get("errors", 0))]
+for r in d.get("latency", []):
+    parts.append("%s: p50 %s ms p99 %s ms (%s tx)%s" % (
+        r["query"], r.get("p50_ms", "-"), r.get("p99_ms", "-"), r.get("count", 0),
+        " [%s]" % r["error"][:120] if r.get("error") else ""))
+if d.get("error"):
+    parts.append(d["error"][:200])
+print("; ".join(parts))'
+}
+if [ "$IDLE_LAT_N" -gt 0 ]; then
+  log "select 1 with $IDLE_LAT_N idle clients held (${IDLE_LAT_S}s per query: ${IDLE_LAT_QUERIES[*]})"
+  lat_args=(--latency-seconds "$IDLE_LAT_S")
+  for q in "${IDLE_LAT_QUERIES[@]}"; do lat_args+=(--latency-query "$q"); done
+  for t in "${TARGETS[@]}"; do
+    if [ "$t" = direct ] || [ "$t" = nullproxy ]; then
+      idle_lat_record "$t" skipped "not a pooler: each client is a PostgreSQL backend (max_connections = 200)"
+      continue
+    fi
+    if [ "$t" = hyperpool ] && ! ensure_hyperpool idle-latency test; then
+      idle_lat_record hyperpool error "$HP_START_ERROR"; log "  hyperpool: $HP_START_ERROR"
+      continue
+    fi
+    # Opening runs at ~65 connections/s on 2 cores (asyncpg's SCRAM login in
+    # Python is the bound): ~150 s for 10,000; the timeout leaves ample room.
+    if res=$(timeout $(( 300 + IDLE_LAT_N / 10 + (IDLE_LAT_S + 60) * ${#IDLE_LAT_QUERIES[@]} )) \
+        $PY "$BENCH/idle_clients.py" --host 127.0.0.1 --port "${T_PORT[$t]}" --user "$BUSER" \
+        --password "$BPASS" --database "$DB" -n "$IDLE_LAT_N" --pid "${T_PID[$t]}" "${lat_args[@]}" \
+        --query "SELECT now()" \
+        2>"$OUT/logs/idle-latency-$t.err"); then
+      echo "$res" | $PY -c 'import json,sys; d=json.loads(sys.stdin.read()); d["target"]=sys.argv[1]; print(json.dumps(d))' "$t" \
+        >> "$OUT/idle_latency.jsonl"
+    else
+      idle_lat_record "$t" error "idle_clients.py failed: $(tail -n 1 "$OUT/logs/idle-latency-$t.err" | cut -c1-300)"
+    fi
+    log "  $t: $(idle_lat_summary)"
+  done
+fi
 
 # --- microbenchmarks ----------------------------------------------------------
 if [ "$MICRO" = 1 ]; then
