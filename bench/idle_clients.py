@@ -33,7 +33,6 @@ Uses asyncpg (Debian python3-asyncpg), run with /usr/bin/python3.
 import argparse
 import asyncio
 import collections
-import glob
 import json
 import os
 import re
@@ -46,6 +45,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from pgbench_run import read_latency_log  # noqa: E402
 
 
 def status_kb(pid, key):
@@ -114,14 +115,7 @@ async def pgbench_latency(args, query, tmpdir, index):
         rec["error"] = "pgbench timed out"
     rec["wall_s"] = round(time.monotonic() - t0, 2)
     text = out.decode(errors="replace") + err.decode(errors="replace")
-    values = []
-    for path in glob.glob(prefix + ".*"):
-        with open(path) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 3 and parts[2].isdigit():
-                    values.append(int(parts[2]))
-        os.unlink(path)
+    values = read_latency_log(prefix)
     m = re.search(r"number of failed transactions: (\d+)", text)
     failed = int(m.group(1)) if m else 0
     m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", text)

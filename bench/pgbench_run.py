@@ -84,8 +84,9 @@ def error_text(output):
     return text[:600]
 
 
-def reduce_latency_log(prefix, out_csv):
-    """pgbench -l lines: client_id transaction_no latency_us script_no epoch_s epoch_us."""
+def read_latency_log(prefix):
+    """The latencies (µs) of pgbench --log files PREFIX.*, which it removes.
+    Lines: client_id transaction_no latency_us script_no epoch_s epoch_us."""
     values = []
     for path in glob.glob(prefix + ".*"):
         with open(path) as f:
@@ -94,6 +95,11 @@ def reduce_latency_log(prefix, out_csv):
                 if len(parts) >= 3 and parts[2].isdigit():
                     values.append(int(parts[2]))
         os.unlink(path)
+    return values
+
+
+def reduce_latency_log(prefix, out_csv):
+    values = read_latency_log(prefix)
     if not values:
         return {}
     values.sort()

@@ -103,26 +103,10 @@ def fmt(x, digits=0, unit=""):
     return f"{x:,.{digits}f}{unit}"
 
 
-def load_idle(d):
-    out = {}
-    path = os.path.join(d, "idle.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    try:
-                        rec = json.loads(line)
-                        out[rec.get("target", "?")] = rec
-                    except json.JSONDecodeError:
-                        pass
-    return out
-
-
-def load_idle_latency(d):
-    """idle_latency.jsonl: one record per target, in the order run."""
+def read_jsonl(d, name):
+    """The records of results file `name`, skipping lines that are not JSON."""
     out = []
-    path = os.path.join(d, "idle_latency.jsonl")
+    path = os.path.join(d, name)
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
@@ -133,6 +117,15 @@ def load_idle_latency(d):
                     except json.JSONDecodeError:
                         pass
     return out
+
+
+def load_idle(d):
+    return {rec.get("target", "?"): rec for rec in read_jsonl(d, "idle.jsonl")}
+
+
+def load_idle_latency(d):
+    """idle_latency.jsonl: one record per target, in the order run."""
+    return read_jsonl(d, "idle_latency.jsonl")
 
 
 def idle_latency_p50(recs, target, query):
