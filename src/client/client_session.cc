@@ -32,9 +32,8 @@ ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket soc
       socket_(std::move(socket)),
       peer_(client::PeerAddress(peer)),
       started_(std::chrono::steady_clock::now()),
-      watchdog_(socket_.get_executor()),
+      handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())),
       idle_timer_(socket_.get_executor()),
-      params_timer_(socket_.get_executor()),
       write_done_(socket_.get_executor()) {}
 
 ClientSession::~ClientSession() {
@@ -71,7 +70,7 @@ void ClientSession::Kill(std::shared_ptr<ClientSession> self) {
 asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   StartWatchdog();
   bool ready = co_await Handshake();
-  watchdog_.cancel();
+  handshake_timers_.reset();  // cancels the login timeout
   if (!ready) {
     CloseSocket();
     if (state_ != State::kClosed) SetState(State::kClosed);
@@ -92,8 +91,10 @@ void ClientSession::Shutdown() {
   if (reason_ == EndReason::kNone) reason_ = EndReason::kStopped;
   timed_out_ = true;
   DisarmIdleTimer();
-  params_timer_.cancel();
-  watchdog_.cancel();
+  if (handshake_timers_) {
+    handshake_timers_->params.cancel();
+    handshake_timers_->watchdog.cancel();
+  }
   CloseLink();
   CloseSocket();
 }
@@ -101,7 +102,7 @@ void ClientSession::Shutdown() {
 void ClientSession::OnParams(std::string error_frame) {
   params_error_ = std::move(error_frame);
   params_notified_ = true;
-  params_timer_.cancel();
+  if (handshake_timers_) handshake_timers_->params.cancel();
 }
 
 void ClientSession::SetState(State next) {
@@ -114,15 +115,15 @@ void ClientSession::SetState(State next) {
 }
 
 void ClientSession::StartWatchdog() {
-  watchdog_.expires_after(impl_->options.handshake_timeout);
-  watchdog_.async_wait([weak = weak_from_this()](asio::error_code ec) {
+  handshake_timers_->watchdog.expires_after(impl_->options.handshake_timeout);
+  handshake_timers_->watchdog.async_wait([weak = weak_from_this()](asio::error_code ec) {
     if (ec) return;
     auto self = weak.lock();
     if (!self) return;
     if (self->state_ == State::kIdle || self->state_ == State::kBusy || self->state_ == State::kClosed) return;
     self->timed_out_ = true;
     if (self->state_ == State::kAwaitingParams) {
-      self->params_timer_.cancel();  // Handshake() reports the timeout itself
+      if (self->handshake_timers_) self->handshake_timers_->params.cancel();  // Handshake() reports the timeout itself
     } else {
       self->CloseSocket();
     }
@@ -375,8 +376,9 @@ asio::awaitable<std::optional<client::ParamList>> ClientSession::AwaitParams() {
       }
     }
     if (!params_notified_) {
-      params_timer_.expires_at(asio::steady_timer::time_point::max());
-      co_await params_timer_.async_wait(kAsTuple);
+      asio::steady_timer& wait = handshake_timers_->params;
+      wait.expires_at(asio::steady_timer::time_point::max());
+      co_await wait.async_wait(kAsTuple);
     }
     if (timed_out_) {
       if (reason_ == EndReason::kNone) {

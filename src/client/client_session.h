@@ -224,10 +224,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   const std::chrono::steady_clock::time_point started_;
   bool logged_in_ = false;  // ReadyForQuery of the login sent
   client::TlsAbort tls_abort_;  // armed only during the TLS handshake
-  asio::steady_timer watchdog_;
+  // Armed during the handshake only, and freed when it ends (Run), so that
+  // a logged-in session keeps neither: the login timeout, and the wait for
+  // the origin's parameters (OnParams). Null after the handshake.
+  struct HandshakeTimers {
+    explicit HandshakeTimers(const asio::any_io_executor& ex) : watchdog(ex), params(ex) {}
+    asio::steady_timer watchdog;
+    asio::steady_timer params;
+  };
+  std::unique_ptr<HandshakeTimers> handshake_timers_;
   asio::steady_timer idle_timer_;
   uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
-  asio::steady_timer params_timer_;
   State state_ = State::kStartup;
   EndReason reason_ = EndReason::kNone;
   client::InBuffer in_;  // app bytes not consumed yet

@@ -52,8 +52,7 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
       listen_id_(++endpoint_->next_listen_id),
       client_wake_(endpoint_->executor),
       origin_wake_(endpoint_->executor),
-      sent_(endpoint_->executor),
-      timeout_timer_(endpoint_->executor) {}
+      sent_(endpoint_->executor) {}
 
 Session::~Session() {
   // A lease still held here closes its connection (Lease's destructor).
@@ -102,7 +101,7 @@ asio::awaitable<void> Session::Run() {
     endpoint::SessionCore::Identity identity;
     identity.session_id = session_id_;
     identity.app_pid = app_pid_;
-    identity.hello = hello_parameters_;
+    identity.hello = std::move(hello_parameters_);  // the core keeps them; not read here again
     identity.listen_id = listen_id_;
     core_ = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(identity));
     registered_ = true;

@@ -177,8 +177,10 @@ class Session : public std::enable_shared_from_this<Session> {
   endpoint::Signal origin_wake_;  // the core may want origin frames again
   endpoint::Signal sent_;         // a link Send finished
 
-  asio::steady_timer timeout_timer_;
-  bool timeouts_started_ = false;
+  // Made when the session first has a timeout to watch (WatchTimeouts runs
+  // from then on): most sessions never do, and an idle session keeps no
+  // timer it does not use.
+  std::unique_ptr<asio::steady_timer> timeout_timer_;
   std::unique_ptr<asio::steady_timer> idle_watch_;
 };
 

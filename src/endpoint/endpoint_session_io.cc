@@ -227,12 +227,12 @@ void Session::RunCommand(SessionCommand& command) {
                      asio::detached);
       return;
     case SessionCommand::Kind::kTimeoutsChanged:
-      if (!timeouts_started_) {
-        timeouts_started_ = true;
+      if (!timeout_timer_) {
+        timeout_timer_ = std::make_unique<asio::steady_timer>(endpoint_->executor);
         asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WatchTimeouts(); },
                        asio::detached);
       } else {
-        timeout_timer_.cancel();  // WatchTimeouts re-reads the deadline
+        timeout_timer_->cancel();  // WatchTimeouts re-reads the deadline
       }
       return;
   }
@@ -335,7 +335,7 @@ void Session::Finish() {
   link_closed_ = true;
   link_->Close();
   core_->OnFlushedForEnd();
-  timeout_timer_.cancel();
+  if (timeout_timer_) timeout_timer_->cancel();
   if (idle_watch_) idle_watch_->cancel();
   client_wake_.Notify();
   origin_wake_.Notify();
@@ -457,8 +457,8 @@ asio::awaitable<void> Session::WatchPinnedIdle() {
 
 asio::awaitable<void> Session::WatchTimeouts() {
   while (!finished_) {
-    timeout_timer_.expires_at(core_->timeouts().NextDeadline());
-    (void)co_await timeout_timer_.async_wait(kAsTuple);
+    timeout_timer_->expires_at(core_->timeouts().NextDeadline());
+    (void)co_await timeout_timer_->async_wait(kAsTuple);
     if (finished_) break;
     core_->OnTimeout(std::chrono::steady_clock::now());
     Execute(/*flush_link=*/true);
