@@ -306,10 +306,14 @@ std::string FormatCacheReport(const EndpointCacheReport& r) {
 // SessionCache
 // ---------------------------------------------------------------------------
 
-SessionCache::SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_executor executor,
-                           std::function<void(std::string)> deliver)
-    : cache_(std::move(cache)), wait_timer_(std::move(executor)), deliver_(std::move(deliver)) {
+SessionCache::SessionCache(std::shared_ptr<EndpointCache> cache, std::function<void(std::string)> deliver)
+    : cache_(std::move(cache)), deliver_(std::move(deliver)) {
   cache_->Register(this);
+}
+
+asio::steady_timer& SessionCache::WaitTimer() {
+  if (!wait_timer_) wait_timer_ = std::make_unique<asio::steady_timer>(cache_->executor());
+  return *wait_timer_;
 }
 
 SessionCache::~SessionCache() {

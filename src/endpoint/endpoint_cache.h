@@ -98,6 +98,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
 
   bool enabled() const { return options_.enabled; }
   const CacheOptions& options() const { return options_; }
+  const asio::any_io_executor& executor() const { return executor_; }
   const std::string& database() const { return database_; }
   const std::string& role() const { return role_; }
   Cache& tier() { return *tier_; }
@@ -197,8 +198,8 @@ class SessionCache {
  public:
   // `deliver` appends control bytes to the session's local answers (for
   // broadcast invalidations from other sessions).
-  SessionCache(std::shared_ptr<EndpointCache> cache, asio::any_io_executor executor,
-               std::function<void(std::string)> deliver);
+  // It runs on the tier's executor (`cache->executor()`, the Endpoint's).
+  SessionCache(std::shared_ptr<EndpointCache> cache, std::function<void(std::string)> deliver);
   ~SessionCache();
   SessionCache(const SessionCache&) = delete;
   SessionCache& operator=(const SessionCache&) = delete;
@@ -334,8 +335,12 @@ class SessionCache {
   void Emit(const cache::InvalidateControl& control, std::string& batch);
   std::chrono::milliseconds Ttl() const;
 
+  // The timer a follower or a shared-tier look-up waits on, made on first
+  // use (most sessions never wait: an idle one keeps none).
+  asio::steady_timer& WaitTimer();
+
   std::shared_ptr<EndpointCache> cache_;
-  asio::steady_timer wait_timer_;
+  std::unique_ptr<asio::steady_timer> wait_timer_;
   std::function<void(std::string)> deliver_;
 
   bool started_ = false;

@@ -195,7 +195,7 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
     CacheLookup lk = cache_->tier().Lookup(l.key, [this](std::shared_ptr<const CacheEntry> e) {
       woken_ = true;
       woken_entry_ = std::move(e);
-      wait_timer_.cancel();
+      if (wait_timer_) wait_timer_->cancel();
     });
     switch (lk.status) {
       case CacheLookupStatus::kHit:
@@ -285,8 +285,9 @@ asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool
     // A follower: the leader's result (or its abandoning) wakes us.
     l.wait = Lookup::Wait::kNone;
     if (!woken_) {
-      wait_timer_.expires_after(kFollowerWait);
-      (void)co_await wait_timer_.async_wait(kAsTuple);
+      asio::steady_timer& timer = WaitTimer();
+      timer.expires_after(kFollowerWait);
+      (void)co_await timer.async_wait(kAsTuple);
     }
     if (!lookup_) co_return false;
     if (!woken_) cache_->tier().CancelWait(wait_key_, wait_id_);

@@ -71,7 +71,7 @@ void EndpointCache::OnSharedInvalidation(const cache::SharedInvalidation& inv) {
 asio::awaitable<std::shared_ptr<const CacheEntry>> SessionCache::LookupShared(
     const std::string& key, const std::vector<std::string>& tables) {
   auto wait = std::make_shared<SharedWait>();
-  wait->timer = &wait_timer_;
+  wait->timer = &WaitTimer();
   shared_wait_ = wait;
   cache_->shared()->Get(key, cache_->database(), tables,
                         [wait](std::shared_ptr<const CacheEntry> e, cache::SharedToken token) {
@@ -84,8 +84,8 @@ asio::awaitable<std::shared_ptr<const CacheEntry>> SessionCache::LookupShared(
   if (!wait->done) {
     // The store answers (or fails) within its own timeout; this bound only
     // guards against a store that never calls back.
-    wait_timer_.expires_after(cache_->options().redis_timeout * 4 + std::chrono::milliseconds(10));
-    (void)co_await wait_timer_.async_wait(kAsTuple);
+    wait->timer->expires_after(cache_->options().redis_timeout * 4 + std::chrono::milliseconds(10));
+    (void)co_await wait->timer->async_wait(kAsTuple);
   }
   wait->alive = false;
   shared_wait_.reset();

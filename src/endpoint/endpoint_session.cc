@@ -29,7 +29,7 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
     : endpoint_(std::move(endpoint)),
       link_(std::move(link)),
       reader_(protocol::FrameReader::Mode::kStartup),
-      cache_(endpoint_->cache, endpoint_->executor,
+      cache_(endpoint_->cache,
              [this](std::string control) {
                // A broadcast invalidation for this session's Client.
                if (watch_) {

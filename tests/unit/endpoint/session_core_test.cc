@@ -241,7 +241,7 @@ class Harness {
     // does a disabled cache: no Acquire callback.
     impl_->cache = std::make_shared<EndpointCache>(io_.get_executor(), cache_options, "testdb", "tester",
                                                    impl_->options.pool.max_size, EndpointCache::Acquire{});
-    session_cache_ = std::make_unique<SessionCache>(impl_->cache, io_.get_executor(),
+    session_cache_ = std::make_unique<SessionCache>(impl_->cache,
                                                     [this](std::string bytes) { delivered_ += bytes; });
     SessionCore::Identity id;
     id.session_id = "0123456789abcdef";
