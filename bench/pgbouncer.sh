@@ -79,5 +79,15 @@ EOF
   local _
   for _ in $(seq 50); do [ -s "$d/pgbouncer.pid" ] && break; sleep 0.1; done
   PGB_STARTED_PID=$(cat "$d/pgbouncer.pid")
+  # runuser's pam_limits gives PgBouncer a soft open-file limit of 1024
+  # whatever the caller's is, and PgBouncer does not raise it (its log says
+  # "kernel file descriptor limit"): raise it to its hard limit, as postgres
+  # (root here may lack CAP_SYS_RESOURCE, which prlimit on another user's
+  # process needs). PGB_STARTED_NOFILE: the soft limit it runs with.
+  local hard
+  hard=$(awk '/^Max open files/ {print $5}' "/proc/$PGB_STARTED_PID/limits")
+  runuser -u postgres -- prlimit --pid "$PGB_STARTED_PID" --nofile="$hard:$hard" 2>/dev/null \
+    || echo "warning: could not raise pgbouncer's open-file limit (prlimit)" >&2
+  PGB_STARTED_NOFILE=$(awk '/^Max open files/ {print $4}' "/proc/$PGB_STARTED_PID/limits")
   for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p "$port" -t 1 && break; sleep 0.1; done
 }

@@ -6,7 +6,7 @@
 # See docs/performance.md. The seed workload with postgres.js across a
 # simulated WAN is bench/seed_postgresjs.sh.
 #
-#   bash bench/run.sh                 # full suite, ~11-13 min on 2 cores (108 runs of 5 s + setup), plus ~3 min per pooler for the 10,000-idle-client latency test
+#   bash bench/run.sh                 # full suite, ~13 min on 2 cores (144 runs of 5 s + setup), plus ~3 min per pooler for the 10,000-idle-client latency test
 #   BENCH_QUICK=1 bash bench/run.sh   # ~2-3 min smoke version
 #
 # Environment:
@@ -188,16 +188,10 @@ start_pgbouncer() {  # name binary -> sets PGB_STARTED_PORT, PGB_STARTED_PID
   PGB_STARTED_PORT=$(free_port)
   start_pgbouncer_instance "$WORK/$1" "$2" "$PGB_STARTED_PORT" "$DB" "$PGHOST" "$PGPORT" "$BUSER" "$BPASS" \
     "$PGB_SECRET" "$POOL_SIZE" $(( IDLE_MAX + 500 ))
-  # runuser's pam_limits gives PgBouncer a soft open-file limit of 1024 whatever
-  # this shell's is, and PgBouncer does not raise it (its log says "kernel file
-  # descriptor limit"): raise it to its hard limit, as postgres (root here may
-  # lack CAP_SYS_RESOURCE, which prlimit on another user's process needs).
-  local hard soft
-  hard=$(awk '/^Max open files/ {print $5}' "/proc/$PGB_STARTED_PID/limits")
-  runuser -u postgres -- prlimit --pid "$PGB_STARTED_PID" --nofile="$hard:$hard" 2>/dev/null \
-    || log "warning: could not raise $1's open-file limit (prlimit)"
-  soft=$(awk '/^Max open files/ {print $4}' "/proc/$PGB_STARTED_PID/limits")
-  echo "$1 open files: $soft (hard $hard), max_client_conn $(( IDLE_MAX + 500 ))" >> "$OUT/env.txt"
+  # start_pgbouncer_instance raised its soft open-file limit (runuser's
+  # pam_limits leaves 1024) to the hard one.
+  local soft=$PGB_STARTED_NOFILE
+  echo "$1 open files: $soft, max_client_conn $(( IDLE_MAX + 500 ))" >> "$OUT/env.txt"
   if [ "$soft" != unlimited ] && [ "$soft" -lt $(( IDLE_MAX + POOL_SIZE + 100 )) ]; then
     log "warning: $1's open-file limit $soft cannot hold $IDLE_MAX idle clients"
   fi
