@@ -252,6 +252,8 @@ class SqlText {
   const StatementAnalysis* normalized_analysis_if_done() const;
 
  private:
+  signed char scan() const;  // scan_, scanning first if needed
+
   std::string_view sql_;
   mutable signed char scan_ = -1;  // simple_read(), plain_select(): -1 not yet scanned
   mutable std::optional<absl::StatusOr<std::vector<Token>>> tokens_;

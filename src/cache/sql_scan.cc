@@ -118,15 +118,14 @@ SelectScan ScanSelect(std::string_view sql) {
 bool IsPlainSelect(std::string_view sql) { return ScanSelect(sql) != SelectScan::kNotPlain; }
 
 // scan_: -1 not yet scanned, else the SelectScan.
-bool SqlText::simple_read() const {
+signed char SqlText::scan() const {
   if (scan_ < 0) scan_ = static_cast<signed char>(ScanSelect(sql_));
-  return scan_ == static_cast<signed char>(SelectScan::kSimple);
+  return scan_;
 }
 
-bool SqlText::plain_select() const {
-  if (scan_ < 0) scan_ = static_cast<signed char>(ScanSelect(sql_));
-  return scan_ != static_cast<signed char>(SelectScan::kNotPlain);
-}
+bool SqlText::simple_read() const { return scan() == static_cast<signed char>(SelectScan::kSimple); }
+
+bool SqlText::plain_select() const { return scan() != static_cast<signed char>(SelectScan::kNotPlain); }
 
 std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql) {
   size_t end = sql.size();

@@ -173,7 +173,7 @@ asio::awaitable<void> Client::Impl::Probe(std::shared_ptr<Impl> self) {
     error = ErrorFrame(pr::LinkFailure("could not reach the hyperpool endpoint"));
   } else if (stopping) {
     (*link)->Close();
-    error = ErrorFrame({std::string(kSqlStateAdminShutdown), "terminating connection due to administrator command"});
+    error = ErrorFrame(pr::AdminTermination());
   } else {
     probe_link = std::move(*link);
     std::string buf;

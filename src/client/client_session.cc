@@ -63,7 +63,7 @@ void ClientSession::Kill(std::shared_ptr<ClientSession> self) {
   reason_ = EndReason::kKilled;
   DisarmIdleTimer();
   asio::co_spawn(executor(),
-                 EndSession(self, kSqlStateAdminShutdown, "terminating connection due to administrator command"),
+                 EndSession(self, pr::AdminTermination()),
                  asio::detached);
 }
 
@@ -144,8 +144,7 @@ void ClientSession::ArmIdleTimer() {
     // the link in between.
     self->reason_ = EndReason::kIdleTimeout;
     asio::co_spawn(self->executor(),
-                   self->EndSession(self, kSqlStateIdleSessionTimeout,
-                                    "terminating connection due to idle-session timeout"),
+                   self->EndSession(self, pr::IdleSessionTimeout()),
                    asio::detached);
   });
 }
@@ -155,10 +154,9 @@ void ClientSession::DisarmIdleTimer() {
   idle_timer_.cancel();
 }
 
-asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> self, std::string_view sqlstate,
-                                                std::string message) {
-  pending_error_ = ErrorFrame({std::string(sqlstate), std::string(message)});
-  Log(fmt::format("closing an app connection: {}", message));
+asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> self, pr::PoolerError error) {
+  pending_error_ = ErrorFrame(error);
+  Log(fmt::format("closing an app connection: {}", error.message));
   if (link_) {
     // LinkToApp is the socket's writer: it delivers pending_error_ when
     // the link ends.

@@ -109,8 +109,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // The idle timeout fired, or Kill(): FATAL to the app, Terminate to the
   // Endpoint (a clean end, not a vanished client), then close both.
-  asio::awaitable<void> EndSession(std::shared_ptr<ClientSession> self, std::string_view sqlstate,
-                                   std::string message);
+  asio::awaitable<void> EndSession(std::shared_ptr<ClientSession> self, pr::PoolerError error);
 
   // SHOW STATS' total_sent (one writer: the session's executor).
   void CountSent(size_t n) { sent_.store(sent_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }

@@ -541,7 +541,7 @@ bool SessionCore::CheckPinnedIdle(std::chrono::steady_clock::time_point now,
                     (conn_ == nullptr || conn_->transaction_status() == 'I');
   if (pin_budget_held_ && idle && now - last_activity_ >= limit) {
     endpoint_.pinned_idle_timeouts++;
-    QueueError("FATAL", kSqlStateIdleSessionTimeout, "terminating connection due to idle-session timeout");
+    QueueError("FATAL", protocol::IdleSessionTimeout());
     EndSession();
     return false;
   }

@@ -459,9 +459,13 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
   switch (tag) {
     case 'Q': {
       // The text the session decoded once, else decoded here.
-      auto sql = text != nullptr ? std::optional<std::string_view>() : ReadCString(payload, pos);
-      if (text == nullptr && !sql) return {};
-      SessionEffects fx = text != nullptr ? AnalyzeSessionEffects(*text) : AnalyzeSessionEffects(*sql);
+      std::optional<cache::SqlText> own;
+      if (text == nullptr) {
+        auto sql = ReadCString(payload, pos);
+        if (!sql) return {};
+        text = &own.emplace(*sql);
+      }
+      SessionEffects fx = AnalyzeSessionEffects(*text);
       Absorb(fx);
       return fx;
     }
@@ -470,7 +474,9 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
       if (!name) return {};
       auto sql = ReadCString(payload, pos);
       if (!sql) return {};
-      SessionEffects fx = text != nullptr ? AnalyzeSessionEffects(*text) : AnalyzeSessionEffects(*sql);
+      std::optional<cache::SqlText> own;
+      if (text == nullptr) text = &own.emplace(*sql);
+      SessionEffects fx = AnalyzeSessionEffects(*text);
       // A Parse is usually followed by its Execute; count it now as well.
       Absorb(fx);
       if (fx.empty()) {

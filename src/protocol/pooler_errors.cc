@@ -25,6 +25,14 @@ PoolerError LinkFailure(std::string_view what) {
 
 PoolerError ShuttingDown() { return {std::string(kSqlStateAdminShutdown), "hyperpool endpoint is shutting down"}; }
 
+PoolerError AdminTermination() {
+  return {std::string(kSqlStateAdminShutdown), "terminating connection due to administrator command"};
+}
+
+PoolerError IdleSessionTimeout() {
+  return {std::string(kSqlStateIdleSessionTimeout), "terminating connection due to idle-session timeout"};
+}
+
 PoolerError ErrorForAcquire(const absl::Status& status) {
   if (status.code() == absl::StatusCode::kResourceExhausted) return PoolExhausted();
   if (status.code() == absl::StatusCode::kCancelled) return ShuttingDown();

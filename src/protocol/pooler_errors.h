@@ -45,6 +45,12 @@ PoolerError ProtocolViolation(std::string_view what);
 PoolerError LinkFailure(std::string_view what);
 // 57P01: the pooler is stopping.
 PoolerError ShuttingDown();
+// 57P01, PostgreSQL's words: an operator ended the session (admin KILL,
+// a Client stopping).
+PoolerError AdminTermination();
+// 57P05, PostgreSQL's words: the session was idle past its
+// idle-session timeout (either half may enforce it).
+PoolerError IdleSessionTimeout();
 
 // The error to report for a failed acquire / origin login:
 // ResourceExhausted → PoolExhausted(); Cancelled → ShuttingDown(); Aborted
