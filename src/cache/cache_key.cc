@@ -16,14 +16,17 @@ void AppendU32(std::string& out, uint32_t v) {
   out.append(b, 4);
 }
 
+// One append per component (std::string::push_back is a call each).
 void AppendValue(std::string& out, char tag, std::optional<std::string_view> v) {
-  out.push_back(tag);
   if (!v.has_value()) {
-    out.push_back('N');
+    const char absent[2] = {tag, 'N'};
+    out.append(absent, 2);
     return;
   }
-  out.push_back('V');
-  AppendU32(out, static_cast<uint32_t>(v->size()));
+  const uint32_t n = static_cast<uint32_t>(v->size());
+  const char head[6] = {tag, 'V', static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                        static_cast<char>(n >> 8), static_cast<char>(n)};
+  out.append(head, 6);
   out.append(v->data(), v->size());
 }
 

@@ -346,8 +346,12 @@ class SnapshotOracle final : public VolatilityOracle {
         if (IsTempSchema(schema)) return Info(schema, n.name);
       }
       if (n.schema == "pg_temp") return std::nullopt;
+      // The schemas holding this name are listed: the first on the path
+      // that is among them is the one (no look-up per path entry).
       for (const std::string& schema : path_) {
-        if (s_.relations_.contains(LookupKey(schema, n.name).view())) return Info(schema, n.name);
+        if (std::find(schemas->second.begin(), schemas->second.end(), schema) != schemas->second.end()) {
+          return Info(schema, n.name);
+        }
       }
       return std::nullopt;
     }
@@ -399,7 +403,8 @@ class SnapshotOracle final : public VolatilityOracle {
     info.kind = rel.kind;
     info.temporary = rel.temporary || IsTempSchema(schema);
     if (rel.kind != 'v') {
-      info.base_tables.push_back(Invalidation(schema, name));
+      // Invalidation(schema, name), from the entry already found.
+      info.base_tables.push_back(!rel.root.empty() ? rel.root : info.resolved);
       return info;
     }
     if (!rel.viewdef.empty() && DefinitionNonImmutable(rel.viewdef, depth)) {
@@ -485,6 +490,11 @@ std::optional<RelationInfo> FakeOracle::Relation(const QualifiedName& n) const {
 // ---------------------------------------------------------------------------
 
 void DecisionStats::Record(uint64_t fingerprint, Reason reason, std::string_view normalized) {
+  Record(fingerprint, reason, [normalized] { return std::string(normalized); });
+}
+
+void DecisionStats::Record(uint64_t fingerprint, Reason reason,
+                           absl::FunctionRef<std::string()> normalized) {
   if (capacity_ == 0) return;
   Key key{fingerprint, reason};
   if (auto it = index_.find(key); it != index_.end()) {
@@ -498,8 +508,9 @@ void DecisionStats::Record(uint64_t fingerprint, Reason reason, std::string_view
     rows_.pop_back();
     ++dropped_;
   }
-  rows_.push_front(Row{fingerprint, reason, 1,
-                       std::string(normalized.substr(0, std::min(normalized.size(), kSampleBytes)))});
+  std::string sample = normalized();
+  if (sample.size() > kSampleBytes) sample.resize(kSampleBytes);
+  rows_.push_front(Row{fingerprint, reason, 1, std::move(sample)});
   index_.emplace(key, rows_.begin());
 }
 

@@ -22,6 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "cache/cache_key.h"
@@ -280,6 +281,9 @@ class DecisionStats {
 
   explicit DecisionStats(size_t capacity = 1024) : capacity_(capacity) {}
   void Record(uint64_t fingerprint, Reason reason, std::string_view normalized);
+  // The same; `normalized` is called only when the row is new (the text is
+  // built for a sample, not for every count).
+  void Record(uint64_t fingerprint, Reason reason, absl::FunctionRef<std::string()> normalized);
   // Rows by descending count.
   std::vector<Row> Top(size_t n) const;
   std::optional<uint64_t> Count(uint64_t fingerprint, Reason reason) const;

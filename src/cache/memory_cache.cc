@@ -10,7 +10,10 @@ MemoryCache::MemoryCache(MemoryCacheLimits limits, Clock clock)
 
 MemoryCache::~MemoryCache() {
   // Never leave a follower hanging: wake them (they go to the origin).
-  while (!flights_.empty()) Finish(flights_.begin()->first, nullptr);
+  while (!flights_.empty()) {
+    const std::string& key = flights_.begin()->first;
+    Finish(key, StringHash{}(key), nullptr);
+  }
 }
 
 size_t MemoryCache::Cost(const std::string& key, const CacheEntry& entry) {
@@ -19,17 +22,26 @@ size_t MemoryCache::Cost(const std::string& key, const CacheEntry& entry) {
   return cost;
 }
 
+void MemoryCache::BuildTableKey(std::string& out, std::string_view db, std::string_view table) {
+  out.assign(db);
+  out.push_back('\0');
+  out.append(table);
+}
+
 std::string MemoryCache::TableKey(std::string_view db, std::string_view table) {
   std::string k;
-  k.reserve(db.size() + table.size() + 1);
-  k.append(db);
-  k.push_back('\0');
-  k.append(table);
+  BuildTableKey(k, db, table);
   return k;
 }
 
+std::string_view MemoryCache::TableKeyView(std::string_view db, std::string_view table) {
+  BuildTableKey(table_key_, db, table);
+  return table_key_;
+}
+
 CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
-  auto it = index_.find(std::string_view(key));
+  const size_t hash = StringHash{}(key);
+  auto it = index_.find(std::string_view(key), hash);
   if (it != index_.end()) {
     List::iterator node = it->second;
     TimePoint now = Now();
@@ -42,7 +54,9 @@ CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
     if (now < e.stale_until) {
       ++stats_.stale_hits;
       lru_.splice(lru_.begin(), lru_, node);
-      if (flights_.contains(key)) return CacheLookup{CacheLookupStatus::kStale, node->entry, 0};
+      if (flights_.find(key, hash) != flights_.end()) {
+        return CacheLookup{CacheLookupStatus::kStale, node->entry, 0};
+      }
       StartFlight(key);
       return CacheLookup{CacheLookupStatus::kStaleRefresh, node->entry, 0};
     }
@@ -54,7 +68,7 @@ CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
     }
   }
   ++stats_.misses;
-  auto f = flights_.find(key);
+  auto f = flights_.find(key, hash);
   if (f == flights_.end()) {
     StartFlight(key);
     return CacheLookup{CacheLookupStatus::kMissLeader, nullptr, 0};
@@ -71,6 +85,7 @@ void MemoryCache::StartFlight(const std::string& key) {
 }
 
 bool MemoryCache::InvalidatedSince(const CacheEntry& entry, uint64_t epoch) const {
+  if (database_epochs_.empty() && table_epochs_.empty()) return false;  // none since the last quiet
   if (auto d = database_epochs_.find(entry.database);
       d != database_epochs_.end() && d->second > epoch) {
     return true;
@@ -85,19 +100,21 @@ bool MemoryCache::InvalidatedSince(const CacheEntry& entry, uint64_t epoch) cons
 }
 
 void MemoryCache::Complete(const std::string& key, CacheEntry entry) {
-  auto f = flights_.find(key);
+  const size_t hash = StringHash{}(key);
+  auto f = flights_.find(key, hash);
   uint64_t started = f == flights_.end() ? epoch_ : f->second.started_epoch;
   auto shared = std::make_shared<const CacheEntry>(std::move(entry));
   bool stored = !InvalidatedSince(*shared, started) && Now() < shared->stale_until &&
-                Store(key, shared);
+                Store(key, hash, shared);
   if (!stored) ++stats_.rejected;
-  Finish(key, shared);
+  Finish(key, hash, shared);
 }
 
-void MemoryCache::Abandon(const std::string& key) { Finish(key, nullptr); }
+void MemoryCache::Abandon(const std::string& key) { Finish(key, StringHash{}(key), nullptr); }
 
-void MemoryCache::Finish(const std::string& key, const std::shared_ptr<const CacheEntry>& entry) {
-  auto f = flights_.find(key);
+void MemoryCache::Finish(const std::string& key, size_t hash,
+                         const std::shared_ptr<const CacheEntry>& entry) {
+  auto f = flights_.find(key, hash);
   if (f == flights_.end()) return;
   std::vector<std::pair<uint64_t, CacheWaiter>> waiters = std::move(f->second.waiters);
   flights_.erase(f);
@@ -136,12 +153,15 @@ std::shared_ptr<const CacheEntry> MemoryCache::Get(const std::string& key) {
 }
 
 void MemoryCache::Put(const std::string& key, CacheEntry entry) {
-  if (!Store(key, std::make_shared<const CacheEntry>(std::move(entry)))) ++stats_.rejected;
+  if (!Store(key, StringHash{}(key), std::make_shared<const CacheEntry>(std::move(entry)))) {
+    ++stats_.rejected;
+  }
 }
 
-bool MemoryCache::Store(const std::string& key, std::shared_ptr<const CacheEntry> entry) {
+bool MemoryCache::Store(const std::string& key, size_t hash,
+                        std::shared_ptr<const CacheEntry> entry) {
   size_t cost = Cost(key, *entry);
-  if (auto it = index_.find(std::string_view(key)); it != index_.end()) Remove(it->second);
+  if (auto it = index_.find(std::string_view(key), hash); it != index_.end()) Remove(it->second);
   if (cost > limits_.max_entry_bytes || cost > limits_.max_bytes || limits_.max_entries == 0) {
     return false;
   }
@@ -150,13 +170,15 @@ bool MemoryCache::Store(const std::string& key, std::shared_ptr<const CacheEntry
     ++stats_.evictions;
     Remove(std::prev(lru_.end()));
   }
-  lru_.push_front(Node{key, std::move(entry), cost});
+  lru_.push_front(Node{key, std::move(entry), cost, hash});
   List::iterator node = lru_.begin();
   index_.emplace(std::string_view(node->key), node);
   const CacheEntry& e = *node->entry;
   const Node* n = &*node;
   by_database_[e.database].insert(n);
-  for (const std::string& t : e.tables) by_table_[TableKey(e.database, t)].insert(n);
+  for (const std::string& t : e.tables) {
+    by_table_.try_emplace(TableKeyView(e.database, t)).first->second.insert(n);
+  }
   stats_.bytes += cost;
   ++stats_.entries;
   ++stats_.stores;
@@ -167,7 +189,7 @@ void MemoryCache::Remove(List::iterator node) {
   const Node* n = &*node;
   const CacheEntry& e = *node->entry;
   for (const std::string& t : e.tables) {
-    auto bt = by_table_.find(TableKey(e.database, t));
+    auto bt = by_table_.find(TableKeyView(e.database, t));
     if (bt != by_table_.end()) {
       bt->second.erase(n);
       if (bt->second.empty()) by_table_.erase(bt);
@@ -177,7 +199,9 @@ void MemoryCache::Remove(List::iterator node) {
     bd->second.erase(n);
     if (bd->second.empty()) by_database_.erase(bd);
   }
-  index_.erase(std::string_view(node->key));
+  if (auto it = index_.find(std::string_view(node->key), node->hash); it != index_.end()) {
+    index_.erase(it);
+  }
   stats_.bytes -= node->cost;
   --stats_.entries;
   lru_.erase(node);
@@ -207,7 +231,7 @@ void MemoryCache::RemoveAll(const absl::flat_hash_set<const Node*>& nodes) {
   // removes another.
   std::vector<const Node*> victims(nodes.begin(), nodes.end());
   for (const Node* n : victims) {
-    auto it = index_.find(std::string_view(n->key));
+    auto it = index_.find(std::string_view(n->key), n->hash);
     if (it == index_.end()) continue;
     ++stats_.invalidations;
     Remove(it->second);

@@ -23,6 +23,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "cache/string_hash.h"
 #include "hyperpool/cache.h"
 
 namespace hyperpool::cache {
@@ -63,6 +64,7 @@ class MemoryCache final : public Cache {
     std::string key;
     std::shared_ptr<const CacheEntry> entry;
     size_t cost = 0;
+    size_t hash = 0;  // StringHash{}(key): removing the node hashes nothing
   };
   using List = std::list<Node>;
   struct Flight {
@@ -72,35 +74,44 @@ class MemoryCache final : public Cache {
 
   TimePoint Now() const { return clock_ ? clock_() : std::chrono::steady_clock::now(); }
   // Stores unconditionally (limits permitting). False if it does not fit.
-  bool Store(const std::string& key, std::shared_ptr<const CacheEntry> entry);
+  // `hash` is StringHash{}(key): index_ and flights_ share the hasher, so a
+  // call hashes its (long) key once.
+  bool Store(const std::string& key, size_t hash, std::shared_ptr<const CacheEntry> entry);
   void Remove(List::iterator it);
   void StartFlight(const std::string& key);
   // Takes the flight of `key` out and wakes its waiters with `entry`.
-  void Finish(const std::string& key, const std::shared_ptr<const CacheEntry>& entry);
+  void Finish(const std::string& key, size_t hash,
+              const std::shared_ptr<const CacheEntry>& entry);
   bool InvalidatedSince(const CacheEntry& entry, uint64_t epoch) const;
   // Removes every entry of `nodes` (a by_table_ or by_database_ set).
   void RemoveAll(const absl::flat_hash_set<const Node*>& nodes);
+  // by_table_'s key: the database, a NUL, the table.
+  static void BuildTableKey(std::string& out, std::string_view db, std::string_view table);
   static std::string TableKey(std::string_view db, std::string_view table);
+  // TableKey(db, table) built in table_key_ (its capacity reused): a view
+  // valid until the next call, for look-ups that need no key of their own.
+  std::string_view TableKeyView(std::string_view db, std::string_view table);
 
   MemoryCacheLimits limits_;
   Clock clock_;
   CacheStats stats_;
   List lru_;  // Front: most recently used.
   // Views point into Node::key (list nodes never move).
-  absl::flat_hash_map<std::string_view, List::iterator> index_;
+  absl::flat_hash_map<std::string_view, List::iterator, StringHash, StringEq> index_;
   // Entries by table and by database, as node addresses: hashing a pointer
   // instead of the (long) key keeps a store and an eviction to one hash of
   // the key each (index_).
-  absl::flat_hash_map<std::string, absl::flat_hash_set<const Node*>> by_table_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<const Node*>, StringHash, StringEq> by_table_;
   absl::flat_hash_map<std::string, absl::flat_hash_set<const Node*>> by_database_;
 
-  absl::flat_hash_map<std::string, Flight> flights_;
+  absl::flat_hash_map<std::string, Flight, StringHash, StringEq> flights_;
   uint64_t next_wait_id_ = 1;
   // Invalidations seen while fetches were in flight: a fetch that started at
   // epoch E must not store if what it read was invalidated after E.
   uint64_t epoch_ = 0;
   absl::flat_hash_map<std::string, uint64_t> table_epochs_;
   absl::flat_hash_map<std::string, uint64_t> database_epochs_;
+  std::string table_key_;  // TableKeyView's buffer
 };
 
 }  // namespace hyperpool::cache

@@ -1,5 +1,6 @@
 #include "cache/result_store.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -119,6 +120,9 @@ ResultCapture::State ResultCapture::Feed(char tag, std::string_view raw) {
   }
   if (store) {
     if (messages_.size() + raw.size() > max_bytes_) return Fail(Reject::kOversized);
+    // Room for a short row and the CommandComplete after the first frame:
+    // a one-row result is one allocation instead of three.
+    if (messages_.empty()) messages_.reserve(std::min(max_bytes_, raw.size() + 64));
     messages_.append(raw);
   }
   return state_;

@@ -13,11 +13,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "cache/sql_analysis.h"
+#include "cache/string_hash.h"
 
 namespace hyperpool::cache {
 namespace {
 
-using Set = absl::flat_hash_set<std::string_view>;
+using Set = absl::flat_hash_set<std::string_view, StringHash, StringEq>;
 
 // Keywords that may be followed by '(' without being a function call.
 const Set& NotFunctionKeywords() {
@@ -569,24 +570,40 @@ class Analyzer {
   absl::flat_hash_set<size_t> alias_after_paren_;   // ')' ending a FROM item.
 };
 
-void Normalize(const std::vector<Token>& tokens, StatementAnalysis& out) {
-  std::string& n = out.normalized;
+// Feeds the normalized text (StatementAnalysis::normalized) to `sink` piece
+// by piece: building it and hashing it are two sinks over the one walk.
+template <typename Sink>
+void ForEachNormalizedPiece(const std::vector<Token>& tokens, Sink&& sink) {
+  bool first = true;
   for (const Token& t : tokens) {
-    if (!n.empty()) n.push_back(' ');
+    if (!first) sink(std::string_view(" "));
+    first = false;
     switch (t.kind) {
       case TokenKind::kString:
       case TokenKind::kNumber:
-        n.push_back('?');
+        sink(std::string_view("?"));
         break;
       case TokenKind::kIdentifier:
-        n.append(t.value);
+        sink(std::string_view(t.value));
         break;
       default:
-        n.append(t.text);
+        sink(t.text);
         break;
     }
   }
-  out.fingerprint = Fnv1a64(n);
+}
+
+std::string NormalizedText(const std::vector<Token>& tokens) {
+  std::string n;
+  ForEachNormalizedPiece(tokens, [&n](std::string_view piece) { n.append(piece); });
+  return n;
+}
+
+// Fnv1a64(NormalizedText(tokens)), without building the text.
+uint64_t NormalizedFingerprint(const std::vector<Token>& tokens) {
+  uint64_t h = kFnvOffsetBasis;
+  ForEachNormalizedPiece(tokens, [&h](std::string_view piece) { h = Fnv1a64(piece, h); });
+  return h;
 }
 
 }  // namespace
@@ -642,7 +659,8 @@ absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOpti
   if (!tokens.ok()) return tokens.status();
   StatementAnalysis out;
   Analyzer(*tokens, out).Run();
-  Normalize(*tokens, out);
+  out.normalized = NormalizedText(*tokens);
+  out.fingerprint = Fnv1a64(out.normalized);
   return out;
 }
 
@@ -668,10 +686,15 @@ const absl::StatusOr<StatementAnalysis>& SqlText::analysis() const {
 const StatementAnalysis* SqlText::normalized_analysis_if_done() const {
   if (!analysis_ || !analysis_->ok()) return nullptr;
   if (!normalized_) {
-    Normalize(**tokens_, **analysis_);
+    (*analysis_)->fingerprint = NormalizedFingerprint(**tokens_);
     normalized_ = true;
   }
   return &**analysis_;
+}
+
+std::string SqlText::normalized_text() const {
+  const absl::StatusOr<std::vector<Token>>& t = tokens();
+  return t.ok() ? NormalizedText(*t) : std::string();
 }
 
 }  // namespace hyperpool::cache

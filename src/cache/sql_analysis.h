@@ -208,6 +208,11 @@ std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql);
 // lexer.
 bool IsPlainSelect(std::string_view sql);
 
+// The first index at or after `from` (sql.size() if none) of a byte that
+// IsPlainSelect's scan must look at: one of ' " & \ ; / - $ ( s S h H i I.
+// The scan skips the rest in blocks (exposed for its tests).
+size_t NextScanStop(std::string_view sql, size_t from);
+
 // One statement text (a Query's, or a Parse's), analysed at most once: the
 // passes over it (session settings and pins, sequences, NOTIFY, LISTEN,
 // writes, cacheability, cache keys) take this object instead of the text,
@@ -246,10 +251,14 @@ class SqlText {
   const absl::StatusOr<StatementAnalysis>& analysis() const;
   // The analysis if a pass has computed it and it succeeded, else null (it
   // never computes it: a pass that declined to, e.g. for an oversized text,
-  // stays the only judge of that), with its `normalized` text and
-  // `fingerprint` filled in: analysis() leaves them empty, as only the
-  // cache's decision statistics read them.
+  // stays the only judge of that), with its `fingerprint` filled in:
+  // analysis() leaves it 0, as only the cache's decision statistics read it.
+  // Its `normalized` stays empty: the fingerprint is hashed from the tokens
+  // without building that text; normalized_text() builds it (the statistics
+  // want it only for a fingerprint they have not seen).
   const StatementAnalysis* normalized_analysis_if_done() const;
+  // StatementAnalysis::normalized of this text; empty if it does not lex.
+  std::string normalized_text() const;
 
  private:
   signed char scan() const;  // scan_, scanning first if needed
@@ -261,8 +270,11 @@ class SqlText {
   mutable bool normalized_ = false;
 };
 
-// 64-bit FNV-1a; used for fingerprints.
-uint64_t Fnv1a64(std::string_view data);
+// 64-bit FNV-1a; used for fingerprints. `h` continues a hash: the hash of
+// a text fed in pieces, each piece's result passed to the next, is the
+// hash of the whole.
+inline constexpr uint64_t kFnvOffsetBasis = 14695981039346656037ull;
+uint64_t Fnv1a64(std::string_view data, uint64_t h = kFnvOffsetBasis);
 
 }  // namespace hyperpool::cache
 

@@ -301,8 +301,7 @@ absl::StatusOr<std::vector<Token>> Lex(std::string_view sql, LexOptions options)
   return Lexer(sql, options).Run();
 }
 
-uint64_t Fnv1a64(std::string_view data) {
-  uint64_t h = 14695981039346656037ull;
+uint64_t Fnv1a64(std::string_view data, uint64_t h) {
   for (unsigned char c : data) {
     h ^= c;
     h *= 1099511628211ull;

@@ -3,8 +3,10 @@
 // and one statement's leading keyword (LeadingKeywordOfPlainText). Each
 // must conclude exactly what the lexer and the analysis would, or decline.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,8 +14,49 @@
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace hyperpool::cache {
 namespace {
+
+// The bytes ScanSelect must look at; the others (most of a query) it skips.
+constexpr std::string_view kScanStops = "'\"&\\;/-$(sShHiI";
+
+constexpr std::array<bool, 256> kIsScanStop = [] {
+  std::array<bool, 256> t{};
+  for (char c : kScanStops) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
+// Bit k set for each stop byte at sql[block + k], k < 16 (fewer at the end).
+uint32_t StopMask(std::string_view sql, size_t block) {
+#if defined(__SSE2__)
+  if (block + 16 <= sql.size()) {
+    // One compare per stop byte, or'd together (x86-64's baseline has SSE2).
+    struct Splats {
+      __m128i v[kScanStops.size()];  // each stop byte in all sixteen lanes
+    };
+    static const Splats kStops = [] {
+      Splats s{};
+      for (size_t k = 0; k < kScanStops.size(); ++k) s.v[k] = _mm_set1_epi8(kScanStops[k]);
+      return s;
+    }();
+    const __m128i chunk = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sql.data() + block));
+    __m128i hit = _mm_cmpeq_epi8(chunk, kStops.v[0]);
+#pragma GCC unroll 16
+    for (size_t k = 1; k < kScanStops.size(); ++k) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(chunk, kStops.v[k]));
+    return static_cast<uint32_t>(_mm_movemask_epi8(hit));
+  }
+#endif
+  uint32_t mask = 0;
+  const size_t n = std::min<size_t>(16, sql.size() - block);
+  for (size_t k = 0; k < n; ++k) {
+    if (kIsScanStop[static_cast<unsigned char>(sql[block + k])]) mask |= 1u << k;
+  }
+  return mask;
+}
 
 // `word` (lowercase) at `at` in `sql`, ASCII case-insensitively.
 bool LoweredAt(std::string_view sql, size_t at, std::string_view word) {
@@ -45,61 +88,57 @@ SelectScan ScanSelect(std::string_view sql) {
   if (WordChar(sql[i + kSelect.size()])) return SelectScan::kNotPlain;
   size_t end = sql.size();
   while (end > i && (sql[end - 1] == ';' || absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1])))) --end;
-  // Bytes the loop below must look at; the others (most of a query) are
-  // skipped with one table look-up each.
-  static constexpr std::array<bool, 256> kNotable = [] {
-    std::array<bool, 256> t{};
-    for (char c : std::string_view("'\"&\\;/-$(sShHiI")) t[static_cast<unsigned char>(c)] = true;
-    return t;
-  }();
   size_t quotes = 0;
   bool calls_or_into = false;
-  for (size_t j = i; j < sql.size(); ++j) {
-    const char c = sql[j];
-    if (!kNotable[static_cast<unsigned char>(c)]) continue;
-    const char next = j + 1 < sql.size() ? sql[j + 1] : '\0';
-    switch (c) {
-      case '\'':
-        ++quotes;
-        break;
-      case '"':
-      case '&':
-      case '\\':
-        return SelectScan::kNotPlain;
-      case ';':
-        if (j < end) return SelectScan::kNotPlain;
-        break;
-      case '/':
-        if (next == '*') return SelectScan::kNotPlain;
-        break;
-      case '-':
-        if (next == '-') return SelectScan::kNotPlain;
-        break;
-      case '$':
-        if (!absl::ascii_isdigit(static_cast<unsigned char>(next))) return SelectScan::kNotPlain;
-        break;
-      case '(':
-        calls_or_into = true;
-        break;
-      // Anywhere, even in a literal (conservative): set_config and hyperpool.
-      case 's':
-      case 'S':
-        if (LoweredAt(sql, j, "set_config")) return SelectScan::kNotPlain;
-        break;
-      case 'h':
-      case 'H':
-        if (LoweredAt(sql, j, "hyperpool")) return SelectScan::kNotPlain;
-        break;
-      // INTO as a word: SELECT ... INTO t creates t (INTO TEMP pins).
-      case 'i':
-      case 'I':
-        if (!calls_or_into && LoweredAt(sql, j, "into") && (j == 0 || !WordChar(sql[j - 1])) &&
-            (j + 4 == sql.size() || !WordChar(sql[j + 4]))) {
+  // Sixteen bytes at a time: the stops in each block, in order.
+  for (size_t block = i; block < sql.size(); block += 16) {
+    for (uint32_t stops = StopMask(sql, block); stops != 0; stops &= stops - 1) {
+      const size_t j = block + static_cast<size_t>(__builtin_ctz(stops));
+      const char c = sql[j];
+      const char next = j + 1 < sql.size() ? sql[j + 1] : '\0';
+      switch (c) {
+        case '\'':
+          ++quotes;
+          break;
+        case '"':
+        case '&':
+        case '\\':
+          return SelectScan::kNotPlain;
+        case ';':
+          if (j < end) return SelectScan::kNotPlain;
+          break;
+        case '/':
+          if (next == '*') return SelectScan::kNotPlain;
+          break;
+        case '-':
+          if (next == '-') return SelectScan::kNotPlain;
+          break;
+        case '$':
+          if (!absl::ascii_isdigit(static_cast<unsigned char>(next))) return SelectScan::kNotPlain;
+          break;
+        case '(':
           calls_or_into = true;
-        }
-        break;
-      default:
-        break;
+          break;
+        // Anywhere, even in a literal (conservative): set_config and hyperpool.
+        case 's':
+        case 'S':
+          if (LoweredAt(sql, j, "set_config")) return SelectScan::kNotPlain;
+          break;
+        case 'h':
+        case 'H':
+          if (LoweredAt(sql, j, "hyperpool")) return SelectScan::kNotPlain;
+          break;
+        // INTO as a word: SELECT ... INTO t creates t (INTO TEMP pins).
+        case 'i':
+        case 'I':
+          if (!calls_or_into && LoweredAt(sql, j, "into") && (j == 0 || !WordChar(sql[j - 1])) &&
+              (j + 4 == sql.size() || !WordChar(sql[j + 4]))) {
+            calls_or_into = true;
+          }
+          break;
+        default:
+          break;
+      }
     }
   }
   if (quotes % 2 != 0) return SelectScan::kNotPlain;
@@ -107,6 +146,13 @@ SelectScan ScanSelect(std::string_view sql) {
 }
 
 }  // namespace
+
+size_t NextScanStop(std::string_view sql, size_t from) {
+  for (size_t block = from; block < sql.size(); block += 16) {
+    if (const uint32_t stops = StopMask(sql, block); stops != 0) return block + static_cast<size_t>(__builtin_ctz(stops));
+  }
+  return sql.size();
+}
 
 // (sql_analysis.h) Starts with the keyword SELECT, has no ';' before its
 // trailing ones, calls no set_config and names nothing hyperpool; and has

@@ -30,7 +30,7 @@ std::shared_ptr<const CacheEntry> ClientTier::GetFresh(const std::string& key) {
   return e;
 }
 
-void ClientTier::Store(const std::string& key, std::string messages, const cache::StoreControl& control) {
+void ClientTier::Store(const std::string& key, std::string messages, cache::StoreControl control) {
   if (control.ttl <= std::chrono::milliseconds(0)) return;
   std::lock_guard lock(mu_);
   if (watched_ && (!subscribed_ || control.source != source_ || control.generation < subscribed_generation_)) {
@@ -50,7 +50,7 @@ void ClientTier::Store(const std::string& key, std::string messages, const cache
   entry.messages = std::move(messages);
   entry.expires = std::chrono::steady_clock::now() + control.ttl;
   entry.stale_until = entry.expires;
-  entry.tables = control.tables;
+  entry.tables = std::move(control.tables);
   tier_->Put(key, std::move(entry));
 }
 

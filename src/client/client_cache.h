@@ -61,7 +61,7 @@ class ClientTier {
   // which serves stale-while-revalidate itself).
   std::shared_ptr<const CacheEntry> GetFresh(const std::string& key);
   // Stores a result the Endpoint declared cacheable for `control.ttl`.
-  void Store(const std::string& key, std::string messages, const cache::StoreControl& control);
+  void Store(const std::string& key, std::string messages, cache::StoreControl control);
   void Invalidate(const cache::InvalidateControl& control);
   // The watch is subscribed to Endpoint instance `source`, whose generation
   // was `generation` then: drops every entry and the generations seen so far

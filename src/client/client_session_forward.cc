@@ -218,8 +218,8 @@ void ClientSession::OnControl(std::string_view payload) {
       capture_ = std::make_unique<cache::ResultCapture>(impl_->cache->options().max_entry_bytes);
       capture_key_ = units_.front().key;
     }
-  } else if (const auto* s = std::get_if<cache::StoreControl>(&*c)) {
-    if (capture_ && !units_.empty() && units_.front().digest == s->digest) capture_store_ = *s;
+  } else if (auto* s = std::get_if<cache::StoreControl>(&*c)) {
+    if (capture_ && !units_.empty() && units_.front().digest == s->digest) capture_store_ = std::move(*s);
   } else if (const auto* i = std::get_if<cache::InvalidateControl>(&*c)) {
     impl_->cache->Invalidate(*i);
   }
@@ -495,7 +495,7 @@ asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> se
 void ClientSession::OnReadyForQuery(char status) {
   txn_status_ = status;
   if (capture_ && capture_store_ && capture_->state() == cache::ResultCapture::State::kComplete && impl_->cache) {
-    impl_->cache->Store(capture_key_, capture_->TakeMessages(), *capture_store_);
+    impl_->cache->Store(capture_key_, capture_->TakeMessages(), std::move(*capture_store_));
   }
   capture_.reset();
   capture_store_.reset();

@@ -261,7 +261,8 @@ void EndpointCache::MarkConnectionDirty(const OriginConnection& conn) {
   }
 }
 
-void EndpointCache::RecordDecision(uint64_t fingerprint, cache::Reason reason, std::string_view normalized) {
+void EndpointCache::RecordDecision(uint64_t fingerprint, cache::Reason reason,
+                                   absl::FunctionRef<std::string()> normalized) {
   if (reason != cache::Reason::kCacheable) ++counters_.uncacheable;
   std::lock_guard lock(report_mu_);
   decisions_.Record(fingerprint, reason, normalized);
@@ -459,8 +460,13 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       break;  // a Flush keeps the window open
     case 'B': {
       describe_window_ = DescribeWindow::kNone;
-      auto b = protocol::DecodeBind(frame.payload);
-      if (b.ok()) portals_[std::string(b->portal)] = std::string(b->statement);
+      // The names are all this needs: read them without decoding the rest.
+      std::string_view rest = frame.payload;
+      std::string_view portal;
+      std::string_view statement;
+      if (protocol::TakeCString(rest, portal) && protocol::TakeCString(rest, statement)) {
+        portals_[std::string(portal)] = std::string(statement);
+      }
       break;
     }
     case 'E': {
@@ -606,7 +612,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
           store.digest = l.digest;
           store.ttl = l.ttl;
           store.generation = l.generation;
-          store.tables = l.tables;
+          store.tables = std::move(l.tables);  // the leader is done with them
           store.source = cache_->source();
           cache::AppendControl(batch, store);
         }

@@ -40,6 +40,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "cache/cacheability.h"
 #include "cache/memory_cache.h"
@@ -148,7 +149,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   void RemoveWatch(SessionCache* s) { watches_.erase(s); }
   std::size_t watches() const { return watches_.size(); }
 
-  void RecordDecision(uint64_t fingerprint, cache::Reason reason, std::string_view normalized);
+  // `normalized` is called only for a fingerprint the table has not seen.
+  void RecordDecision(uint64_t fingerprint, cache::Reason reason,
+                      absl::FunctionRef<std::string()> normalized);
   void NoteServed(bool coalesced);
   void NoteBypassed();
   void NoteSharedServed() { ++counters_.shared_served; }
@@ -389,7 +392,13 @@ class SessionCache {
     std::string sql;
     std::vector<uint32_t> types;
     bool poisoned = false;  // parsed twice before a Close: not resolved
+    // A named statement's text, analysed once for all the units that Bind
+    // it (views `sql`: the map's nodes do not move, `sql` is never
+    // reassigned); made by the first such unit, for texts up to
+    // kMaxAnalysedStatementBytes.
+    std::unique_ptr<cache::SqlText> analysed;
   };
+  static constexpr size_t kMaxAnalysedStatementBytes = 4096;
   std::unordered_map<std::string, StatementText> statement_texts_;
   // The unnamed statement's text, while the last Parse('') is known to have
   // been forwarded (a simple Query replaces it).

@@ -112,8 +112,9 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   // A unit without a Parse runs one of the session's named statements: keyed
   // by its text (the unnamed statement is not resolved: a unit answered here
   // skips its Parse, so what the session's unnamed statement is may differ).
-  const cache::StatementLookup lookup = [this, after_describe](std::string_view name, std::string_view* sql,
-                                                               std::vector<uint32_t>* types) {
+  StatementText* named = nullptr;  // the named statement the unit Binds, if any
+  const cache::StatementLookup lookup = [this, after_describe, &named](std::string_view name, std::string_view* sql,
+                                                                       std::vector<uint32_t>* types) {
     if (name.empty() && after_describe && unnamed_known_) {
       // Parsed in this very transaction: that Parse reached the origin.
       *sql = unnamed_text_.sql;
@@ -123,19 +124,27 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     if (name.empty()) return false;
     auto it = statement_texts_.find(std::string(name));
     if (it == statement_texts_.end() || it->second.poisoned) return false;
+    named = &it->second;
     *sql = it->second.sql;
     *types = it->second.types;
     return true;
   };
   if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return InterceptResult::kNotServed;
   // The unit's text is usually this frame's (a Query, or the Parse that
-  // starts it): its analysis is shared; a Bind of a named statement has the
-  // statement's stored text.
+  // starts it): its analysis is shared. A Bind of a named statement has the
+  // statement's stored text, analysed once for every Bind of it.
   std::optional<cache::SqlText> stored;
+  const cache::SqlText* unit_text_ptr = text;
   if (text == nullptr || text->sql().data() != unit.sql.data() || text->sql().size() != unit.sql.size()) {
-    stored.emplace(unit.sql);
+    if (named != nullptr && unit.sql.data() == named->sql.data() && unit.sql.size() == named->sql.size() &&
+        named->sql.size() <= kMaxAnalysedStatementBytes) {
+      if (named->analysed == nullptr) named->analysed = std::make_unique<cache::SqlText>(named->sql);
+      unit_text_ptr = named->analysed.get();
+    } else {
+      unit_text_ptr = &stored.emplace(unit.sql);
+    }
   }
-  const cache::SqlText& unit_text = stored ? *stored : *text;
+  const cache::SqlText& unit_text = *unit_text_ptr;
   cache::StatementEffects fx = cache::ClassifyStatements(unit_text, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
     cache_->NoteBypassed();
@@ -158,8 +167,9 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     cache_->WantCatalog();
   }
   if (d.unknown_name) cache_->NameUnknown();  // e.g. a table created on the origin directly
-  cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason,
-                         analysis != nullptr ? std::string_view(analysis->normalized) : std::string_view());
+  cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason, [&] {
+    return analysis != nullptr ? unit_text.normalized_text() : std::string();
+  });
   if (!d.cacheable()) return InterceptResult::kNotServed;
 
   cache::CacheKeyInput in;
@@ -225,16 +235,19 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
       case CacheLookupStatus::kMissLeader: {
         // The stale entry's refresh runs as this unit's own origin query
         // (while others are served the stale entry).
+        // Without a shared tier to ask, the look-up ends here: its key and
+        // tables move to the leader instead of being copied.
+        const bool ask_shared = cache_->shared() != nullptr && cache_->shared()->up();
         leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-        leader_->key = l.key;
+        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(l.key);
+        leader_->key = ask_shared ? l.key : std::move(l.key);
         leader_->digest = l.digest;
         leader_->generation = cache_->generation();
-        leader_->tables = l.tables;
+        leader_->tables = ask_shared ? l.tables : std::move(l.tables);
         leader_->ttl = Ttl();
         leader_->replay = l.replay;
         leader_->form = l.form;
-        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(l.key);
-        if (cache_->shared() != nullptr && cache_->shared()->up()) {
+        if (ask_shared) {
           // Second level: another Endpoint may have fetched it. The local
           // flight stays led by this session meanwhile (followers wait).
           l.wait = Lookup::Wait::kShared;

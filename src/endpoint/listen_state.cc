@@ -48,15 +48,6 @@ void ParseOne(std::span<const Token> t, std::vector<ListenOp>& out) {
   }
 }
 
-// Reads a NUL-terminated string at `pos`; advances `pos` past the NUL.
-bool ReadCString(std::string_view payload, std::size_t& pos, std::string_view& out) {
-  std::size_t end = payload.find('\0', pos);
-  if (end == std::string_view::npos) return false;
-  out = payload.substr(pos, end - pos);
-  pos = end + 1;
-  return true;
-}
-
 void AppendQuotedIdentifier(std::string& out, std::string_view name) {
   out += '"';
   for (char c : name) {
@@ -150,10 +141,10 @@ void ListenTracker::OnFrontend(char tag, std::string_view payload, const cache::
       break;
     }
     case 'B': {
-      std::size_t pos = 0;
+      std::string_view rest = payload;
       std::string_view portal;
       std::string_view statement;
-      if (!ReadCString(payload, pos, portal) || !ReadCString(payload, pos, statement)) break;
+      if (!protocol::TakeCString(rest, portal) || !protocol::TakeCString(rest, statement)) break;
       auto it = statements_.find(std::string(statement));
       if (it != statements_.end()) {
         connection_listened_ = true;

@@ -362,10 +362,12 @@ TEST_CASE("SqlText: the tokens and the analysis are computed once and equal the 
   CHECK(t1->size() == Lex(sql)->size());
   const auto& a = text.analysis();
   REQUIRE(a.ok());
-  CHECK(a->normalized.empty());  // filled in only on demand
+  CHECK(a->fingerprint == 0);  // filled in only on demand
   REQUIRE(text.normalized_analysis_if_done() == &*a);
-  CHECK(a->normalized == AnalyzeStatement(sql)->normalized);
+  CHECK(a->normalized.empty());  // hashed from the tokens, never built
+  CHECK(text.normalized_text() == AnalyzeStatement(sql)->normalized);
   CHECK(a->fingerprint == AnalyzeStatement(sql)->fingerprint);
+  CHECK(a->fingerprint == Fnv1a64(text.normalized_text()));
   CHECK(Names(a->relations_written) == std::vector<std::string>{"t"});
 }
 

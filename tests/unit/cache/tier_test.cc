@@ -392,6 +392,31 @@ TEST_CASE("the Client tier refuses results older than an invalidation, in either
   CHECK(tier.GetFresh("e") == nullptr);
 }
 
+TEST_CASE("the plain-SELECT scan stops at every byte it must look at, wherever it lies in a block") {
+  const std::string_view stops = "'\"&\\;/-$(sShHiI";
+  // Every stop byte at every offset of texts spanning several 16-byte
+  // blocks, after any start, against a byte-by-byte reading.
+  for (size_t len : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 47u}) {
+    for (char stop : stops) {
+      for (size_t at = 0; at < len; ++at) {
+        std::string sql(len, 'x');
+        sql[at] = stop;
+        for (size_t from = 0; from <= len; ++from) {
+          const size_t want = from <= at ? at : len;
+          CAPTURE(len, stop, at, from);
+          REQUIRE(NextScanStop(sql, from) == want);
+        }
+      }
+    }
+  }
+  // No other byte value stops it.
+  std::string all;
+  for (int b = 0; b < 256; ++b) {
+    if (stops.find(static_cast<char>(b)) == std::string_view::npos) all.push_back(static_cast<char>(b));
+  }
+  CHECK(NextScanStop(all, 0) == all.size());
+}
+
 TEST_CASE("plain SELECTs are classified without the lexer, anything doubtful with it") {
   // The fast path must cover the common case...
   CHECK(IsPlainSelect("SELECT abalance FROM pgbench_accounts WHERE aid = 4711;"));
