@@ -172,33 +172,51 @@ bool MemoryCache::Store(const std::string& key, size_t hash,
   }
   lru_.push_front(Node{key, std::move(entry), cost, hash});
   List::iterator node = lru_.begin();
+  node->self = node;
   index_.emplace(std::string_view(node->key), node);
   const CacheEntry& e = *node->entry;
-  const Node* n = &*node;
-  by_database_[e.database].insert(n);
-  for (const std::string& t : e.tables) {
-    by_table_.try_emplace(TableKeyView(e.database, t)).first->second.insert(n);
-  }
+  Join(*node, GroupOf(by_database_, e.database));
+  for (const std::string& t : e.tables) Join(*node, GroupOf(by_table_, TableKeyView(e.database, t)));
   stats_.bytes += cost;
   ++stats_.entries;
   ++stats_.stores;
   return true;
 }
 
-void MemoryCache::Remove(List::iterator node) {
-  const Node* n = &*node;
-  const CacheEntry& e = *node->entry;
-  for (const std::string& t : e.tables) {
-    auto bt = by_table_.find(TableKeyView(e.database, t));
-    if (bt != by_table_.end()) {
-      bt->second.erase(n);
-      if (bt->second.empty()) by_table_.erase(bt);
+MemoryCache::Group& MemoryCache::GroupOf(GroupMap& map, std::string_view key) {
+  auto it = map.find(key);
+  if (it == map.end()) {
+    it = map.emplace(std::string(key), Group{}).first;
+    it->second.map = &map;
+    it->second.key = it->first;
+  }
+  return it->second;
+}
+
+void MemoryCache::Join(Node& node, Group& group) {
+  for (const Membership& m : node.groups) {
+    if (m.group == &group) return;  // a table named twice
+  }
+  node.groups.push_back(Membership{&group, group.members.size()});
+  group.members.push_back(&node);
+}
+
+void MemoryCache::Leave(Node& node) {
+  for (const Membership& m : node.groups) {
+    Group& g = *m.group;
+    Node* last = g.members.back();
+    g.members[m.slot] = last;
+    for (Membership& lm : last->groups) {
+      if (lm.group == &g) lm.slot = m.slot;
     }
+    g.members.pop_back();
+    if (g.members.empty()) g.map->erase(g.key);
   }
-  if (auto bd = by_database_.find(e.database); bd != by_database_.end()) {
-    bd->second.erase(n);
-    if (bd->second.empty()) by_database_.erase(bd);
-  }
+  node.groups.clear();
+}
+
+void MemoryCache::Remove(List::iterator node) {
+  Leave(*node);
   if (auto it = index_.find(std::string_view(node->key), node->hash); it != index_.end()) {
     index_.erase(it);
   }
@@ -225,23 +243,21 @@ void MemoryCache::InvalidateTables(std::string_view database,
   }
 }
 
-void MemoryCache::RemoveAll(const absl::flat_hash_set<const Node*>& nodes) {
-  // A copy: Remove() edits `nodes` (and erases it with its last entry).
-  // Each node stays valid until its own Remove: removing one entry never
-  // removes another.
-  std::vector<const Node*> victims(nodes.begin(), nodes.end());
-  for (const Node* n : victims) {
-    auto it = index_.find(std::string_view(n->key), n->hash);
-    if (it == index_.end()) continue;
+void MemoryCache::RemoveAll(Group& group) {
+  // A copy: each Remove() edits the group (and erases it with its last
+  // member). Each node stays valid until its own Remove: removing one entry
+  // never removes another.
+  const std::vector<Node*> victims = group.members;
+  for (Node* n : victims) {
     ++stats_.invalidations;
-    Remove(it->second);
+    Remove(n->self);
   }
 }
 
 void MemoryCache::InvalidateAll(std::string_view database) {
   ++epoch_;
   if (!flights_.empty()) database_epochs_[std::string(database)] = epoch_;
-  auto bd = by_database_.find(std::string(database));
+  auto bd = by_database_.find(database);
   if (bd != by_database_.end()) RemoveAll(bd->second);
 }
 

@@ -22,7 +22,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/container/node_hash_map.h"
 #include "cache/string_hash.h"
 #include "hyperpool/cache.h"
 
@@ -60,13 +61,33 @@ class MemoryCache final : public Cache {
   const MemoryCacheLimits& limits() const { return limits_; }
 
  private:
+  struct Node;
+  struct Group;
+  // The entries of one table or one database (an invalidation's unit), as a
+  // vector: joining is a push_back and leaving a swap with the last member,
+  // so storing and evicting an entry hashes no node address (a hash set of
+  // them, churned by every eviction of a full tier, was the costliest
+  // symbol of the miss path: docs/performance.md, 2026-12-05).
+  using GroupMap = absl::node_hash_map<std::string, Group, StringHash, StringEq>;
+  struct Group {
+    std::vector<Node*> members;
+    GroupMap* map = nullptr;  // the map that holds it (erased when empty)
+    std::string_view key;     // its key there (node_hash_map keys do not move)
+  };
+  struct Membership {
+    Group* group;
+    size_t slot;  // index in group->members
+  };
+  using List = std::list<Node>;
   struct Node {
     std::string key;
     std::shared_ptr<const CacheEntry> entry;
     size_t cost = 0;
     size_t hash = 0;  // StringHash{}(key): removing the node hashes nothing
+    List::iterator self;  // this node in lru_
+    // Its database's group, then each of its tables' (no group twice).
+    absl::InlinedVector<Membership, 2> groups;
   };
-  using List = std::list<Node>;
   struct Flight {
     uint64_t started_epoch = 0;
     std::vector<std::pair<uint64_t, CacheWaiter>> waiters;
@@ -83,8 +104,11 @@ class MemoryCache final : public Cache {
   void Finish(const std::string& key, size_t hash,
               const std::shared_ptr<const CacheEntry>& entry);
   bool InvalidatedSince(const CacheEntry& entry, uint64_t epoch) const;
-  // Removes every entry of `nodes` (a by_table_ or by_database_ set).
-  void RemoveAll(const absl::flat_hash_set<const Node*>& nodes);
+  // Removes every entry of `group` (which may be erased with its last).
+  void RemoveAll(Group& group);
+  Group& GroupOf(GroupMap& map, std::string_view key);
+  static void Join(Node& node, Group& group);
+  static void Leave(Node& node);
   // by_table_'s key: the database, a NUL, the table.
   static void BuildTableKey(std::string& out, std::string_view db, std::string_view table);
   static std::string TableKey(std::string_view db, std::string_view table);
@@ -98,11 +122,10 @@ class MemoryCache final : public Cache {
   List lru_;  // Front: most recently used.
   // Views point into Node::key (list nodes never move).
   absl::flat_hash_map<std::string_view, List::iterator, StringHash, StringEq> index_;
-  // Entries by table and by database, as node addresses: hashing a pointer
-  // instead of the (long) key keeps a store and an eviction to one hash of
-  // the key each (index_).
-  absl::flat_hash_map<std::string, absl::flat_hash_set<const Node*>, StringHash, StringEq> by_table_;
-  absl::flat_hash_map<std::string, absl::flat_hash_set<const Node*>> by_database_;
+  // Entries by table (TableKey) and by database: a store hashes each of
+  // its names once to find the group, an eviction hashes nothing.
+  GroupMap by_table_;
+  GroupMap by_database_;
 
   absl::flat_hash_map<std::string, Flight, StringHash, StringEq> flights_;
   uint64_t next_wait_id_ = 1;

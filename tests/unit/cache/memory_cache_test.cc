@@ -1,6 +1,9 @@
 #include "cache/memory_cache.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <random>
 #include <memory>
 #include <string>
 #include <vector>
@@ -202,6 +205,68 @@ TEST_CASE("InvalidateTables removes entries that read any of the tables") {
   CHECK(f.cache.Get("e") == nullptr);
   CHECK(f.cache.Get("d") != nullptr);
   CHECK(f.cache.Stats().entries == 1);
+}
+
+TEST_CASE("table and database membership survives churn: invalidation removes exactly the readers") {
+  // A reference model against the cache's groups under random puts,
+  // evictions (a full tier), erases, repeated table names and
+  // invalidations of tables and databases.
+  Fixture f(MemoryCacheLimits{.max_bytes = 1 << 30, .max_entry_bytes = 1 << 20, .max_entries = 24});
+  const std::vector<std::string> tables = {"public.a", "public.b", "public.c", "public.d"};
+  const std::vector<std::string> dbs = {"db", "db2"};
+  struct Model {
+    std::string db;
+    std::vector<std::string> tables;
+  };
+  std::map<std::string, Model> model;  // what should be stored (LRU order below)
+  std::vector<std::string> lru;        // front: most recent
+  std::mt19937 rng(GENERATE(1u, 2u, 3u, 4u, 5u));
+  auto touch = [&](const std::string& k) {
+    lru.erase(std::remove(lru.begin(), lru.end(), k), lru.end());
+    lru.insert(lru.begin(), k);
+  };
+  auto drop = [&](const std::string& k) {
+    model.erase(k);
+    lru.erase(std::remove(lru.begin(), lru.end(), k), lru.end());
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 6) {
+      std::string k = "k" + std::to_string(rng() % 60);
+      Model m{dbs[rng() % 2], {}};
+      for (int n = static_cast<int>(rng() % 4); n > 0; --n) m.tables.push_back(tables[rng() % tables.size()]);
+      f.cache.Put(k, f.Entry("v" + k, m.tables, m.db));
+      model[k] = m;
+      touch(k);
+      while (model.size() > 24) drop(lru.back());
+    } else if (op < 7) {
+      std::string k = "k" + std::to_string(rng() % 60);
+      f.cache.Erase(k);
+      drop(k);
+    } else if (op < 9) {
+      const std::string db = dbs[rng() % 2];
+      const std::string t = tables[rng() % tables.size()];
+      f.cache.InvalidateTables(db, {t});
+      std::vector<std::string> gone;
+      for (const auto& [k, m] : model) {
+        if (m.db == db && std::find(m.tables.begin(), m.tables.end(), t) != m.tables.end()) gone.push_back(k);
+      }
+      for (const std::string& k : gone) drop(k);
+    } else {
+      const std::string db = dbs[rng() % 2];
+      f.cache.InvalidateAll(db);
+      std::vector<std::string> gone;
+      for (const auto& [k, m] : model) {
+        if (m.db == db) gone.push_back(k);
+      }
+      for (const std::string& k : gone) drop(k);
+    }
+    REQUIRE(f.cache.Stats().entries == model.size());
+  }
+  for (int i = 0; i < 60; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    CHECK((f.cache.Get(k) != nullptr) == (model.count(k) == 1));
+  }
 }
 
 TEST_CASE("a fetch that overlapped an invalidation is not stored") {
