@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(
   # build
-  cmake ninja-build g++ pkg-config git ca-certificates
+  cmake ninja-build g++ pkg-config git ca-certificates ccache
   libasio-dev android-libboringssl-dev libabsl-dev libfmt-dev libssl-dev
   libtomlplusplus-dev  # hyperpool serve --config (src/cli/config_file.cc)
   libhiredis-dev redis-server  # the shared cache tier (src/cache/redis_store.cc) and its test

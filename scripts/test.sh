@@ -29,8 +29,8 @@ echo "== unit + integration tests"
 count_ctest build/ctest.log
 
 echo "== ASan + UBSan build and unit tests"
-if cmake -S . -B build-asan -G Ninja -DHYPERPOOL_SANITIZE=ON -DHYPERPOOL_BUILD_EXAMPLES=OFF -DHYPERPOOL_BUILD_BENCH=OFF >/dev/null &&
-   cmake --build build-asan --target unit_tests; then
+if HYPERPOOL_BUILD_TARGET=unit_tests scripts/build.sh build-asan -DHYPERPOOL_SANITIZE=ON \
+     -DHYPERPOOL_BUILD_EXAMPLES=OFF -DHYPERPOOL_BUILD_BENCH=OFF; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
      ctest -L unit --output-on-failure 2>&1) | tee build-asan/ctest.log
   count_ctest build-asan/ctest.log
