@@ -50,8 +50,14 @@ if [ "${#missing[@]}" -gt 0 ] || [ "$need_catch" = 1 ]; then
   fi
 fi
 
-# JavaScript drivers for the driver tests, pinned by tests/drivers/package-lock.json.
-if [ -f tests/drivers/package.json ] && [ ! -d tests/drivers/node_modules ]; then
+# JavaScript drivers for the driver tests and playwright-core for the browser
+# tests, pinned by tests/drivers/package-lock.json; installed again when a
+# dependency of package.json is missing (one was added since the last install).
+npm_missing() {
+  node -e 'const p = require("./tests/drivers/package.json"); const fs = require("fs");
+    process.exit(Object.keys(p.dependencies).every((d) => fs.existsSync("tests/drivers/node_modules/" + d)) ? 1 : 0)'
+}
+if [ -f tests/drivers/package.json ] && { [ ! -d tests/drivers/node_modules ] || npm_missing; }; then
   echo "setup: installing npm drivers"
   (cd tests/drivers && npm ci --no-audit --no-fund --loglevel=error)
 fi

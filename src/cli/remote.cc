@@ -552,7 +552,18 @@ int RunEndpoint(int argc, char** argv) {
         m.pool_max = pool_size;
         return m;
       },
-      [kCommand](const std::string& line) { LogLine(kCommand, line); });
+      [kCommand](const std::string& line) { LogLine(kCommand, line); },
+      [running, links = listener.get(), listen_host] {
+        ops::DashboardExtras x;
+        x.role = "endpoint";
+        const LinkListenerStats l = links->Stats();
+        x.link.push_back(fmt::format("Client links on {} (TLS): {} accepted, {} rejected (secret), {} failed TLS, "
+                                     "{} timed out",
+                                     FormatHostPort(listen_host, links->port()), l.accepted, l.rejected,
+                                     l.tls_failures, l.timeouts));
+        x.cache_reports[""] = running->CacheReport(10);
+        return x;
+      });
   if (!metrics_started.ok()) {
     LogLine(kCommand, fmt::format("cannot start: {}", std::string(metrics_started.status().message())));
     shut_down();
@@ -683,7 +694,16 @@ int RunClient(int argc, char** argv) {
         m.client = running.client_stats();
         return m;
       },
-      [kCommand](const std::string& line) { LogLine(kCommand, line); });
+      [kCommand](const std::string& line) { LogLine(kCommand, line); },
+      [&running, where, preopen] {
+        ops::DashboardExtras x;
+        x.role = "client";
+        x.link.push_back(fmt::format("Endpoint: {} (TLS; {} links opened ahead)", where, preopen));
+        if (Client* c = running.client()) {
+          for (const ClientSessionInfo& session : c->Sessions()) ++x.client_states[session.state];
+        }
+        return x;
+      });
   if (!metrics.ok()) {
     LogLine(kCommand, fmt::format("cannot start: {}", std::string(metrics.status().message())));
     return 1;

@@ -605,6 +605,26 @@ void Drain(Connection& connection, std::chrono::milliseconds limit) {
   }
 }
 
+// The dashboard's details for serve: both halves are in this process.
+ops::DashboardExtras ServeDashboardExtras(Connection& running) {
+  ops::DashboardExtras x;
+  x.role = "serve";
+  x.link.push_back("Client and Endpoint in this process (in-process link: no network between them)");
+  if (Client* c = running.client()) {
+    for (const ClientSessionInfo& session : c->Sessions()) ++x.client_states[session.state];
+  }
+  const std::vector<std::string> names = running.databases();
+  for (const std::string& name : names) {
+    if (Endpoint* e = running.endpoint(name)) x.cache_reports[name] = e->CacheReport(10);
+  }
+  if (names.empty()) {
+    if (Endpoint* e = running.endpoint()) x.cache_reports[""] = e->CacheReport(10);
+  }
+  x.link.push_back(names.empty() ? "one database: the Endpoint's pool serves every login"
+                                 : fmt::format("{} databases, one Endpoint and pool each", names.size()));
+  return x;
+}
+
 }  // namespace
 
 int Serve(int argc, char** argv) {
@@ -694,7 +714,7 @@ int Serve(int argc, char** argv) {
         }
         return m;
       },
-      LogLine);
+      LogLine, [&running] { return ServeDashboardExtras(running); });
   if (!metrics.ok()) {
     LogLine(fmt::format("cannot start: {}", std::string(metrics.status().message())));
     admin->SetConnection(nullptr);
