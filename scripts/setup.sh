@@ -19,6 +19,7 @@ APT_PACKAGES=(
   python3 python3-psycopg python3-asyncpg libpostgresql-jdbc-java default-jre-headless nodejs npm
   libbenchmark-dev
   python3-matplotlib  # bench/report.py plots
+  chromium fonts-dejavu-core  # tests/browser/ (headless, driven by playwright-core from npm)
 )
 # Catch2 v3 comes from bookworm-backports (the default suite has only v2).
 BACKPORTS_PACKAGES=(libcatch2-dev)
