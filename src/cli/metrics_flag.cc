@@ -25,4 +25,15 @@ absl::StatusOr<std::unique_ptr<ops::MetricsServer>> StartMetricsListener(
   return server;
 }
 
+void RecentLines::Add(std::string line) {
+  std::lock_guard lock(mu_);
+  lines_.push_back(std::move(line));
+  while (lines_.size() > capacity_) lines_.pop_front();
+}
+
+std::vector<std::string> RecentLines::Lines() const {
+  std::lock_guard lock(mu_);
+  return {lines_.begin(), lines_.end()};
+}
+
 }  // namespace hyperpool::cli

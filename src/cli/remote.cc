@@ -666,11 +666,15 @@ int RunClient(int argc, char** argv) {
   options.endpoint.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
   options.client.logger = std::make_shared<const Logger>(std::move(log));
   std::string where = FormatHostPort(options.endpoint.host, options.endpoint.port);
+  auto placement_events = std::make_shared<RecentLines>(6);  // for the dashboard
   if (endpoints.size() > 1) {
     // The first sessions should already go to the measured choice: wait for
     // the first probe round (each probe is bounded by the connect timeout).
     failover.first_round_wait = 2 * options.endpoint.connect_timeout + std::chrono::seconds(1);
-    failover.log = options.endpoint.log;
+    failover.log = [log = options.endpoint.log, placement_events](const std::string& line) {
+      placement_events->Add(line);
+      log(line);
+    };
     failover.endpoints = endpoints;
     where = fmt::format("{} endpoints, probed every {} ms", endpoints.size(), failover.probe_interval.count());
     options.failover = std::move(failover);
@@ -695,10 +699,13 @@ int RunClient(int argc, char** argv) {
         return m;
       },
       [kCommand](const std::string& line) { LogLine(kCommand, line); },
-      [&running, where, preopen] {
+      [&running, where, preopen, placement_events] {
         ops::DashboardExtras x;
         x.role = "client";
         x.link.push_back(fmt::format("Endpoint: {} (TLS; {} links opened ahead)", where, preopen));
+        x.link.push_back(running.client_stats().cache_watch_subscribed ? "invalidation watch subscribed"
+                                                                       : "invalidation watch not subscribed");
+        for (const std::string& line : placement_events->Lines()) x.link.push_back("placement: " + line);
         if (Client* c = running.client()) {
           for (const ClientSessionInfo& session : c->Sessions()) ++x.client_states[session.state];
         }
