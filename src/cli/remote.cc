@@ -73,7 +73,7 @@ Options:
   --link-secret-file FILE the secret Clients must know (at least 16 bytes; a trailing
                           newline is ignored), e.g. from `openssl rand -hex 32`
   --handshake-timeout MS  limit for a new link's TLS handshake and secret (default 10000)
-  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP (as for serve)
+  --metrics-listen HOST:PORT  serve /metrics, /healthz and /dashboard over HTTP (as for serve)
   --pool-size N           most origin connections open at once (default 10)
   --min-idle N            origin connections kept open while idle (default 0)
   --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
@@ -135,7 +135,7 @@ Options:
   --connect-timeout MS    limit for reaching the Endpoint (TCP + TLS) (default 5000)
   --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
   --listen-unix DIR       also listen on the Unix socket DIR/.s.PGSQL.<port> (as for serve)
-  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP (as for serve)
+  --metrics-listen HOST:PORT  serve /metrics, /healthz and /dashboard over HTTP (as for serve)
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
   --password-file FILE    read that password from FILE (first line; mode 0600)

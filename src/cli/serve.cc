@@ -55,8 +55,9 @@ Options:
                           origin string has none; else PGPASSWORD, then PGPASSFILE or ~/.pgpass
   --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
   --listen-unix DIR       also listen on the Unix socket DIR/.s.PGSQL.<port> (psql -h DIR -p PORT)
-  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP there; port 0
-                          picks a free one; the bound address is logged: "metrics on http://HOST:PORT"
+  --metrics-listen HOST:PORT  serve /metrics (Prometheus), /healthz and a live read-only dashboard
+                          (/dashboard) over HTTP there, to whoever reaches it: keep it on loopback;
+                          port 0 picks a free one; the bound address is logged: "metrics on http://HOST:PORT"
   --pool-size N           most origin connections open at once (default 10)
   --min-idle N            origin connections kept open while idle (default 0)
   --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
