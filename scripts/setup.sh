@@ -19,6 +19,7 @@ APT_PACKAGES=(
   python3 python3-psycopg python3-asyncpg libpostgresql-jdbc-java default-jre-headless nodejs npm
   libbenchmark-dev
   python3-matplotlib  # bench/report.py plots
+  chromium fonts-dejavu-core  # tests/browser/ (headless, driven by playwright-core from npm)
 )
 # Catch2 v3 comes from bookworm-backports (the default suite has only v2).
 BACKPORTS_PACKAGES=(libcatch2-dev)
@@ -50,8 +51,14 @@ if [ "${#missing[@]}" -gt 0 ] || [ "$need_catch" = 1 ]; then
   fi
 fi
 
-# JavaScript drivers for the driver tests, pinned by tests/drivers/package-lock.json.
-if [ -f tests/drivers/package.json ] && [ ! -d tests/drivers/node_modules ]; then
+# JavaScript drivers for the driver tests and playwright-core for the browser
+# tests, pinned by tests/drivers/package-lock.json; installed again when a
+# dependency of package.json is missing (one was added since the last install).
+npm_missing() {
+  node -e 'const p = require("./tests/drivers/package.json"); const fs = require("fs");
+    process.exit(Object.keys(p.dependencies).every((d) => fs.existsSync("tests/drivers/node_modules/" + d)) ? 1 : 0)'
+}
+if [ -f tests/drivers/package.json ] && { [ ! -d tests/drivers/node_modules ] || npm_missing; }; then
   echo "setup: installing npm drivers"
   (cd tests/drivers && npm ci --no-audit --no-fund --loglevel=error)
 fi

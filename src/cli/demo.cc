@@ -55,6 +55,7 @@
 namespace hyperpool::cli {
 
 const char* const kDemoUsage = R"(usage: hyperpool demo [--rtt MS] [--origin URL] [--iterations N] [--out DIR] [--no-chart]
+       hyperpool demo --report-from DIR [--out DIR]
 
 Runs the Hyperdrive write-up's benchmark on this machine in its topology: a
 simulated WAN of RTT MS milliseconds between the app and PostgreSQL, and a
@@ -67,8 +68,8 @@ with the extended protocol as postgres.js speaks it (named statements, a
 Describe round trip before each first Bind, a type lookup at connect) and
 with the simple protocol. Prints mean and median milliseconds per connection,
 the same in round trips (ms / RTT), next to the physical limit (unavoidable
-round trips x RTT) and writes demo.csv, demo_iterations.csv and demo.png into
-DIR.
+round trips x RTT) and writes demo.csv, demo_iterations.csv and report.html
+(the chart and the tables; open it in a browser) into DIR.
 
 Without --origin it starts a scratch PostgreSQL 15 (initdb in a temp
 directory, a free port, SCRAM logins; as root the tools run as the postgres
@@ -81,8 +82,10 @@ Options:
                     creates its tables in a schema hyperpool_demo_<random> and drops it
   --iterations N    measured connections per mode (default 10; one more warm-up
                     connection per mode is run first and not counted)
-  --out DIR         where to write the CSV files and the chart (default ./demo-results)
-  --no-chart        do not write demo.png
+  --out DIR         where to write the CSV files and report.html (default ./demo-results)
+  --no-chart        do not write report.html
+  --report-from DIR run nothing: read DIR/demo.csv and DIR/demo_iterations.csv of an
+                    earlier run and write report.html into --out (default: DIR)
   --help            print this help
 )";
 
@@ -259,6 +262,8 @@ struct DemoArgs {
   std::string origin;
   std::string out_dir = "demo-results";
   bool chart = true;
+  std::string report_from;  // --report-from: only re-render report.html
+  bool out_given = false;
 };
 
 // The command line; an exit code when the demo must stop at once (help, or
@@ -278,7 +283,8 @@ std::optional<int> ParseDemoArgs(int argc, char** argv, DemoArgs& a) {
     if (size_t eq = arg.find('='); arg.substr(0, 2) == "--" && eq != std::string_view::npos) {
       name = std::string(arg.substr(0, eq));
       value = std::string(arg.substr(eq + 1));
-    } else if (name == "--rtt" || name == "--origin" || name == "--iterations" || name == "--out") {
+    } else if (name == "--rtt" || name == "--origin" || name == "--iterations" || name == "--out" ||
+               name == "--report-from") {
       if (i + 1 >= argc) return UsageError(fmt::format("option {} needs a value", name));
       value = argv[++i];
     }
@@ -295,6 +301,10 @@ std::optional<int> ParseDemoArgs(int argc, char** argv, DemoArgs& a) {
     } else if (name == "--out") {
       if (value.empty()) return UsageError("--out needs a directory");
       a.out_dir = value;
+      a.out_given = true;
+    } else if (name == "--report-from") {
+      if (value.empty()) return UsageError("--report-from needs a directory");
+      a.report_from = value;
     } else {
       return UsageError(fmt::format("unknown option {}", name));
     }
@@ -393,13 +403,30 @@ int WriteResults(demo::Report& rep, const demo::Workload& workload, const DemoAr
   }
   std::string written = (dir / "demo.csv").string() + ", " + (dir / "demo_iterations.csv").string();
   if (a.chart) {
-    if (absl::Status drawn = demo::WriteChart(rep, a.out_dir); !drawn.ok()) {
+    if (absl::Status drawn = demo::WriteHtmlReport(rep, a.out_dir); !drawn.ok()) {
       Log(std::string(drawn.message()));
       return 1;
     }
-    written += ", " + (dir / "demo.png").string();
+    written += ", " + (dir / "report.html").string();
   }
   Log("wrote " + written);
+  return 0;
+}
+
+// --report-from: report.html from an earlier run's CSV files.
+int RenderReportFrom(const DemoArgs& a) {
+  absl::StatusOr<demo::Report> rep = demo::ReadResults(a.report_from);
+  const std::string out = a.out_given ? a.out_dir : a.report_from;
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  absl::Status wrote = !rep.ok() ? rep.status()
+                       : ec      ? absl::InternalError(fmt::format("cannot create {}: {}", out, ec.message()))
+                                 : demo::WriteHtmlReport(*rep, out);
+  if (!wrote.ok()) {
+    Log(std::string(wrote.message()));
+    return 1;
+  }
+  Log("wrote " + (std::filesystem::path(out) / "report.html").string());
   return 0;
 }
 
@@ -408,6 +435,7 @@ int WriteResults(demo::Report& rep, const demo::Workload& workload, const DemoAr
 int Demo(int argc, char** argv) {
   DemoArgs a;
   if (std::optional<int> done = ParseDemoArgs(argc, argv, a)) return *done;
+  if (!a.report_from.empty()) return RenderReportFrom(a);
 
   std::signal(SIGPIPE, SIG_IGN);
   demo::CleanupList cleanup;

@@ -7,29 +7,69 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
+#include <string_view>
+#include <type_traits>
 
 #include <fmt/format.h>
 
-#include "cli/demo_png.h"
+#include "absl/strings/numbers.h"
 
 namespace hyperpool::cli::demo {
 namespace {
 
 std::string Pct(double value) { return fmt::format("{:+.0f}%", value); }
 
-std::string Heading(const ProtocolRun& run) {
-  if (run.protocol == Protocol::kExtended) {
-    return fmt::format(
-        "extended protocol (postgres.js flow): at connect a type lookup (Parse(named)+Describe+Bind+Execute+Sync);\n"
-        "per statement Parse(named)+Describe+Flush, wait for the description, then Bind+Execute+Sync\n"
-        "(the write is a lone UPDATE in its implicit transaction); {} client round trips after login\n",
-        run.statement_round_trips);
+// A CSV field, quoted (RFC 4180: a quote inside is doubled).
+std::string CsvField(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
   }
-  return fmt::format(
-      "simple protocol: one Query per statement (the write is one string \"BEGIN; UPDATE ...; COMMIT\");\n"
-      "{} client round trips after login\n",
-      run.statement_round_trips);
+  return out + "\"";
+}
+
+// The fields of one CSV line (RFC 4180 quoting; no line breaks inside fields).
+std::vector<std::string> SplitCsvLine(std::string_view line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      fields.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else if (c != '\r') {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+// The lines of `path` as named fields (by the header line's names).
+absl::StatusOr<std::vector<std::map<std::string, std::string>>> ReadCsvFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(fmt::format("cannot read {}", path.string()));
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> names = SplitCsvLine(line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> fields = SplitCsvLine(line);
+    if (fields.size() != names.size()) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: a line has {} fields, the header {}", path.string(), fields.size(), names.size()));
+    }
+    std::map<std::string, std::string>& row = rows.emplace_back();
+    for (size_t i = 0; i < names.size(); ++i) row[names[i]] = std::move(fields[i]);
+  }
+  return rows;
 }
 
 }  // namespace
@@ -47,6 +87,20 @@ double ModeResult::median() const {
 double ModeResult::min() const { return samples.empty() ? 0 : *std::min_element(samples.begin(), samples.end()); }
 double ModeResult::max() const { return samples.empty() ? 0 : *std::max_element(samples.begin(), samples.end()); }
 
+std::string ProtocolDescription(const ProtocolRun& run) {
+  if (run.protocol == Protocol::kExtended) {
+    return fmt::format(
+        "extended protocol (postgres.js flow): at connect a type lookup (Parse(named)+Describe+Bind+Execute+Sync);\n"
+        "per statement Parse(named)+Describe+Flush, wait for the description, then Bind+Execute+Sync\n"
+        "(the write is a lone UPDATE in its implicit transaction); {} client round trips after login\n",
+        run.statement_round_trips);
+  }
+  return fmt::format(
+      "simple protocol: one Query per statement (the write is one string \"BEGIN; UPDATE ...; COMMIT\");\n"
+      "{} client round trips after login\n",
+      run.statement_round_trips);
+}
+
 std::string RenderTables(const Report& rep) {
   std::string out = fmt::format(
       "\nhyperpool demo: {} short-lived connections per mode (after 1 warm-up connection per mode, not counted),\n"
@@ -58,7 +112,7 @@ std::string RenderTables(const Report& rep) {
       rep.iterations, rep.rtt_ms, rep.database, rep.auth_method, rep.statements, kRangeRows);
   for (const ProtocolRun& run : rep.runs) {
     const ModeResult& direct = run.modes[0];
-    out += "\n" + Heading(run) + "\n";
+    out += "\n" + ProtocolDescription(run) + "\n";
     out += fmt::format("{:<8} {:>9} {:>10} {:>9} {:>7} {:>8}   {:<50} {:>9} {:>11}\n", "mode", "mean ms", "median ms",
                        "vs direct", "x RTT", "waits", "physical limit", "limit ms", "mean/limit");
     for (const ModeResult& m : run.modes) {
@@ -84,9 +138,7 @@ std::string RenderTables(const Report& rep) {
           *cached.origin_transactions >= *pooled.origin_transactions ? "  (the cache served nothing)" : "");
     }
   }
-  out += fmt::format(
-      "\nseed (Hyperdrive write-up, RTT ~125 ms, postgres.js, TLS): direct 1200 ms, via Hyperdrive 500 ms (-58%), "
-      "with cache 320 ms (-73%)\n");
+  out += fmt::format("\n{}\n", kSeedLine);
   return out;
 }
 
@@ -94,18 +146,21 @@ absl::Status WriteCsv(const Report& rep, const std::string& dir_name) {
   std::filesystem::path dir(dir_name);
   std::ofstream summary(dir / "demo.csv", std::ios::trunc);
   summary << "protocol,mode,iterations,rtt_ms,mean_ms,median_ms,min_ms,max_ms,mean_rtts,saved_vs_direct_pct,"
-             "client_round_trips,limit_round_trips,limit_formula,limit_ms,mean_over_limit,origin_transactions\n";
+             "client_round_trips,limit_round_trips,limit_formula,limit_ms,mean_over_limit,origin_transactions,"
+             "statements,login_round_trips,statement_round_trips,auth_method,database\n";
   for (const ProtocolRun& run : rep.runs) {
     const double direct_mean = run.modes[0].mean();
     for (const ModeResult& m : run.modes) {
       double limit = m.limit_round_trips * rep.rtt_ms;
-      summary << fmt::format("{},{},{},{:g},{:.2f},{:.2f},{:.2f},{:.2f},{},{:.1f},{},{},\"{}\",{:.1f},{},{}\n",
+      summary << fmt::format("{},{},{},{:g},{:.2f},{:.2f},{:.2f},{:.2f},{},{:.1f},{},{},{},{:.1f},{},{},{},{},{},{},{}\n",
                              ProtocolName(run.protocol), m.name, m.samples.size(), rep.rtt_ms, m.mean(), m.median(),
                              m.min(), m.max(), rep.rtt_ms > 0 ? fmt::format("{:.2f}", m.mean() / rep.rtt_ms) : "",
                              100.0 * (direct_mean - m.mean()) / direct_mean, m.client_round_trips,
-                             m.limit_round_trips, m.limit_formula, limit,
+                             m.limit_round_trips, CsvField(m.limit_formula), limit,
                              limit > 0 ? fmt::format("{:.3f}", m.mean() / limit) : std::string(),
-                             m.origin_transactions ? std::to_string(*m.origin_transactions) : std::string());
+                             m.origin_transactions ? std::to_string(*m.origin_transactions) : std::string(),
+                             rep.statements, rep.login_round_trips, run.statement_round_trips,
+                             CsvField(rep.auth_method), CsvField(rep.database));
     }
   }
   std::ofstream each(dir / "demo_iterations.csv", std::ios::trunc);
@@ -123,26 +178,65 @@ absl::Status WriteCsv(const Report& rep, const std::string& dir_name) {
   return absl::OkStatus();
 }
 
-absl::Status WriteChart(const Report& rep, const std::string& dir) {
-  const Rgb colors[] = {{217, 83, 79}, {51, 122, 183}, {92, 184, 92}};
-  std::vector<ChartGroup> groups;
-  for (const ProtocolRun& run : rep.runs) {
-    const double direct_mean = run.modes[0].mean();
-    for (size_t i = 0; i < run.modes.size(); ++i) {
-      const ModeResult& m = run.modes[i];
-      double limit = m.limit_round_trips * rep.rtt_ms;
-      std::string note = limit > 0 ? fmt::format("{:.2f}X LIMIT", m.mean() / limit) : std::string();
-      if (i > 0) note = fmt::format("{} VS DIRECT\n{}", Pct(100.0 * (m.mean() - direct_mean) / direct_mean), note);
-      std::string label = fmt::format("{} {}", run.protocol == Protocol::kExtended ? "EXT" : "SIMPLE", m.name);
-      for (char& c : label) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      groups.push_back({label, note, m.mean(), limit, colors[i % 3]});
+absl::StatusOr<Report> ReadResults(const std::string& dir_name) {
+  const std::filesystem::path dir(dir_name);
+  absl::StatusOr<std::vector<std::map<std::string, std::string>>> summary = ReadCsvFile(dir / "demo.csv");
+  if (!summary.ok()) return summary.status();
+  absl::StatusOr<std::vector<std::map<std::string, std::string>>> each = ReadCsvFile(dir / "demo_iterations.csv");
+  if (!each.ok()) return each.status();
+  Report rep;
+  bool ok = true;
+  auto number = [&ok](const std::map<std::string, std::string>& row, const char* name, auto& out) {
+    auto it = row.find(name);
+    if (it == row.end()) {
+      ok = false;
+    } else if constexpr (std::is_same_v<std::decay_t<decltype(out)>, double>) {
+      ok = ok && absl::SimpleAtod(it->second, &out);
+    } else {
+      ok = ok && absl::SimpleAtoi(it->second, &out);
+    }
+  };
+  for (const auto& row : *summary) {
+    const std::string& protocol_name = row.count("protocol") ? row.at("protocol") : std::string();
+    const Protocol protocol = protocol_name == ProtocolName(Protocol::kExtended) ? Protocol::kExtended
+                                                                                 : Protocol::kSimple;
+    if (rep.runs.empty() || rep.runs.back().protocol != protocol) rep.runs.push_back({protocol, 0, {}});
+    ProtocolRun& run = rep.runs.back();
+    ModeResult& m = run.modes.emplace_back();
+    m.name = row.count("mode") ? row.at("mode") : std::string();
+    m.limit_formula = row.count("limit_formula") ? row.at("limit_formula") : std::string();
+    number(row, "rtt_ms", rep.rtt_ms);
+    number(row, "iterations", rep.iterations);
+    number(row, "client_round_trips", m.client_round_trips);
+    number(row, "limit_round_trips", m.limit_round_trips);
+    number(row, "statements", rep.statements);
+    number(row, "login_round_trips", rep.login_round_trips);
+    number(row, "statement_round_trips", run.statement_round_trips);
+    size_t origin = 0;
+    if (row.count("origin_transactions") && absl::SimpleAtoi(row.at("origin_transactions"), &origin)) {
+      m.origin_transactions = origin;
+    }
+    rep.auth_method = row.count("auth_method") ? row.at("auth_method") : std::string();
+    rep.database = row.count("database") ? row.at("database") : std::string();
+  }
+  for (const auto& row : *each) {
+    double ms = 0;
+    number(row, "ms", ms);
+    for (ProtocolRun& run : rep.runs) {
+      if (row.count("protocol") == 0 || row.at("protocol") != ProtocolName(run.protocol)) continue;
+      for (ModeResult& m : run.modes) {
+        if (row.count("mode") && row.at("mode") == m.name) m.samples.push_back(ms);
+      }
     }
   }
-  std::string title = "HYPERPOOL DEMO: MS PER SHORT-LIVED CONNECTION";
-  std::string subtitle = fmt::format("RTT {:g} MS, MEAN OF {} CONNECTIONS PER MODE, {} LOGIN + {} STATEMENTS EACH",
-                                     rep.rtt_ms, rep.iterations,
-                                     rep.auth_method == "SCRAM-SHA-256" ? "SCRAM" : rep.auth_method, rep.statements);
-  return WriteBarChartPng((std::filesystem::path(dir) / "demo.png").string(), title, subtitle, groups);
+  bool complete = !rep.runs.empty();
+  for (const ProtocolRun& run : rep.runs) complete = complete && !run.modes.empty() && !run.modes[0].samples.empty();
+  if (!ok || !complete) {
+    return absl::InvalidArgumentError(fmt::format("{}: demo.csv or demo_iterations.csv lacks a field or a sample "
+                                                  "(written by an older hyperpool demo?)",
+                                                  dir_name));
+  }
+  return rep;
 }
 
 }  // namespace hyperpool::cli::demo

@@ -73,7 +73,7 @@ Options:
   --link-secret-file FILE the secret Clients must know (at least 16 bytes; a trailing
                           newline is ignored), e.g. from `openssl rand -hex 32`
   --handshake-timeout MS  limit for a new link's TLS handshake and secret (default 10000)
-  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP (as for serve)
+  --metrics-listen HOST:PORT  serve /metrics, /healthz and /dashboard over HTTP (as for serve)
   --pool-size N           most origin connections open at once (default 10)
   --min-idle N            origin connections kept open while idle (default 0)
   --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
@@ -135,7 +135,7 @@ Options:
   --connect-timeout MS    limit for reaching the Endpoint (TCP + TLS) (default 5000)
   --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
   --listen-unix DIR       also listen on the Unix socket DIR/.s.PGSQL.<port> (as for serve)
-  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP (as for serve)
+  --metrics-listen HOST:PORT  serve /metrics, /healthz and /dashboard over HTTP (as for serve)
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
   --password-file FILE    read that password from FILE (first line; mode 0600)
@@ -552,7 +552,18 @@ int RunEndpoint(int argc, char** argv) {
         m.pool_max = pool_size;
         return m;
       },
-      [kCommand](const std::string& line) { LogLine(kCommand, line); });
+      [kCommand](const std::string& line) { LogLine(kCommand, line); },
+      [running, links = listener.get(), listen_host] {
+        ops::DashboardExtras x;
+        x.role = "endpoint";
+        const LinkListenerStats l = links->Stats();
+        x.link.push_back(fmt::format("Client links on {} (TLS): {} accepted, {} rejected (secret), {} failed TLS, "
+                                     "{} timed out",
+                                     FormatHostPort(listen_host, links->port()), l.accepted, l.rejected,
+                                     l.tls_failures, l.timeouts));
+        x.cache_reports[""] = running->CacheReport(10);
+        return x;
+      });
   if (!metrics_started.ok()) {
     LogLine(kCommand, fmt::format("cannot start: {}", std::string(metrics_started.status().message())));
     shut_down();
@@ -655,11 +666,15 @@ int RunClient(int argc, char** argv) {
   options.endpoint.log = [kCommand](const std::string& line) { LogLine(kCommand, line); };
   options.client.logger = std::make_shared<const Logger>(std::move(log));
   std::string where = FormatHostPort(options.endpoint.host, options.endpoint.port);
+  auto placement_events = std::make_shared<RecentLines>(6);  // for the dashboard
   if (endpoints.size() > 1) {
     // The first sessions should already go to the measured choice: wait for
     // the first probe round (each probe is bounded by the connect timeout).
     failover.first_round_wait = 2 * options.endpoint.connect_timeout + std::chrono::seconds(1);
-    failover.log = options.endpoint.log;
+    failover.log = [log = options.endpoint.log, placement_events](const std::string& line) {
+      placement_events->Add(line);
+      log(line);
+    };
     failover.endpoints = endpoints;
     where = fmt::format("{} endpoints, probed every {} ms", endpoints.size(), failover.probe_interval.count());
     options.failover = std::move(failover);
@@ -683,7 +698,19 @@ int RunClient(int argc, char** argv) {
         m.client = running.client_stats();
         return m;
       },
-      [kCommand](const std::string& line) { LogLine(kCommand, line); });
+      [kCommand](const std::string& line) { LogLine(kCommand, line); },
+      [&running, where, preopen, placement_events] {
+        ops::DashboardExtras x;
+        x.role = "client";
+        x.link.push_back(fmt::format("Endpoint: {} (TLS; {} links opened ahead)", where, preopen));
+        x.link.push_back(running.client_stats().cache_watch_subscribed ? "invalidation watch subscribed"
+                                                                       : "invalidation watch not subscribed");
+        for (const std::string& line : placement_events->Lines()) x.link.push_back("placement: " + line);
+        if (Client* c = running.client()) {
+          for (const ClientSessionInfo& session : c->Sessions()) ++x.client_states[session.state];
+        }
+        return x;
+      });
   if (!metrics.ok()) {
     LogLine(kCommand, fmt::format("cannot start: {}", std::string(metrics.status().message())));
     return 1;

@@ -55,8 +55,9 @@ Options:
                           origin string has none; else PGPASSWORD, then PGPASSFILE or ~/.pgpass
   --listen HOST:PORT      local address for applications (default 127.0.0.1:0, a free port)
   --listen-unix DIR       also listen on the Unix socket DIR/.s.PGSQL.<port> (psql -h DIR -p PORT)
-  --metrics-listen HOST:PORT  serve /metrics (Prometheus) and /healthz over HTTP there; port 0
-                          picks a free one; the bound address is logged: "metrics on http://HOST:PORT"
+  --metrics-listen HOST:PORT  serve /metrics (Prometheus), /healthz and a live read-only dashboard
+                          (/dashboard) over HTTP there, to whoever reaches it: keep it on loopback;
+                          port 0 picks a free one; the bound address is logged: "metrics on http://HOST:PORT"
   --pool-size N           most origin connections open at once (default 10)
   --min-idle N            origin connections kept open while idle (default 0)
   --acquire-timeout MS    wait for a pooled connection before failing with 53300 (default 15000)
@@ -605,6 +606,26 @@ void Drain(Connection& connection, std::chrono::milliseconds limit) {
   }
 }
 
+// The dashboard's details for serve: both halves are in this process.
+ops::DashboardExtras ServeDashboardExtras(Connection& running) {
+  ops::DashboardExtras x;
+  x.role = "serve";
+  x.link.push_back("Client and Endpoint in this process (in-process link: no network between them)");
+  if (Client* c = running.client()) {
+    for (const ClientSessionInfo& session : c->Sessions()) ++x.client_states[session.state];
+  }
+  const std::vector<std::string> names = running.databases();
+  for (const std::string& name : names) {
+    if (Endpoint* e = running.endpoint(name)) x.cache_reports[name] = e->CacheReport(10);
+  }
+  if (names.empty()) {
+    if (Endpoint* e = running.endpoint()) x.cache_reports[""] = e->CacheReport(10);
+  }
+  x.link.push_back(names.empty() ? "one database: the Endpoint's pool serves every login"
+                                 : fmt::format("{} databases, one Endpoint and pool each", names.size()));
+  return x;
+}
+
 }  // namespace
 
 int Serve(int argc, char** argv) {
@@ -694,7 +715,7 @@ int Serve(int argc, char** argv) {
         }
         return m;
       },
-      LogLine);
+      LogLine, [&running] { return ServeDashboardExtras(running); });
   if (!metrics.ok()) {
     LogLine(fmt::format("cannot start: {}", std::string(metrics.status().message())));
     admin->SetConnection(nullptr);

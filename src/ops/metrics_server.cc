@@ -20,6 +20,7 @@
 #include <asio/write.hpp>
 #include <fmt/format.h>
 
+#include "ops/dashboard.h"
 #include "ops/exposition_writer.h"
 
 namespace hyperpool::ops {
@@ -29,18 +30,27 @@ namespace {
 using asio::ip::tcp;
 constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 
-std::string Response(std::string_view status, std::string_view content_type, const std::string& body,
-                     bool head_only) {
+// The dashboard's page may run only its own script and talk only to this
+// listener, and no other site may frame it.
+constexpr std::string_view kDashboardHeaders =
+    "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n"
+    "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n";
+
+std::string Response(std::string_view status, std::string_view content_type, std::string_view body,
+                     bool head_only, std::string_view extra_headers = {}) {
   std::string out = fmt::format(
-      "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-      status, content_type, body.size());
+      "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}Connection: close\r\n"
+      "\r\n",
+      status, content_type, body.size(), extra_headers);
   if (!head_only) out += body;
   return out;
 }
 
 }  // namespace
 
-std::string BuildResponse(const HttpRequestHead& head, bool draining, const std::function<std::string()>& render) {
+std::string BuildResponse(const HttpRequestHead& head, bool draining, const std::function<std::string()>& render,
+                          const std::function<std::string()>& dashboard_json) {
   constexpr std::string_view kText = "text/plain; charset=utf-8";
   if (head.result != HttpRequestHead::Result::kComplete) {
     const bool too_large = head.error == "request head too large";
@@ -48,8 +58,13 @@ std::string BuildResponse(const HttpRequestHead& head, bool draining, const std:
                     head.error + "\n", false);
   }
   const bool head_only = head.method == "HEAD";
-  if (head.path != "/metrics" && head.path != "/healthz") {
-    return Response("404 Not Found", kText, "not found: try /metrics or /healthz\n", head_only);
+  const DashboardAsset* asset = dashboard_json ? FindDashboardAsset(head.path) : nullptr;
+  const bool dashboard = asset != nullptr || (dashboard_json && head.path == "/dashboard.json");
+  if (head.path != "/metrics" && head.path != "/healthz" && !dashboard) {
+    return Response("404 Not Found", kText,
+                    dashboard_json ? "not found: try /metrics, /healthz or /dashboard\n"
+                                   : "not found: try /metrics or /healthz\n",
+                    head_only);
   }
   if (head.method != "GET" && !head_only) {
     std::string out = Response("405 Method Not Allowed", kText, "only GET and HEAD\n", false);
@@ -60,18 +75,24 @@ std::string BuildResponse(const HttpRequestHead& head, bool draining, const std:
     return draining ? Response("503 Service Unavailable", kText, "draining\n", head_only)
                     : Response("200 OK", kText, "ok\n", head_only);
   }
+  if (asset) return Response("200 OK", asset->content_type, asset->body, head_only, kDashboardHeaders);
+  if (dashboard) {
+    return Response("200 OK", "application/json", dashboard_json(), head_only, kDashboardHeaders);
+  }
   return Response("200 OK", ExpositionWriter::kContentType, render(), head_only);
 }
 
 struct MetricsServer::Impl {
-  explicit Impl(MetricsServerOptions options_in, std::function<std::string()> render_in)
-      : options(std::move(options_in)), render(std::move(render_in)) {}
+  explicit Impl(MetricsServerOptions options_in, std::function<std::string()> render_in,
+                std::function<std::string()> dashboard_in)
+      : options(std::move(options_in)), render(std::move(render_in)), dashboard_json(std::move(dashboard_in)) {}
 
   asio::awaitable<void> AcceptLoop();
   asio::awaitable<void> Serve(std::shared_ptr<tcp::socket> socket);
 
   const MetricsServerOptions options;
   const std::function<std::string()> render;
+  const std::function<std::string()> dashboard_json;
   // Connections being served; on the server's thread only. Stop() closes
   // them. Declared before `io`: the coroutine frames that io's destructor
   // destroys still erase themselves from it.
@@ -134,7 +155,7 @@ asio::awaitable<void> MetricsServer::Impl::Serve(std::shared_ptr<tcp::socket> so
     received.append(buffer, n);
     head = ParseRequestHead(received);
   }
-  const std::string response = BuildResponse(head, draining.load(), render);
+  const std::string response = BuildResponse(head, draining.load(), render, dashboard_json);
   co_await asio::async_write(*socket, asio::buffer(response), kAsTuple);
   asio::error_code ignored;
   socket->shutdown(tcp::socket::shutdown_both, ignored);
@@ -142,8 +163,9 @@ asio::awaitable<void> MetricsServer::Impl::Serve(std::shared_ptr<tcp::socket> so
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(MetricsServerOptions options,
-                                                                    std::function<std::string()> render) {
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(render));
+                                                                    std::function<std::string()> render,
+                                                                    std::function<std::string()> dashboard_json) {
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(render), std::move(dashboard_json));
   asio::error_code ec;
   std::string host = impl->options.host.empty() ? "127.0.0.1" : impl->options.host;
   if (host == "localhost") host = "127.0.0.1";

@@ -1,6 +1,8 @@
 #pragma once
-// The HTTP listener for /metrics (Prometheus text format) and /healthz
-// (200 "ok" while running, 503 "draining" once SetDraining(true)). It runs
+// The HTTP listener for /metrics (Prometheus text format), /healthz
+// (200 "ok" while running, 503 "draining" once SetDraining(true)) and the
+// read-only live dashboard (/dashboard, its /dashboard.js and
+// /dashboard.css compiled in, and /dashboard.json; ops/dashboard.h). It runs
 // on a thread and io_context of its own, so a scrape never waits behind
 // pooled traffic and /healthz still answers while the process drains. One
 // request per connection; the request head is bounded
@@ -28,16 +30,21 @@ struct MetricsServerOptions {
 };
 
 // The whole HTTP/1.1 response to `head` (status line, headers, body, and
-// "Connection: close"); `render` is called only for GET/HEAD /metrics.
-std::string BuildResponse(const HttpRequestHead& head, bool draining, const std::function<std::string()>& render);
+// "Connection: close"); `render` is called only for GET/HEAD /metrics,
+// `dashboard_json` only for /dashboard.json. Without `dashboard_json` the
+// dashboard's paths are 404.
+std::string BuildResponse(const HttpRequestHead& head, bool draining, const std::function<std::string()>& render,
+                          const std::function<std::string()>& dashboard_json = {});
 
 class MetricsServer {
  public:
-  // Binds and starts serving; `render` produces the /metrics body and is
-  // called on the server's thread (it must be thread-safe against the rest
-  // of the process, as the Stats() snapshots are).
+  // Binds and starts serving; `render` produces the /metrics body and
+  // `dashboard_json` the dashboard's (none: no dashboard); both are called
+  // on the server's thread (they must be thread-safe against the rest of
+  // the process, as the Stats() snapshots are).
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(MetricsServerOptions options,
-                                                              std::function<std::string()> render);
+                                                              std::function<std::string()> render,
+                                                              std::function<std::string()> dashboard_json = {});
   ~MetricsServer();  // Stop()
 
   // The bound address, HOST:PORT (IPv6 bracketed).

@@ -3,16 +3,18 @@
 // (every tagged-template query becomes a named server-side statement).
 //
 // usage: node postgresjs_test.mjs URL   (postgresql://USER:PASS@HOST:PORT/DB?sslmode=disable)
+// POSTGRESJS_MODULE names the package to test: `postgres` (3.4, default) or
+// `postgres4` (4.x, an npm alias in package.json); both export postgres() as default.
 //
 // 8 workers, each its own postgres() instance with max: 1, so each worker is
 // one connection (see README.md for the workload and checks).
-import postgres from 'postgres';
+const { default: postgres } = await import(process.env.POSTGRESJS_MODULE || 'postgres');
 import {
   ACCOUNTS, CANCEL_AFTER_MS, CANCEL_LIMIT_MS, DEADLINE_MS, ITERATIONS, REF_ROWS, START_BALANCE,
   WORKERS, ZONES, Report, WorkerStats, opsOrder, probe, setupSql, sleep, tables, within,
 } from './drvcommon.mjs';
 
-const DRIVER = 'postgresjs';
+const DRIVER = process.env.POSTGRESJS_MODULE === 'postgres4' ? 'postgresjs4' : 'postgresjs';
 const [ACC, REF] = tables(DRIVER);
 
 class Rollback extends Error {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh DRIVER URL — runs one driver program of this directory against URL
 # (postgresql://USER:PASS@HOST:PORT/DB?sslmode=disable). DRIVER is one of:
-#   asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema
+#   asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema
 #   postgresjs_listen python_listen
 # Exit status is the driver program's (0 = every check held, no errors).
 # Overrides: DRV_PYTHON (a python3 that has Debian's python3-asyncpg and
@@ -25,6 +25,8 @@ case $1 in
   psycopg) need "$PYTHON"; exec "$PYTHON" psycopg_test.py "$2" ;;
   pg) node_deps pg; exec node pg_test.mjs "$2" ;;
   postgresjs) node_deps postgres; exec node postgresjs_test.mjs "$2" ;;
+  # The same program on postgres.js 4.x (package.json's alias postgres4).
+  postgresjs4) node_deps postgres4; POSTGRESJS_MODULE=postgres4 exec node postgresjs_test.mjs "$2" ;;
   # Prepared statements across a table change (issue 15 item 0).
   postgresjs_schema) node_deps postgres; exec node schema_change_test.mjs "$2" ;;
   asyncpg_schema) need "$PYTHON"; exec "$PYTHON" schema_change_test.py "$2" ;;

@@ -3,8 +3,9 @@
 # with its own scratch PostgreSQL. Checks the exit code, both tables (the
 # extended protocol as postgres.js speaks it, and the simple protocol; all
 # three modes each), that pooled is not slower than direct in either, that the
-# extended client makes postgres.js's round trips, the CSV and PNG files, and
-# that the scratch cluster is gone afterwards (no directory, no process with
+# extended client makes postgres.js's round trips, the CSV files and
+# report.html (well-formed; --report-from renders it again from the CSV
+# files), and that the scratch cluster is gone afterwards (no directory, no process with
 # its data dir).
 set -euo pipefail
 
@@ -53,7 +54,7 @@ extra=$(( ${waits[extended.direct]} - ${waits[simple.direct]} ))
   || fail "extended client waits ${waits[extended.direct]}, simple ${waits[simple.direct]}: expected a difference of 6"
 grep -q 'committed exactly once' "$work/stderr" || fail "the write check did not run"
 
-# CSV: a header and the three modes per protocol; PNG: the 8-byte signature.
+# CSV: a header and the three modes per protocol.
 [ -s "$out/demo.csv" ] || fail "no demo.csv"
 head -n1 "$out/demo.csv" | grep -q '^protocol,mode,iterations,rtt_ms,mean_ms,median_ms' || fail "bad demo.csv header"
 for protocol in extended simple; do
@@ -62,8 +63,51 @@ for protocol in extended simple; do
   done
 done
 [ "$(wc -l <"$out/demo_iterations.csv")" = 19 ] || fail "demo_iterations.csv should have 1 + 18 lines"
-[ -s "$out/demo.png" ] || fail "no demo.png"
-[ "$(head -c 8 "$out/demo.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "demo.png is not a PNG"
+# report.html: well-formed (every element closed in order), the chart as
+# inline SVG with a label per mode, the two tables, nothing to fetch.
+[ -s "$out/report.html" ] || fail "no report.html"
+[ ! -e "$out/demo.png" ] || fail "demo.png is written again"
+report_check=$(/usr/bin/python3 - "$out/report.html" <<'PYEOF'
+import sys
+from html.parser import HTMLParser
+VOID = {"meta", "link", "br", "img", "input", "hr", "rect", "line", "polyline", "path", "circle"}
+class Check(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.stack, self.errors, self.tags, self.modes, self.fetches = [], [], {}, [], []
+        self.in_mode = False
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        a = dict(attrs)
+        for k in ("src", "href"):
+            if k in a: self.fetches.append(a[k])
+        self.in_mode = tag == "text" and a.get("class") == "mode"
+        if tag not in VOID: self.stack.append(tag)
+    def handle_startendtag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+    def handle_endtag(self, tag):
+        if tag in VOID: return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else 'nothing'}>")
+        else:
+            self.stack.pop()
+    def handle_data(self, data):
+        if self.in_mode and data.strip(): self.modes.append(data.strip())
+c = Check()
+c.feed(open(sys.argv[1], encoding="utf-8").read())
+c.close()
+problems = c.errors + [f"<{t}> never closed" for t in c.stack]
+if c.tags.get("svg") != 1: problems.append(f"{c.tags.get('svg', 0)} svg elements")
+if c.tags.get("table") != 2: problems.append(f"{c.tags.get('table', 0)} tables")
+if c.modes != ["direct", "pooled", "cached"] * 2: problems.append(f"mode labels {c.modes}")
+if c.fetches: problems.append(f"fetches {c.fetches}")
+print("; ".join(problems))
+PYEOF
+) || fail "cannot check report.html"
+[ -z "$report_check" ] || fail "report.html: $report_check"
+# --report-from renders the same file from the CSV files alone.
+"$BIN" demo --report-from "$out" --out "$work/again" 2>>"$work/stderr" || fail "--report-from failed"
+grep -q '<svg' "$work/again/report.html" || fail "--report-from wrote no chart"
 
 # The scratch cluster is gone: its directory and any process started on it.
 datadir=$(sed -n 's/.*scratch PostgreSQL 15 on .*(data \(.*\))$/\1/p' "$work/stderr" | head -n1)

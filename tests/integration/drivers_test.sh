@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real-driver compatibility suite: runs every driver program of tests/drivers/
-# (asyncpg, psycopg 3, node-postgres, postgres.js, PgJDBC, pgbench; see
+# (asyncpg, psycopg 3, node-postgres, postgres.js 3.4 and 4.x, PgJDBC, pgbench; see
 # tests/drivers/README.md) against each target and prints a result table.
 #
 # Targets:
@@ -11,7 +11,7 @@
 #   pgbouncer  (optional, for the record; not counted in the exit status) PgBouncer
 #              in transaction mode, default_pool_size 2.
 #
-# Env: DRIVERS="asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema
+# Env: DRIVERS="asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema
 #      postgresjs_listen python_listen" (default: all; the *_schema ones are prepared
 #      statements across a table change, the *_listen ones LISTEN/NOTIFY fan-out),
 #      TARGETS="direct hyperpool" (default), HYPERPOOL_BINARY (needed for hyperpool),
@@ -22,7 +22,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DRV="$ROOT/tests/drivers"
 PGCLUSTER="$ROOT/tests/support/pgcluster.sh"
-DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs jdbc pgbench postgresjs_schema asyncpg_schema postgresjs_listen python_listen"}
+DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema postgresjs_listen python_listen"}
 TARGETS=${TARGETS:-"direct hyperpool"}
 POOL_SIZE=${DRV_POOL_SIZE:-2}
 DRIVER_TIMEOUT_S=120

@@ -3,6 +3,7 @@
 #  - --metrics-listen 127.0.0.1:0 logs "metrics on http://HOST:PORT/metrics";
 #    /metrics is strict Prometheus text (metrics_check.py) whose counters move
 #    with queries run by psql; /healthz answers 200 "ok"; other paths 404;
+#    /dashboard.json of serve, endpoint and client names the role and link;
 #  - --listen-unix DIR serves psql -h DIR -p PORT over DIR/.s.PGSQL.PORT
 #    (mode 0777), removed at stop;
 #  - --config FILE sets the options (flags override it), warns when a file
@@ -185,6 +186,22 @@ metrics=$cl_metrics; http /metrics | tail -n +2 >"$tmp/cl.m"
 grep -Eq '^hyperpool_transactions_total [1-9]' "$tmp/ep.m" || fail "endpoint counted no transaction: $(grep transactions_total "$tmp/ep.m")"
 grep -Eq '^hyperpool_client_connections_accepted_total [1-9]' "$tmp/cl.m" || fail "client counted no connection: $(head -20 "$tmp/cl.m")"
 ! grep -q '^hyperpool_pool_' "$tmp/cl.m" || fail "the client alone exposes pool metrics"
+# Each process's dashboard JSON: its role, how the halves are linked, the
+# Endpoint's pool only where an Endpoint runs (tests/browser/ checks the page).
+dashboard_json() {  # METRICS_ADDRESS: prints role, link lines, databases, client connections
+  "$PY" - "$1" <<'PYEOF'
+import json, sys, urllib.request
+d = json.load(urllib.request.urlopen(f"http://{sys.argv[1]}/dashboard.json", timeout=10))
+print(d["role"], len(d["databases"]), d["client"] is not None)
+print("\n".join(d["link"]))
+PYEOF
+}
+ep_dash=$(dashboard_json "$ep_metrics") || fail "endpoint /dashboard.json"
+[ "$(head -1 <<<"$ep_dash")" = "endpoint 1 False" ] || fail "endpoint dashboard: $ep_dash"
+grep -q "^Client links on .* (TLS): [1-9][0-9]* accepted" <<<"$ep_dash" || fail "endpoint dashboard link: $ep_dash"
+cl_dash=$(dashboard_json "$cl_metrics") || fail "client /dashboard.json"
+[ "$(head -1 <<<"$cl_dash")" = "client 0 True" ] || fail "client dashboard: $cl_dash"
+grep -q "^Endpoint: 127.0.0.1:[0-9]* (TLS" <<<"$cl_dash" || fail "client dashboard link: $cl_dash"
 stop_serve
 pid=$ep_pid
 ep_pid=
