@@ -73,10 +73,12 @@ struct SessionCommand {
     kBarrier,        // the listener connection's barrier (listener.h): OnListenApplied
     kWatchPinnedIdle,  // start pinned_idle_timeout's watch (it calls CheckPinnedIdle)
     kTimeoutsChanged,  // SessionTimeouts' next deadline may have moved: re-arm the timer (OnTimeout)
+    kWaitPin,        // wait for a pinned-budget unit (pin_budget.h): OnPinGranted or OnPinWaitFailed(status)
+    kCancelPinWait,  // end the pending kWaitPin with `status` (it then reports OnPinWaitFailed)
   };
   Kind kind = Kind::kAcquire;
   ReleaseDecision decision = ReleaseDecision::kKeep;  // kRelease
-  absl::Status status;                                 // kCancelAcquire
+  absl::Status status;                                 // kCancelAcquire, kCancelPinWait
   BackendKey key;                                      // kCancelOrigin
   bool notify = false;                                 // kCancelOrigin
   bool discard_sequences = false;                      // kPrepare
@@ -142,6 +144,11 @@ class SessionCore {
   // lease does); it reads and updates its state.
   void OnAcquired(OriginConnection* conn);
   void OnAcquireFailed(const absl::Status& status);
+  // kWaitPin's result: a unit of the pinned budget is the session's now
+  // (given back at once if the session no longer wants it), or the wait
+  // ended without one (the acquire timeout, the client's cancel).
+  void OnPinGranted();
+  void OnPinWaitFailed(const absl::Status& status);
   // The cache's wait ended: `served` with `answers` (and, for an
   // extended unit, the rest skipped up to its Sync: `skip_until_sync`).
   void OnIntercepted(bool served, std::string_view answers, bool skip_until_sync, char skip_status);
@@ -232,6 +239,7 @@ class SessionCore {
   bool GateClosed() const;
   bool NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text);
   bool TakePinBudget();
+  void HoldPinBudget();
   void GivePinBudget();
   void AddPin(PinReason reason);
   std::string StatementScope() const;
@@ -324,6 +332,14 @@ class SessionCore {
   bool pin_budget_held_ = false;
   bool lease_out_of_cap_ = false;
   bool rewritten_pin_ = false;        // the head frame's replacement is being handled
+  // Waiting for the pinned budget (kWaitPin): the head frame's effects are
+  // noted (`pin_noted_`), its pins are added once a unit is granted; a wait
+  // that failed while a connection is lent leaves the error the head frame
+  // is replaced by (`pin_refusal_`).
+  bool pin_waiting_ = false;
+  bool pin_noted_ = false;
+  std::vector<PinReason> waiting_pins_;
+  std::optional<protocol::PoolerError> pin_refusal_;
   bool discard_after_unit_ = false;
   bool idle_watch_started_ = false;
   std::chrono::steady_clock::time_point last_activity_{};

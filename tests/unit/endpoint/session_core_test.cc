@@ -192,6 +192,8 @@ std::string_view KindName(Kind k) {
     case Kind::kBarrier: return "barrier";
     case Kind::kWatchPinnedIdle: return "watch-pinned-idle";
     case Kind::kTimeoutsChanged: return "timeouts-changed";
+    case Kind::kWaitPin: return "wait-pin";
+    case Kind::kCancelPinWait: return "cancel-pin-wait";
   }
   return "?";
 }
