@@ -143,6 +143,9 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> WaitPin();
   // Leaves the pinned budget's queue (a unit already handed over goes back).
   void LeavePinWait();
+  // kSignalSession: cancels the query of, or terminates, this Endpoint's
+  // session whose app pid is `app_pid`; false if there is none.
+  bool SignalSession(std::int32_t app_pid, bool terminate);
 
   std::shared_ptr<Endpoint::Impl> endpoint_;
   std::unique_ptr<Link> link_;

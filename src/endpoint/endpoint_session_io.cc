@@ -236,6 +236,9 @@ void Session::RunCommand(SessionCommand& command) {
         core_->OnPinWaitFailed(command.status);
       }
       return;
+    case SessionCommand::Kind::kSignalSession:
+      core_->OnSignalled(SignalSession(command.signal_pid, command.signal_terminate));
+      return;
     case SessionCommand::Kind::kTimeoutsChanged:
       if (!timeout_timer_) {
         timeout_timer_ = std::make_unique<asio::steady_timer>(endpoint_->executor);
@@ -396,6 +399,27 @@ asio::awaitable<void> Session::WaitPin() {
         "no pinned slot became free within the acquire timeout"));
   }
   Execute(/*flush_link=*/true);
+}
+
+bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
+  std::shared_ptr<Session> target;
+  {
+    std::lock_guard<std::mutex> lock(endpoint_->mutex);
+    for (Session* s : endpoint_->sessions) {
+      if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
+        target = s->weak_from_this().lock();
+        break;
+      }
+    }
+  }
+  if (!target) return false;
+  if (terminate) {
+    target->core_->OnAdminTerminate();
+    target->Execute(/*flush_link=*/true);
+  } else {
+    (void)target->Cancel();  // 't' whether or not a query was running, as PostgreSQL answers
+  }
+  return true;
 }
 
 void Session::LeavePinWait() {

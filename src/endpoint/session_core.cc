@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "absl/strings/cord.h"
+#include "endpoint/backend_signal.h"
 #include "endpoint/notification_pid.h"
 #include "endpoint/pin_budget.h"
 #include "protocol/codec.h"
@@ -170,6 +171,7 @@ void SessionCore::Advance() {
     rewritten_.clear();
     rewritten_pin_ = false;
     pin_noted_ = false;
+    signal_checked_ = false;
     switch (next) {
       case Next::kConsumed:
         consumed = offset;
@@ -227,6 +229,25 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
     if (GateClosed()) return Next::kWait;
     if (stopping_) return Next::kEnd;
     if (pin_refusal_) return HandleRefusedPin(frame, offset);  // its wait for the budget failed
+    if ((tag == 'Q' || tag == 'P') && !signal_checked_ && sql != nullptr && outstanding_ == 0 && !in_unit_ &&
+        out_.to_origin.empty() &&
+        (conn_ == nullptr || conn_->transaction_status() == 'I' || conn_->transaction_status() == 'T')) {
+      std::optional<BackendSignal> signal =
+          tag == 'Q' ? ParseBackendSignal(sql->sql())
+                     : ParseBackendSignalUnit(frame.payload, std::string_view(in_).substr(offset));
+      if (signal) {
+        // pg_cancel/terminate_backend of a pid we may have handed out
+        // (backend_signal.h): the driver looks for its session.
+        signal_pending_ = true;
+        signal_status_ = conn_ != nullptr ? conn_->transaction_status() : 'I';
+        SessionCommand c;
+        c.kind = SessionCommand::Kind::kSignalSession;
+        c.signal_pid = signal->pid;
+        c.signal_terminate = signal->terminate;
+        Command(std::move(c));
+        return Next::kWait;
+      }
+    }
     if (!rewritten_pin_ && !pin_noted_) {
       pin_noted_ = true;
       if (!NoteSessionEffects(frame, sql)) {
@@ -509,6 +530,39 @@ void SessionCore::OnPinWaitFailed(const absl::Status& status) {
   Advance();
 }
 
+void SessionCore::OnSignalled(bool found) {
+  if (!signal_pending_) return;
+  signal_pending_ = false;
+  signal_checked_ = true;  // not found: the head Query goes to the origin as it is
+  if (session_done_ || stopping_ || ending()) return;
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  auto r = reader.Read(in_);
+  if (found && r.is_frame() && r.frame().tag == 'P') {
+    // The origin answers the unit with a stand-in that yields the same
+    // column and 't' (backend_signal.h).
+    rewritten_ = BackendSignalStandIn(r.frame().payload);
+    rewritten_pin_ = !rewritten_.empty();
+  } else if (found) {
+    if (r.is_frame()) {
+      if (auto q = protocol::DecodeQuery(r.frame().payload); q.ok()) {
+        if (auto signal = ParseBackendSignal(q->query)) AppendBackendSignalAnswer(out_.to_client, *signal, true);
+      }
+      in_.erase(0, r.frame().size());
+    }
+    QueueReadyForQuery(signal_status_);
+    out_.flush_client = true;
+    head_step_ = Step::kStart;
+    signal_checked_ = false;
+  }
+  AfterProgress();
+}
+
+void SessionCore::OnAdminTerminate() {
+  if (session_done_ || stopping_ || ending()) return;
+  QueueError("FATAL", kSqlStateAdminShutdown, "terminating connection due to administrator command");
+  EndSession();
+}
+
 SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, std::size_t offset) {
   const protocol::PoolerError error = *pin_refusal_;
   pin_refusal_.reset();
@@ -536,7 +590,7 @@ SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, st
 }
 
 bool SessionCore::GateClosed() const {
-  return pin_waiting_ || CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0;
+  return pin_waiting_ || signal_pending_ || CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0;
 }
 
 bool SessionCore::TracksListens() const { return endpoint_.options.pool.mode == PoolMode::kTransaction; }

@@ -75,6 +75,7 @@ struct SessionCommand {
     kTimeoutsChanged,  // SessionTimeouts' next deadline may have moved: re-arm the timer (OnTimeout)
     kWaitPin,        // wait for a pinned-budget unit (pin_budget.h): OnPinGranted or OnPinWaitFailed(status)
     kCancelPinWait,  // end the pending kWaitPin with `status` (it then reports OnPinWaitFailed)
+    kSignalSession,  // pg_cancel/terminate_backend(signal_pid) on the session holding that app pid: OnSignalled
   };
   Kind kind = Kind::kAcquire;
   ReleaseDecision decision = ReleaseDecision::kKeep;  // kRelease
@@ -83,6 +84,8 @@ struct SessionCommand {
   bool notify = false;                                 // kCancelOrigin
   bool discard_sequences = false;                      // kPrepare
   std::set<std::string> channels;                      // kListenSet
+  std::int32_t signal_pid = 0;                         // kSignalSession
+  bool signal_terminate = false;                       // kSignalSession
 };
 
 class SessionCore {
@@ -149,6 +152,13 @@ class SessionCore {
   // ended without one (the acquire timeout, the client's cancel).
   void OnPinGranted();
   void OnPinWaitFailed(const absl::Status& status);
+  // kSignalSession's result: `found`: a session held the pid and was
+  // signalled (the SELECT is answered 't' here); else the statement goes to
+  // the origin unchanged (backend_signal.h).
+  void OnSignalled(bool found);
+  // Another session's pg_terminate_backend named this session's app pid:
+  // FATAL 57P01, as PostgreSQL's administrator command, and the session ends.
+  void OnAdminTerminate();
   // The cache's wait ended: `served` with `answers` (and, for an
   // extended unit, the rest skipped up to its Sync: `skip_until_sync`).
   void OnIntercepted(bool served, std::string_view answers, bool skip_until_sync, char skip_status);
@@ -340,6 +350,11 @@ class SessionCore {
   bool pin_noted_ = false;
   std::vector<PinReason> waiting_pins_;
   std::optional<protocol::PoolerError> pin_refusal_;
+  // The head Query is a pg_cancel/terminate_backend of an app pid
+  // (kSignalSession pending), or was checked and goes to the origin.
+  bool signal_pending_ = false;
+  bool signal_checked_ = false;
+  char signal_status_ = 'I';
   bool discard_after_unit_ = false;
   bool idle_watch_started_ = false;
   std::chrono::steady_clock::time_point last_activity_{};

@@ -194,6 +194,7 @@ std::string_view KindName(Kind k) {
     case Kind::kTimeoutsChanged: return "timeouts-changed";
     case Kind::kWaitPin: return "wait-pin";
     case Kind::kCancelPinWait: return "cancel-pin-wait";
+    case Kind::kSignalSession: return "signal-session";
   }
   return "?";
 }
