@@ -9,6 +9,8 @@
   closed; the same with a constant in a simple Query, and with the timeout
   argument;
 - pg_cancel_backend(A's pid) cancels A's running query (57014) and A goes on;
+- node-postgres (tests/drivers/terminate_pg.mjs, as its gh-issues/130): the
+  terminated pooled client's error event, and the pool recovers;
 - a pid hyperpool hands out is above 2^22, so it is never a real backend's,
   and a real origin pid (from pg_backend_pid()) still reaches the origin.
 
@@ -122,6 +124,14 @@ try:
     terminated(direct, "a direct connection terminated through hyperpool")
     check(b.execute("SELECT 3").fetchone()[0] == 3, "the terminating client goes on")
     b.close()
+
+    # 5. node-postgres (gh-issues/130-like): a pooled client terminated from
+    # another client; the pool gets its error event (57P01) and recovers.
+    node = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "drivers",
+                                                "terminate_pg.mjs"), url],
+                          capture_output=True, text=True, timeout=60)
+    check(node.returncode == 0, f"node-postgres: terminated clients get 57P01, the pool recovers ({node.stdout.strip()} "
+                                f"{node.stderr.strip()[-500:]})")
     print("PASS")
 finally:
     proc.terminate()
