@@ -368,6 +368,7 @@ void SessionCore::OnAcquireFailed(const absl::Status& status) {
     rewritten_.clear();
     rewritten_pin_ = false;
     pin_noted_ = false;
+    signal_checked_ = false;
     Advance();
     return;
   }
@@ -393,6 +394,7 @@ void SessionCore::FailHeadUnit(const absl::Status& status) {
   rewritten_.clear();
   rewritten_pin_ = false;
   pin_noted_ = false;
+  signal_checked_ = false;
   if (terminated_) {
     FinishDraining();  // a Terminate was among the input answered: the session ends
     return;
@@ -494,6 +496,7 @@ void SessionCore::OnIntercepted(bool served, std::string_view answers, bool skip
     rewritten_.clear();
     rewritten_pin_ = false;
     pin_noted_ = false;
+    signal_checked_ = false;
   } else {
     head_step_ = Step::kIntercepted;
   }
