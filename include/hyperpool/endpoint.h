@@ -48,8 +48,9 @@ struct EndpointStats {
   std::size_t pins_with_hold_cursor = 0;  // DECLARE ... WITH HOLD
   std::size_t pins_set_role = 0;          // SET ROLE / SET SESSION AUTHORIZATION
   // The pinned budget (EndpointOptions::max_pinned): pinned connections held
-  // now (outside the pool's max_size), statements refused with 53300
-  // because it was spent, and pinned sessions closed by pinned_idle_timeout.
+  // now (outside the pool's max_size), pinning statements whose wait for a
+  // slot failed (acquire timeout or cancel), and pinned sessions closed by
+  // pinned_idle_timeout.
   std::size_t pinned_connections = 0;
   std::size_t pins_rejected = 0;
   std::size_t pinned_idle_timeouts = 0;

@@ -120,9 +120,10 @@ struct EndpointOptions {
   // Transaction mode: sessions pinned to their origin connection (temp
   // tables, session advisory locks, WITH HOLD cursors, SET ROLE, SQL
   // PREPARE, LISTEN) hold connections outside pool.max_size, at most this
-  // many at once; 0 means max(1, pool.max_size / 4). A statement that would
-  // pin one more fails at once with 53300 (docs/architecture.md, "Session
-  // state").
+  // many at once; 0 means max(1, pool.max_size). A statement that would
+  // pin one more waits for a slot (FIFO, cancellable, at most
+  // pool.acquire_timeout, then 53300) (docs/architecture.md, "Pinned
+  // budget").
   std::size_t max_pinned = 0;
   // A pinned session idle (between units of work) this long is closed with
   // FATAL 57P05, freeing its connection. Zero: never.

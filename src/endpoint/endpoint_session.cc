@@ -56,6 +56,7 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
 
 Session::~Session() {
   // A lease still held here closes its connection (Lease's destructor).
+  LeavePinWait();
   if (registered_) {
     endpoint_->listen_sessions.erase(listen_id_);
     auto it = endpoint_->sessions_by_id.find(session_id_);

@@ -138,6 +138,14 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> FinishIntercept();
   asio::awaitable<void> WatchPinnedIdle();
   asio::awaitable<void> WatchTimeouts();
+  // kWaitPin: waits in the pinned budget's queue (pin_budget.h) until a
+  // unit is handed over, the acquire timeout passes, or kCancelPinWait.
+  asio::awaitable<void> WaitPin();
+  // Leaves the pinned budget's queue (a unit already handed over goes back).
+  void LeavePinWait();
+  // kSignalSession: cancels the query of, or terminates, this Endpoint's
+  // session whose app pid is `app_pid`; false if there is none.
+  bool SignalSession(std::int32_t app_pid, bool terminate);
 
   std::shared_ptr<Endpoint::Impl> endpoint_;
   std::unique_ptr<Link> link_;
@@ -167,6 +175,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string origin_writing_buf_;  // the bytes WriteOrigin is writing
   AcquireCancel acquire_cancel_;
   bool acquiring_ = false;
+  std::uint64_t pin_ticket_ = 0;  // in the pinned budget's queue (WaitPin), or 0
+  bool pin_granted_ = false;      // ...handed a unit, not yet reported to the core
+  std::unique_ptr<asio::steady_timer> pin_timer_;  // WaitPin's deadline
 
   std::string link_out_;         // backend bytes for the link, not yet sent
   bool link_sending_ = false;    // SendLink is inside Send

@@ -226,6 +226,19 @@ void Session::RunCommand(SessionCommand& command) {
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WatchPinnedIdle(); },
                      asio::detached);
       return;
+    case SessionCommand::Kind::kWaitPin:
+      asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WaitPin(); }, asio::detached);
+      return;
+    case SessionCommand::Kind::kCancelPinWait:
+      if (pin_ticket_ != 0 && !pin_granted_ && endpoint_->pin_budget.Leave(pin_ticket_)) {
+        pin_ticket_ = 0;
+        if (pin_timer_) pin_timer_->cancel();
+        core_->OnPinWaitFailed(command.status);
+      }
+      return;
+    case SessionCommand::Kind::kSignalSession:
+      core_->OnSignalled(SignalSession(command.signal_pid, command.signal_terminate));
+      return;
     case SessionCommand::Kind::kTimeoutsChanged:
       if (!timeout_timer_) {
         timeout_timer_ = std::make_unique<asio::steady_timer>(endpoint_->executor);
@@ -326,6 +339,7 @@ void Session::Finish() {
   if (finished_) return;
   finished_ = true;
   if (acquiring_) (void)acquire_cancel_.Cancel(absl::CancelledError("the session ended"));
+  LeavePinWait();
   if (registered_) {
     registered_ = false;
     endpoint_->listen_sessions.erase(listen_id_);
@@ -355,6 +369,65 @@ asio::awaitable<void> Session::Acquire() {
     core_->OnAcquired(&lease_.As<OriginConnection>());
   }
   Execute(/*flush_link=*/true);
+}
+
+asio::awaitable<void> Session::WaitPin() {
+  if (!pin_timer_) pin_timer_ = std::make_unique<asio::steady_timer>(endpoint_->executor);
+  pin_granted_ = false;
+  // The budget calls this inside another session's event: it only notes
+  // the grant and wakes this coroutine, which reports it.
+  const std::uint64_t ticket = endpoint_->pin_budget.Wait([weak = weak_from_this()] {
+    if (auto self = weak.lock()) {
+      self->pin_granted_ = true;
+      if (self->pin_timer_) self->pin_timer_->cancel();
+    }
+  });
+  pin_ticket_ = ticket;
+  pin_timer_->expires_after(endpoint_->options.pool.acquire_timeout);
+  while (pin_ticket_ == ticket && !pin_granted_ && !finished_) {
+    auto [ec] = co_await pin_timer_->async_wait(kAsTuple);
+    if (!ec) break;  // the deadline passed
+  }
+  if (pin_ticket_ != ticket || finished_) co_return;  // cancelled, or the session ended (LeavePinWait)
+  pin_ticket_ = 0;
+  if (pin_granted_) {
+    pin_granted_ = false;
+    core_->OnPinGranted();
+  } else {
+    (void)endpoint_->pin_budget.Leave(ticket);
+    core_->OnPinWaitFailed(absl::ResourceExhaustedError(
+        "no pinned slot became free within the acquire timeout"));
+  }
+  Execute(/*flush_link=*/true);
+}
+
+bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
+  std::shared_ptr<Session> target;
+  {
+    std::lock_guard<std::mutex> lock(endpoint_->mutex);
+    for (Session* s : endpoint_->sessions) {
+      if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
+        target = s->weak_from_this().lock();
+        break;
+      }
+    }
+  }
+  if (!target) return false;
+  if (terminate) {
+    target->core_->OnAdminTerminate();
+    target->Execute(/*flush_link=*/true);
+  } else {
+    (void)target->Cancel();  // 't' whether or not a query was running, as PostgreSQL answers
+  }
+  return true;
+}
+
+void Session::LeavePinWait() {
+  if (pin_ticket_ == 0) return;
+  if (pin_granted_ || !endpoint_->pin_budget.Leave(pin_ticket_)) endpoint_->pin_budget.Give();
+  pin_ticket_ = 0;
+  pin_granted_ = false;
+  if (pin_timer_) pin_timer_->cancel();
 }
 
 asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::Kind kind, bool discard_sequences) {

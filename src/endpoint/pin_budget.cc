@@ -52,28 +52,77 @@ std::uint32_t ReadUint32(std::string_view s) {
 }  // namespace
 
 std::size_t EffectivePinnedBudget(std::size_t configured, std::size_t pool_size) {
-  return configured > 0 ? configured : std::max<std::size_t>(1, pool_size / 4);
+  return configured > 0 ? configured : std::max<std::size_t>(1, pool_size);
 }
 
-std::string PinBudgetErrorStatement(std::size_t limit) {
-  // No single quotes inside the messages (they sit in PL/pgSQL literals).
+void PinBudget::Give() {
+  if (!waiters_.empty()) {
+    Wake wake = std::move(waiters_.front().second);
+    waiters_.pop_front();
+    wake();  // the unit passes on: in_use_ stays
+    return;
+  }
+  if (in_use_ > 0) --in_use_;
+}
+
+std::uint64_t PinBudget::Wait(Wake wake) {
+  waiters_.emplace_back(++last_ticket_, std::move(wake));
+  return last_ticket_;
+}
+
+bool PinBudget::Leave(std::uint64_t ticket) {
+  for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+    if (it->first == ticket) {
+      waiters_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// A PL/pgSQL string literal's body: quotes doubled, and nothing that could
+// end the DO block's dollar quote.
+std::string Literal(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\'') out += '\'';
+    if (c == '$') {
+      out += "(dollar)";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ErrorStatement(std::string_view sqlstate, std::string_view message, std::string_view hint) {
+  std::string sql = fmt::format("DO $hyperpool$BEGIN RAISE EXCEPTION USING ERRCODE = '{}', MESSAGE = '{}'",
+                                Literal(sqlstate), Literal(message));
+  if (!hint.empty()) sql += fmt::format(", HINT = '{}'", Literal(hint));
+  sql += "; END$hyperpool$";
+  return sql;
+}
+
+std::string PinBudgetHint(std::size_t limit) {
   return fmt::format(
-      "DO $hyperpool$BEGIN RAISE EXCEPTION USING ERRCODE = '53300', "
-      "MESSAGE = 'hyperpool: too many pinned sessions (max_pinned = {}): this statement would keep session "
-      "state on a dedicated origin connection', "
-      "HINT = 'Temporary tables, session advisory locks, WITH HOLD cursors, SET ROLE, SQL PREPARE and LISTEN pin a "
-      "session to its own origin connection until it ends. End other pinned sessions, use the transaction-scoped "
-      "form (e.g. pg_advisory_xact_lock), or raise max_pinned (hyperpool --max-pinned).'; END$hyperpool$",
+      "No pinned slot (max_pinned = {}) became free in time. Temporary tables, session advisory locks, WITH HOLD "
+      "cursors, SET ROLE, SQL PREPARE and LISTEN pin a session to its own origin connection until it ends. End "
+      "other pinned sessions, use the transaction-scoped form (e.g. pg_advisory_xact_lock), or raise max_pinned "
+      "(hyperpool --max-pinned).",
       limit);
 }
 
-bool RewritePinningMessage(char tag, std::string_view payload, std::size_t limit, std::string& out) {
+bool RewritePinningMessage(char tag, std::string_view payload, std::string_view statement, std::string& out) {
   std::string_view rest = payload;
   if (tag == 'Q') {
     std::string_view sql;
     if (!TakeCString(rest, sql)) return false;
     std::string body;
-    protocol::AppendCString(body, PinBudgetErrorStatement(limit));
+    protocol::AppendCString(body, statement);
     protocol::AppendFrame(out, 'Q', body);
     return true;
   }
@@ -87,7 +136,7 @@ bool RewritePinningMessage(char tag, std::string_view payload, std::size_t limit
   const std::size_t count = std::max(declared, HighestParameter(sql));
   std::string body;
   protocol::AppendCString(body, name);
-  protocol::AppendCString(body, PinBudgetErrorStatement(limit));
+  protocol::AppendCString(body, statement);
   protocol::AppendInt16(body, static_cast<std::int16_t>(static_cast<std::uint16_t>(count)));
   for (std::size_t i = 0; i < count; ++i) {
     std::uint32_t oid = i < declared ? ReadUint32(rest.substr(4 * i, 4)) : 0;

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "absl/strings/cord.h"
+#include "endpoint/backend_signal.h"
 #include "endpoint/notification_pid.h"
 #include "endpoint/pin_budget.h"
 #include "protocol/codec.h"
@@ -112,6 +113,9 @@ void SessionCore::Command(SessionCommand command) { out_.commands.push_back(std:
 
 bool SessionCore::wants_client() const {
   if (state_ != State::kIdle && state_ != State::kActive) return false;
+  // Waiting for the pinned budget: read on (up to a bound) so that a client
+  // that leaves is seen at once and leaves the queue.
+  if (pin_waiting_) return in_.size() <= kMaxLocalBacklog;
   if (head_step_ != Step::kStart || !rewritten_.empty() || GateClosed()) return false;
   return out_.to_client.size() <= kMaxLocalBacklog;
 }
@@ -166,6 +170,8 @@ void SessionCore::Advance() {
     head_step_ = Step::kStart;
     rewritten_.clear();
     rewritten_pin_ = false;
+    pin_noted_ = false;
+    signal_checked_ = false;
     switch (next) {
       case Next::kConsumed:
         consumed = offset;
@@ -222,7 +228,35 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
     // The settings capture, UNLISTEN * or a cancel still owns the connection.
     if (GateClosed()) return Next::kWait;
     if (stopping_) return Next::kEnd;
-    if (!rewritten_pin_ && !NoteSessionEffects(frame, sql)) return HandleRefusedPin(frame, offset);
+    if (pin_refusal_) return HandleRefusedPin(frame, offset);  // its wait for the budget failed
+    if ((tag == 'Q' || tag == 'P') && !signal_checked_ && sql != nullptr && outstanding_ == 0 && !in_unit_ &&
+        out_.to_origin.empty() &&
+        (conn_ == nullptr || conn_->transaction_status() == 'I' || conn_->transaction_status() == 'T')) {
+      std::optional<BackendSignal> signal =
+          tag == 'Q' ? ParseBackendSignal(sql->sql())
+                     : ParseBackendSignalUnit(frame.payload, std::string_view(in_).substr(offset));
+      if (signal) {
+        // pg_cancel/terminate_backend of a pid we may have handed out
+        // (backend_signal.h): the driver looks for its session.
+        signal_pending_ = true;
+        signal_status_ = conn_ != nullptr ? conn_->transaction_status() : 'I';
+        SessionCommand c;
+        c.kind = SessionCommand::Kind::kSignalSession;
+        c.signal_pid = signal->pid;
+        c.signal_terminate = signal->terminate;
+        Command(std::move(c));
+        return Next::kWait;
+      }
+    }
+    if (!rewritten_pin_ && !pin_noted_) {
+      pin_noted_ = true;
+      if (!NoteSessionEffects(frame, sql)) {
+        // The budget is spent: the frame waits for a unit (pin_budget.h).
+        pin_waiting_ = true;
+        Command(SessionCommand::Kind::kWaitPin);
+        return Next::kWait;
+      }
+    }
     if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, sql);  // remembered by name
     head_step_ = Step::kNoted;
     head_scan_ = sql != nullptr ? sql->scan_result() : -1;
@@ -333,6 +367,8 @@ void SessionCore::OnAcquireFailed(const absl::Status& status) {
     in_.erase(0, r.frame().size());  // stale-if-error (endpoint_cache.h): answered like a hit
     rewritten_.clear();
     rewritten_pin_ = false;
+    pin_noted_ = false;
+    signal_checked_ = false;
     Advance();
     return;
   }
@@ -357,6 +393,8 @@ void SessionCore::FailHeadUnit(const absl::Status& status) {
   }
   rewritten_.clear();
   rewritten_pin_ = false;
+  pin_noted_ = false;
+  signal_checked_ = false;
   if (terminated_) {
     FinishDraining();  // a Terminate was among the input answered: the session ends
     return;
@@ -457,19 +495,88 @@ void SessionCore::OnIntercepted(bool served, std::string_view answers, bool skip
     head_step_ = Step::kStart;
     rewritten_.clear();
     rewritten_pin_ = false;
+    pin_noted_ = false;
+    signal_checked_ = false;
   } else {
     head_step_ = Step::kIntercepted;
   }
   AfterProgress();
 }
 
-SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, std::size_t offset) {
+void SessionCore::OnPinGranted() {
+  if (!pin_waiting_ || session_done_ || stopping_ || ending()) {
+    endpoint_.pin_budget.Give();  // nobody wants it any more: the next waiter's
+    return;
+  }
+  pin_waiting_ = false;
+  HoldPinBudget();
+  for (PinReason reason : waiting_pins_) AddPin(reason);
+  waiting_pins_.clear();
+  Advance();  // the head frame goes on (its effects are noted already)
+}
+
+void SessionCore::OnPinWaitFailed(const absl::Status& status) {
+  if (!pin_waiting_) return;
+  pin_waiting_ = false;
+  waiting_pins_.clear();
+  if (session_done_ || stopping_ || ending()) return;
   endpoint_.pins_rejected++;
-  fmt::print(stderr, "hyperpool: session {}: pinned budget spent (max_pinned = {}), statement refused\n",
-             id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.pin_budget.limit());
+  if (conn_ == nullptr && state_ == State::kIdle) {
+    // Nothing is lent: answered like a failed acquire (AnswerAcquireFailure).
+    FailHeadUnit(status);
+    return;
+  }
+  // A connection is lent (a transaction block): the origin raises the error
+  // in place of the statement, so the block aborts as PostgreSQL's would.
+  if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_.acquire_timeouts++;
+  pin_refusal_ = protocol::ErrorForAcquire(status);
+  Advance();
+}
+
+void SessionCore::OnSignalled(bool found) {
+  if (!signal_pending_) return;
+  signal_pending_ = false;
+  signal_checked_ = true;  // not found: the head Query goes to the origin as it is
+  if (session_done_ || stopping_ || ending()) return;
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  auto r = reader.Read(in_);
+  if (found && r.is_frame() && r.frame().tag == 'P') {
+    // The origin answers the unit with a stand-in that yields the same
+    // column and 't' (backend_signal.h).
+    rewritten_ = BackendSignalStandIn(r.frame().payload);
+    rewritten_pin_ = !rewritten_.empty();
+  } else if (found) {
+    if (r.is_frame()) {
+      if (auto q = protocol::DecodeQuery(r.frame().payload); q.ok()) {
+        if (auto signal = ParseBackendSignal(q->query)) AppendBackendSignalAnswer(out_.to_client, *signal, true);
+      }
+      in_.erase(0, r.frame().size());
+    }
+    QueueReadyForQuery(signal_status_);
+    out_.flush_client = true;
+    head_step_ = Step::kStart;
+    signal_checked_ = false;
+  }
+  AfterProgress();
+}
+
+void SessionCore::OnAdminTerminate() {
+  if (session_done_ || stopping_ || ending()) return;
+  QueueError("FATAL", kSqlStateAdminShutdown, "terminating connection due to administrator command");
+  EndSession();
+}
+
+SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, std::size_t offset) {
+  const protocol::PoolerError error = *pin_refusal_;
+  pin_refusal_.reset();
+  fmt::print(stderr, "hyperpool: session {}: no pinned slot (max_pinned = {}), statement refused: {}\n",
+             id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.pin_budget.limit(), error.message);
+  const std::string statement = ErrorStatement(
+      error.sqlstate, error.message,
+      error.sqlstate == kSqlStateTooManyConnections ? PinBudgetHint(endpoint_.pin_budget.limit()) : std::string());
   std::string replacement;
   rewritten_pin_ = true;  // its effects are not noted again
-  if (!RewritePinningMessage(frame.tag, frame.payload, endpoint_.pin_budget.limit(), replacement)) {
+  if (!RewritePinningMessage(frame.tag, frame.payload, statement, replacement)) {
     // It cannot be rewritten (a Bind of a pinning statement parsed before):
     // it runs, and its connection is closed after the unit.
     discard_after_unit_ = true;
@@ -485,7 +592,9 @@ SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, st
   return HandleFrame(rr.frame(), offset);
 }
 
-bool SessionCore::GateClosed() const { return CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0; }
+bool SessionCore::GateClosed() const {
+  return pin_waiting_ || signal_pending_ || CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0;
+}
 
 bool SessionCore::TracksListens() const { return endpoint_.options.pool.mode == PoolMode::kTransaction; }
 
@@ -501,7 +610,10 @@ bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::
     if (conn_ != nullptr) endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
   }
   if (effects.pins.empty()) return true;
-  if (!TakePinBudget()) return false;
+  if (!TakePinBudget()) {
+    waiting_pins_ = std::move(effects.pins);  // added once a unit is granted
+    return false;
+  }
   for (PinReason reason : effects.pins) AddPin(reason);
   return true;
 }
@@ -509,13 +621,17 @@ bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::
 bool SessionCore::TakePinBudget() {
   if (pin_budget_held_ || endpoint_.options.pool.mode != PoolMode::kTransaction) return true;
   if (!endpoint_.pin_budget.TryTake()) return false;
+  HoldPinBudget();
+  return true;
+}
+
+void SessionCore::HoldPinBudget() {
   pin_budget_held_ = true;
   if (endpoint_.options.pinned_idle_timeout.count() > 0 && !idle_watch_started_) {
     idle_watch_started_ = true;
     last_activity_ = std::chrono::steady_clock::now();
     Command(SessionCommand::Kind::kWatchPinnedIdle);
   }
-  return true;
 }
 
 void SessionCore::GivePinBudget() {
@@ -596,6 +712,15 @@ std::size_t SessionCore::AnswerAcquireFailure(const absl::Status& status, const 
 
 bool SessionCore::OnCancelRequest() {
   if (session_done_ || stopping_ || ending()) return false;
+  if (pin_waiting_) {
+    // Waiting for the pinned budget: the wait ends with 57014.
+    SessionCommand c;
+    c.kind = SessionCommand::Kind::kCancelPinWait;
+    c.status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
+                                      kSqlStateQueryCanceled);
+    Command(std::move(c));
+    return true;
+  }
   if (starting_unit_) {
     // Still waiting in the pool's queue: leave it now with 57014; the pool
     // is untouched. Already handed a connection (settings replay): the

@@ -73,14 +73,19 @@ struct SessionCommand {
     kBarrier,        // the listener connection's barrier (listener.h): OnListenApplied
     kWatchPinnedIdle,  // start pinned_idle_timeout's watch (it calls CheckPinnedIdle)
     kTimeoutsChanged,  // SessionTimeouts' next deadline may have moved: re-arm the timer (OnTimeout)
+    kWaitPin,        // wait for a pinned-budget unit (pin_budget.h): OnPinGranted or OnPinWaitFailed(status)
+    kCancelPinWait,  // end the pending kWaitPin with `status` (it then reports OnPinWaitFailed)
+    kSignalSession,  // pg_cancel/terminate_backend(signal_pid) on the session holding that app pid: OnSignalled
   };
   Kind kind = Kind::kAcquire;
   ReleaseDecision decision = ReleaseDecision::kKeep;  // kRelease
-  absl::Status status;                                 // kCancelAcquire
+  absl::Status status;                                 // kCancelAcquire, kCancelPinWait
   BackendKey key;                                      // kCancelOrigin
   bool notify = false;                                 // kCancelOrigin
   bool discard_sequences = false;                      // kPrepare
   std::set<std::string> channels;                      // kListenSet
+  std::int32_t signal_pid = 0;                         // kSignalSession
+  bool signal_terminate = false;                       // kSignalSession
 };
 
 class SessionCore {
@@ -142,6 +147,18 @@ class SessionCore {
   // lease does); it reads and updates its state.
   void OnAcquired(OriginConnection* conn);
   void OnAcquireFailed(const absl::Status& status);
+  // kWaitPin's result: a unit of the pinned budget is the session's now
+  // (given back at once if the session no longer wants it), or the wait
+  // ended without one (the acquire timeout, the client's cancel).
+  void OnPinGranted();
+  void OnPinWaitFailed(const absl::Status& status);
+  // kSignalSession's result: `found`: a session held the pid and was
+  // signalled (the SELECT is answered 't' here); else the statement goes to
+  // the origin unchanged (backend_signal.h).
+  void OnSignalled(bool found);
+  // Another session's pg_terminate_backend named this session's app pid:
+  // FATAL 57P01, as PostgreSQL's administrator command, and the session ends.
+  void OnAdminTerminate();
   // The cache's wait ended: `served` with `answers` (and, for an
   // extended unit, the rest skipped up to its Sync: `skip_until_sync`).
   void OnIntercepted(bool served, std::string_view answers, bool skip_until_sync, char skip_status);
@@ -232,6 +249,7 @@ class SessionCore {
   bool GateClosed() const;
   bool NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text);
   bool TakePinBudget();
+  void HoldPinBudget();
   void GivePinBudget();
   void AddPin(PinReason reason);
   std::string StatementScope() const;
@@ -324,6 +342,19 @@ class SessionCore {
   bool pin_budget_held_ = false;
   bool lease_out_of_cap_ = false;
   bool rewritten_pin_ = false;        // the head frame's replacement is being handled
+  // Waiting for the pinned budget (kWaitPin): the head frame's effects are
+  // noted (`pin_noted_`), its pins are added once a unit is granted; a wait
+  // that failed while a connection is lent leaves the error the head frame
+  // is replaced by (`pin_refusal_`).
+  bool pin_waiting_ = false;
+  bool pin_noted_ = false;
+  std::vector<PinReason> waiting_pins_;
+  std::optional<protocol::PoolerError> pin_refusal_;
+  // The head Query is a pg_cancel/terminate_backend of an app pid
+  // (kSignalSession pending), or was checked and goes to the origin.
+  bool signal_pending_ = false;
+  bool signal_checked_ = false;
+  char signal_status_ = 'I';
   bool discard_after_unit_ = false;
   bool idle_watch_started_ = false;
   std::chrono::steady_clock::time_point last_activity_{};

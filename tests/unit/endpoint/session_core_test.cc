@@ -192,6 +192,9 @@ std::string_view KindName(Kind k) {
     case Kind::kBarrier: return "barrier";
     case Kind::kWatchPinnedIdle: return "watch-pinned-idle";
     case Kind::kTimeoutsChanged: return "timeouts-changed";
+    case Kind::kWaitPin: return "wait-pin";
+    case Kind::kCancelPinWait: return "cancel-pin-wait";
+    case Kind::kSignalSession: return "signal-session";
   }
   return "?";
 }
@@ -1448,6 +1451,66 @@ TEST_CASE("SessionCore: random sessions release only at rest and end idle", "[en
   CHECK(errors > 0);
   CHECK(replays > 0);
   CHECK(multi_connection > 0);
+}
+
+TEST_CASE("SessionCore: beyond the pinned budget a pinning statement waits; a grant lets it go on",
+          "[endpoint][session_core]") {
+  Harness h;
+  REQUIRE(h.impl().pin_budget.TryTake());  // another session holds the only unit
+  h.Client(QueryBytes("CREATE TEMP TABLE t (x int)"));
+  Out waiting = h.Take();
+  CHECK(waiting.Commands() == "wait-pin");
+  CHECK(waiting.to_client.empty());
+  CHECK(h.core().wants_client());  // reads on, to see a client that leaves
+  h.Client(QueryBytes("SELECT 1"));  // queued behind it
+  CHECK(h.Take().Commands().empty());
+  h.core().OnPinGranted();
+  Out granted = h.Take();
+  CHECK(granted.Find(Kind::kAcquire) != nullptr);
+  CHECK(h.impl().pinned_sessions.load() == 1);
+}
+
+TEST_CASE("SessionCore: a failed wait for the pinned budget answers like a failed acquire; a cancel ends it",
+          "[endpoint][session_core]") {
+  Harness h;
+  REQUIRE(h.impl().pin_budget.TryTake());
+  h.Client(QueryBytes("SELECT pg_advisory_lock(1)"));
+  CHECK(h.Take().Commands() == "wait-pin");
+  REQUIRE(h.core().OnCancelRequest());
+  Out cancel = h.Take();
+  const SessionCommand* c = cancel.Find(Kind::kCancelPinWait);
+  REQUIRE(c != nullptr);
+  h.core().OnPinWaitFailed(c->status);
+  Out answered = h.Take();
+  CHECK(answered.to_client.find("57014") != std::string::npos);
+  CHECK(answered.to_client.back() == 'I');  // ReadyForQuery 'I'
+  CHECK(h.impl().pins_rejected.load() == 1);
+  // The next statement waits again (FIFO behind nobody, the unit still held).
+  h.Client(QueryBytes("SELECT pg_advisory_lock(2)"));
+  CHECK(h.Take().Commands() == "wait-pin");
+  h.core().OnPinWaitFailed(absl::ResourceExhaustedError("no pinned slot"));
+  CHECK(h.Take().to_client.find("Failed to acquire a connection from the pool") != std::string::npos);
+}
+
+TEST_CASE("SessionCore: pg_terminate_backend of a constant pid asks the driver; found: answered t here",
+          "[endpoint][session_core]") {
+  Harness h;
+  h.Client(QueryBytes("SELECT pg_terminate_backend(5000123)"));
+  Out asked = h.Take();
+  const SessionCommand* c = asked.Find(Kind::kSignalSession);
+  REQUIRE(c != nullptr);
+  CHECK(c->signal_pid == 5000123);
+  CHECK(c->signal_terminate);
+  h.core().OnSignalled(true);
+  Out answered = h.Take();
+  CHECK(answered.Commands().empty());  // no origin connection needed
+  CHECK(answered.to_client.find("pg_terminate_backend") != std::string::npos);
+  CHECK(answered.to_client.back() == 'I');
+  // Not found: the statement goes to the origin unchanged.
+  h.Client(QueryBytes("SELECT pg_cancel_backend(42)"));
+  REQUIRE(h.Take().Find(Kind::kSignalSession) != nullptr);
+  h.core().OnSignalled(false);
+  CHECK(h.Take().Commands() == "acquire");
 }
 
 }  // namespace

@@ -1,0 +1,197 @@
+#include "endpoint/backend_signal.h"
+
+#include <cctype>
+#include <cstdint>
+
+#include "protocol/codec.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+constexpr protocol::Oid kBoolOid = 16;
+constexpr std::int64_t kMaxPid = 0x7fffffff;
+
+// A cursor over the statement text: whitespace and comments are skipped
+// only where the grammar allows them (between tokens).
+class Cursor {
+ public:
+  explicit Cursor(std::string_view s) : s_(s) {}
+  void Space() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  // A keyword or name (case-insensitive), not followed by an identifier character.
+  bool Word(std::string_view word) {
+    Space();
+    if (s_.size() - i_ < word.size()) return false;
+    for (std::size_t k = 0; k < word.size(); ++k) {
+      if (std::tolower(static_cast<unsigned char>(s_[i_ + k])) != word[k]) return false;
+    }
+    const std::size_t end = i_ + word.size();
+    if (end < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_' || s_[end] == '$')) {
+      return false;
+    }
+    i_ = end;
+    return true;
+  }
+  bool Char(char c) {
+    Space();
+    if (i_ >= s_.size() || s_[i_] != c) return false;
+    ++i_;
+    return true;
+  }
+  // An unsigned integer constant (optionally quoted as '123').
+  std::optional<std::int64_t> Integer() {
+    Space();
+    const bool quoted = i_ < s_.size() && s_[i_] == '\'';
+    if (quoted) ++i_;
+    std::int64_t n = 0;
+    std::size_t digits = 0;
+    while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) {
+      n = n * 10 + (s_[i_] - '0');
+      if (n > kMaxPid) return std::nullopt;
+      ++i_;
+      ++digits;
+    }
+    if (digits == 0) return std::nullopt;
+    if (quoted && !Char('\'')) return std::nullopt;
+    if (i_ < s_.size() && (std::isalpha(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.')) return std::nullopt;
+    return n;
+  }
+  // `$1` and any `::type` casts after it; sets `text` to all of it.
+  bool Param(std::string_view& text) {
+    Space();
+    const std::size_t start = i_;
+    if (s_.substr(i_, 2) != "$1" || (i_ + 2 < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_ + 2])))) {
+      return false;
+    }
+    i_ += 2;
+    for (;;) {
+      std::size_t save = i_;
+      Space();
+      if (s_.substr(i_, 2) != "::") {
+        i_ = save;
+        break;
+      }
+      i_ += 2;
+      Space();
+      const std::size_t name = i_;
+      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) ++i_;
+      if (i_ == name) return false;
+    }
+    text = s_.substr(start, i_ - start);
+    return true;
+  }
+  bool AtEnd() {
+    Space();
+    if (i_ < s_.size() && s_[i_] == ';') ++i_;
+    Space();
+    return i_ == s_.size();
+  }
+
+ private:
+  std::string_view s_;
+  std::size_t i_ = 0;
+};
+
+// `SELECT [pg_catalog.]pg_{terminate,cancel}_backend(ARG[, timeout])`: the
+// function, and either the constant pid or (`param`) the `$1...` text.
+struct Call {
+  bool terminate = false;
+  std::int64_t pid = 0;
+  std::string_view param;
+};
+
+std::optional<Call> ParseCall(std::string_view sql, bool allow_param) {
+  Cursor c(sql);
+  if (!c.Word("select")) return std::nullopt;
+  Call call;
+  (void)(c.Word("pg_catalog") && c.Char('.'));
+  if (c.Word("pg_terminate_backend")) {
+    call.terminate = true;
+  } else if (!c.Word("pg_cancel_backend")) {
+    return std::nullopt;
+  }
+  if (!c.Char('(')) return std::nullopt;
+  if (!allow_param || !c.Param(call.param)) {
+    const std::optional<std::int64_t> pid = c.Integer();
+    if (!pid || *pid == 0) return std::nullopt;
+    call.pid = *pid;
+  }
+  if (call.terminate && c.Char(',')) {
+    if (!c.Integer()) return std::nullopt;  // the timeout (ms): the session ends at once here
+  }
+  if (!c.Char(')') || !c.AtEnd()) return std::nullopt;
+  return call;
+}
+
+// The pid a Bind's only parameter carries: text digits, or a binary int4/int8.
+std::optional<std::int64_t> BoundPid(const protocol::Bind& bind) {
+  if (bind.parameters.size() != 1 || !bind.parameters[0]) return std::nullopt;
+  const std::string_view v = *bind.parameters[0];
+  const bool binary = !bind.parameter_formats.empty() && bind.parameter_formats[0] == 1;
+  if (!binary) {
+    Cursor c(v);
+    std::optional<std::int64_t> n = c.Integer();
+    return n && c.AtEnd() ? n : std::nullopt;
+  }
+  if (v.size() != 4 && v.size() != 8) return std::nullopt;
+  std::uint64_t n = 0;
+  for (char ch : v) n = (n << 8) | static_cast<unsigned char>(ch);
+  const std::int64_t value = v.size() == 4 ? static_cast<std::int32_t>(n) : static_cast<std::int64_t>(n);
+  if (value <= 0 || value > kMaxPid) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::optional<BackendSignal> ParseBackendSignal(std::string_view sql) {
+  std::optional<Call> call = ParseCall(sql, /*allow_param=*/false);
+  if (!call) return std::nullopt;
+  return BackendSignal{call->terminate, static_cast<std::int32_t>(call->pid)};
+}
+
+std::optional<BackendSignal> ParseBackendSignalUnit(std::string_view parse_payload, std::string_view rest) {
+  auto parse = protocol::DecodeParse(parse_payload);
+  if (!parse.ok() || parse->parameter_types.size() > 1) return std::nullopt;
+  std::optional<Call> call = ParseCall(parse->query, /*allow_param=*/true);
+  if (!call) return std::nullopt;
+  if (call->param.empty()) {
+    if (!parse->parameter_types.empty()) return std::nullopt;
+    return BackendSignal{call->terminate, static_cast<std::int32_t>(call->pid)};  // a constant
+  }
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  auto r = reader.Read(rest);
+  if (!r.is_frame() || r.frame().tag != 'B') return std::nullopt;
+  auto bind = protocol::DecodeBind(r.frame().payload);
+  if (!bind.ok() || bind->statement != parse->statement) return std::nullopt;
+  std::optional<std::int64_t> pid = BoundPid(*bind);
+  if (!pid || *pid == 0) return std::nullopt;
+  return BackendSignal{call->terminate, static_cast<std::int32_t>(*pid)};
+}
+
+std::string BackendSignalStandIn(std::string_view parse_payload) {
+  auto parse = protocol::DecodeParse(parse_payload);
+  if (!parse.ok()) return {};
+  std::optional<Call> call = ParseCall(parse->query, /*allow_param=*/true);
+  if (!call) return {};
+  const char* name = call->terminate ? "pg_terminate_backend" : "pg_cancel_backend";
+  const std::string text = call->param.empty()
+                               ? std::string("SELECT true AS ") + name
+                               : std::string("SELECT (") + std::string(call->param) + ")::int4 IS NOT NULL AS " + name;
+  std::string out;
+  protocol::Encode(protocol::Parse{parse->statement, text, parse->parameter_types}, out);
+  return out;
+}
+
+void AppendBackendSignalAnswer(std::string& out, const BackendSignal& signal, bool result) {
+  protocol::RowDescription rd;
+  rd.fields.push_back(protocol::FieldDescription{
+      .name = signal.terminate ? "pg_terminate_backend" : "pg_cancel_backend", .type_oid = kBoolOid, .type_size = 1});
+  protocol::Encode(rd, out);
+  static constexpr char kTrue[] = {0, 0, 0, 1, 't'};
+  static constexpr char kFalse[] = {0, 0, 0, 1, 'f'};
+  protocol::Encode(protocol::DataRow{1, std::string_view(result ? kTrue : kFalse, 5)}, out);
+  protocol::Encode(protocol::CommandComplete{"SELECT 1"}, out);
+}
+
+}  // namespace hyperpool::endpoint

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""pg_terminate_backend / pg_cancel_backend with the pid a driver holds
+(issue 28, item 5), psycopg through `hyperpool serve` with its defaults
+(cache on), as psycopg's test_context_inerror_rollback_no_clobber does:
+
+- conn A's pid from BackendKeyData (conn.info.backend_pid); conn B runs
+  `select pg_terminate_backend(%s::int)` (extended protocol, a parameter)
+  and gets t; A's next query fails with FATAL 57P01 and its connection is
+  closed; the same with a constant in a simple Query, and with the timeout
+  argument;
+- pg_cancel_backend(A's pid) cancels A's running query (57014) and A goes on;
+- node-postgres (tests/drivers/terminate_pg.mjs, as its gh-issues/130): the
+  terminated pooled client's error event, and the pool recovers;
+- a pid hyperpool hands out is above 2^22, so it is never a real backend's,
+  and a real origin pid (from pg_backend_pid()) still reaches the origin.
+
+Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psycopg
+
+from pgtest_env import origin_url  # beside this script
+
+ERR = tempfile.TemporaryFile()
+
+
+def fail(msg):
+    ERR.seek(0)
+    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    print("ok  ", msg)
+
+
+def run_in_thread(conn, sql):
+    """Runs sql on conn in a thread; returns it and the list its error goes to."""
+    errors = []
+
+    def run():
+        try:
+            conn.execute(sql)
+        except Exception as e:  # noqa: BLE001 (judged by the caller)
+            errors.append(e)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, errors
+
+
+def terminated(conn, what):
+    try:
+        conn.execute("SELECT 1")
+        fail(f"{what}: the terminated connection still answers")
+    except psycopg.OperationalError as e:
+        check(e.sqlstate == "57P01" or "terminating connection due to administrator command" in str(e),
+              f"{what}: its next query fails with FATAL 57P01 ({e.sqlstate}: {str(e).splitlines()[0]})")
+    check(conn.closed or conn.broken, f"{what}: its connection is closed")
+
+
+proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(), "--pool-size", "2"],
+                        stdout=subprocess.PIPE, stderr=ERR, text=True)
+try:
+    url = proc.stdout.readline().strip()
+    if not url.startswith("postgresql://"):
+        fail("no connection string from serve")
+    b = psycopg.connect(url, autocommit=True)
+
+    # 1. psycopg's way: a parameter (extended protocol), A idle in a block.
+    a = psycopg.connect(url)
+    a.execute("SELECT 1")  # A is inside a transaction block now
+    pid = a.info.backend_pid
+    check(pid >= 1 << 22, f"the pid hyperpool hands out ({pid}) is above 2^22: never a real backend pid")
+    check(b.execute("select pg_terminate_backend(%s::int)", [pid]).fetchone() == (True,),
+          "pg_terminate_backend(%s::int) with A's pid answers t")
+    terminated(a, "extended protocol")
+
+    # 2. A constant in a simple Query, A busy in pg_sleep; and with a timeout.
+    for sql in ("SELECT pg_terminate_backend({})", "select pg_catalog.pg_terminate_backend({}, 5000);"):
+        a = psycopg.connect(url, autocommit=True)
+        pid = a.info.backend_pid
+        t, errors = run_in_thread(a, "SELECT pg_sleep(20)")
+        time.sleep(0.2)  # (not needed for correctness: terminating an idle A is checked as well below)
+        check(b.execute(sql.format(pid)).fetchone()[0] is True, f"{sql.format('pid')} answers t")
+        t.join(15)
+        check(not t.is_alive(), f"{sql.format('pid')}: A's running query ends")
+        if errors:
+            e = errors[0]
+            check(isinstance(e, psycopg.OperationalError) and
+                  (e.sqlstate == "57P01" or "terminating connection due to administrator command" in str(e)),
+                  f"...with FATAL 57P01 ({e!r})")
+        else:
+            terminated(a, sql.format("pid"))
+
+    # 3. pg_cancel_backend cancels A's running query; A goes on.
+    a = psycopg.connect(url, autocommit=True)
+    pid = a.info.backend_pid
+    t, errors = run_in_thread(a, "SELECT pg_sleep(20)")
+    deadline = time.monotonic() + 15
+    answers = set()
+    while t.is_alive() and time.monotonic() < deadline:
+        answers.add(b.execute("select pg_cancel_backend(%s)", [pid]).fetchone()[0])
+        t.join(0.2)  # (again until it reaches the running query)
+    # (f while A's first query has not reached hyperpool's Endpoint yet: no
+    # session holds the pid there, so the call went to the origin)
+    check(True in answers, f"pg_cancel_backend(A's pid) answers t ({answers})")
+    check(not t.is_alive() and errors and isinstance(errors[0], psycopg.errors.QueryCanceled),
+          f"A's running query is cancelled with 57014 ({errors!r})")
+    check(a.execute("SELECT 2").fetchone()[0] == 2, "A goes on after the cancel")
+    a.close()
+
+    # 4. A real origin pid goes to the origin unchanged.
+    direct = psycopg.connect(origin_url(), autocommit=True)
+    real = direct.info.backend_pid
+    check(b.execute("select pg_terminate_backend(%s)", [real]).fetchone() == (True,),
+          "an origin pid (a direct connection's) reaches the origin")
+    terminated(direct, "a direct connection terminated through hyperpool")
+    check(b.execute("SELECT 3").fetchone()[0] == 3, "the terminating client goes on")
+    b.close()
+
+    # 5. node-postgres (gh-issues/130-like): a pooled client terminated from
+    # another client; the pool gets its error event (57P01) and recovers.
+    node = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "drivers",
+                                                "terminate_pg.mjs"), url],
+                          capture_output=True, text=True, timeout=60)
+    check(node.returncode == 0, f"node-postgres: terminated clients get 57P01, the pool recovers ({node.stdout.strip()} "
+                                f"{node.stderr.strip()[-500:]})")
+    print("PASS")
+finally:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
