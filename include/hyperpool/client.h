@@ -13,6 +13,7 @@
 #include <asio/any_io_executor.hpp>
 
 #include "absl/status/statusor.h"
+#include "hyperpool/histogram.h"
 #include "hyperpool/options.h"
 #include "hyperpool/transport.h"
 
@@ -25,6 +26,10 @@ struct ClientStats {
   // Bytes read from and written to applications since start.
   std::uint64_t bytes_received = 0;
   std::uint64_t bytes_sent = 0;
+  // Login time of application connections: from accept to the
+  // ReadyForQuery that ends the handshake, one observation per login that
+  // reached it (admin console sessions and refused logins not counted).
+  LatencyHistogramSnapshot login_time;
   // The Client's cache tier; all zero when it is off.
   bool cache_enabled = false;
   std::size_t cache_local_hits = 0;     // units answered with no link traffic

@@ -28,6 +28,7 @@
 #include "client/server_handshake.h"
 #include "client/statement_metadata.h"
 #include "hyperpool/client.h"
+#include "ops/latency_histogram.h"
 #include "protocol/codec.h"
 #include "protocol/sqlstate.h"
 #include "tls/tls_context.h"
@@ -99,6 +100,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   asio::local::stream_protocol::acceptor unix_acceptor;
   std::string unix_socket_path;  // removed by Stop()
   std::atomic<size_t> accepted{0};
+  // ClientStats::login_time: observed once per app login by its session
+  // (relaxed atomics: no lock, as the Endpoint's transaction_time).
+  ops::LatencyHistogram login_time;
   std::atomic<uint64_t> next_session_id{1};  // ClientSessionInfo::id
   // Bytes of sessions that ended (guarded by mu); live ones count their own.
   uint64_t bytes_received_closed = 0;

@@ -80,6 +80,9 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
     co_await RunAdmin();
     co_return;
   }
+  // Accept (the constructor) to the ReadyForQuery that Handshake() wrote.
+  impl_->login_time.Observe(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started_));
   ArmIdleTimer();
   key_.Start(database_, app_params_);
   cache::ApplyStartupParameters(app_params_, cache_settings_);

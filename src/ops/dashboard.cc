@@ -238,6 +238,10 @@ std::string RenderDashboardJson(const ProcessMetrics& m, const DashboardExtras& 
     w.Open('{');
     for (const auto& [state, n] : extras.client_states) w.Field(state, n);
     w.Close('}');
+    w.Key("histograms");
+    w.Open('{');
+    Histogram(w, "login", c.login_time);  // as hyperpool_client_login_duration_seconds
+    w.Close('}');
     w.Key("cache");
     if (c.cache_enabled) {
       w.Open('{');

@@ -29,7 +29,8 @@ struct DashboardExtras {
   std::map<std::string, std::string> cache_reports;
 };
 
-// The dashboard's JSON document: {"role", "draining", "link", "client",
+// The dashboard's JSON document: {"role", "draining", "link", "client":
+// {"connections", "accepted", ..., "histograms": {"login"}, "cache"},
 // "databases": [{"name", "pool", "sessions", "transactions", "queries",
 // "pins", "cache", "histograms", "top_queries"}], "cache_tiers"}. Numbers
 // are the ones /metrics shows for the same snapshot.

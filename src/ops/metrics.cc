@@ -164,6 +164,9 @@ std::string RenderMetrics(const ProcessMetrics& m) {
             static_cast<double>(m.client->sessions));
     w.Counter("hyperpool_client_connections_accepted_total", "Application connections accepted (TCP and Unix).",
               m.client->accepted);
+    w.LatencyHistogram("hyperpool_client_login_duration_seconds",
+                       "Login time of application connections: accept to the ReadyForQuery ending the handshake.",
+                       m.client->login_time);
   }
   std::vector<EndpointSample> endpoints;
   for (const auto& [name, stats] : m.databases) endpoints.push_back({&stats, {{"database", name}}, stats.pool_max_size});

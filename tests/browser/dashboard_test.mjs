@@ -1,8 +1,10 @@
 // The live dashboard of `hyperpool serve --metrics-listen` in a real browser
 // (Debian's chromium, headless), under load from pgbench: the page loads with
 // no console error and fetches nothing beyond the metrics listener; its
-// transaction and cache counters rise while pgbench runs; once the load has
-// stopped its numbers equal /metrics'; no two text labels overlap.
+// transaction and cache counters rise while pgbench runs, and its login
+// histogram by pgbench's clients; once the load has stopped its numbers
+// (tiles, transaction and login histograms) equal /metrics'; no two text
+// labels overlap.
 // Screenshot: OUT/dashboard.png.
 //
 // usage: node dashboard_test.mjs METRICS_HOST:PORT PGBENCH_ARGS_JSON OUT_DIR
@@ -17,6 +19,9 @@ if (!out) throw new Error('usage: node dashboard_test.mjs METRICS_HOST:PORT PGBE
 mkdirSync(out, { recursive: true });
 const base = `http://${metricsAddress}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// pgbench's -c: each of its clients logs in once (at least).
+const pgbenchArgs = JSON.parse(pgbenchJson);
+const PGBENCH_CLIENTS = Number(pgbenchArgs[pgbenchArgs.indexOf('-c') + 1]);
 
 // Polls `probe` until it returns a truthy value or `ms` pass.
 async function until(what, ms, probe) {
@@ -46,6 +51,9 @@ const tiles = (page) => page.$$eval('[data-database] [data-field], #client [data
   Object.fromEntries(ts.map((t) => [t.closest('#client') ? `client:${t.dataset.field}` : t.dataset.field,
     t.querySelector('.value').textContent])));
 const polls = (page) => page.evaluate(() => Number(document.body.dataset.polls || 0));
+// Observations a histogram of the page shows (the sum of its bucket counts).
+const histogramCount = (page, which) =>
+  page.$$eval(`.histogram.${which} .count`, (cs) => cs.reduce((s, c) => s + Number(c.textContent), 0));
 
 // Which tile shows which /metrics sample.
 const MATCH = {
@@ -81,9 +89,10 @@ try {
   await page.goto(`${base}/dashboard?interval=250`);
   await until('the first poll', 10000, async () => (await polls(page)) >= 1);
   const before = await tiles(page);
+  const loginsBefore = await histogramCount(page, 'login');
 
   // Load: pgbench through serve; the counters must move on the page.
-  pgbench = spawn('pgbench', JSON.parse(pgbenchJson), { stdio: ['ignore', 'pipe', 'pipe'] });
+  pgbench = spawn('pgbench', pgbenchArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
   let pgbenchOutput = '';
   pgbench.stdout.on('data', (d) => { pgbenchOutput += d; });
   pgbench.stderr.on('data', (d) => { pgbenchOutput += d; });
@@ -121,9 +130,17 @@ try {
   if (!topRows.some((r) => /select v from t where id/i.test(r))) fail(NAME, `no top fingerprint for the load: ${topRows}`);
   const ratioLine = await page.$('svg.spark polyline');
   if (!ratioLine) fail(NAME, 'no hit-ratio line drawn');
-  const histogramRows = await page.$$eval('.histogram.transaction .count', (cs) => cs.reduce((s, c) => s + Number(c.textContent), 0));
+  const histogramRows = await histogramCount(page, 'transaction');
   if (histogramRows !== settled['hyperpool_transaction_duration_seconds_count']) {
     fail(NAME, `transaction histogram shows ${histogramRows}, /metrics count ${settled['hyperpool_transaction_duration_seconds_count']}`);
+  }
+  // pgbench's clients each logged in to the Client: the login histogram rose
+  // by at least their number and shows what /metrics counts.
+  const logins = await histogramCount(page, 'login');
+  const loginsMetric = settled['hyperpool_client_login_duration_seconds_count'];
+  if (logins !== loginsMetric) fail(NAME, `login histogram shows ${logins}, /metrics count ${loginsMetric}`);
+  if (logins < loginsBefore + PGBENCH_CLIENTS) {
+    fail(NAME, `login histogram rose from ${loginsBefore} to ${logins}, less than pgbench's ${PGBENCH_CLIENTS} clients`);
   }
   const { count, overlaps } = await overlappingLabels(page);
   if (count < 60) fail(NAME, `only ${count} text boxes found`);
@@ -132,7 +149,7 @@ try {
   for (const p of problems) fail(NAME, p);
   if (!process.exitCode) {
     console.log(`${NAME}: ok: transactions ${before.transactions} -> ${during.transactions} (under load) -> ` +
-      `${after.transactions}, cache hits ${after['cache.hits']}, equal to /metrics; ${count} labels, none overlapping; ` +
+      `${after.transactions}, cache hits ${after['cache.hits']}, logins ${loginsBefore} -> ${logins}, equal to /metrics; ${count} labels, none overlapping; ` +
       `screenshot ${join(out, 'dashboard.png')}`);
   }
 } catch (e) {

@@ -2,7 +2,8 @@
 # Operations (docs/architecture.md, "Operations"): `hyperpool serve`
 #  - --metrics-listen 127.0.0.1:0 logs "metrics on http://HOST:PORT/metrics";
 #    /metrics is strict Prometheus text (metrics_check.py) whose counters move
-#    with queries run by psql; /healthz answers 200 "ok"; other paths 404;
+#    with queries run by psql, and whose login histogram counts each psql
+#    login once (not a refused one); /healthz answers 200 "ok"; other paths 404;
 #    /dashboard.json of serve, endpoint and client names the role and link;
 #  - --listen-unix DIR serves psql -h DIR -p PORT over DIR/.s.PGSQL.PORT
 #    (mode 0777), removed at stop;
@@ -103,8 +104,29 @@ for i in 1 2 3; do
   "$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -d "$url" -c "BEGIN" -c "SELECT $i" -c "COMMIT" >/dev/null || fail "psql $i failed"
   "$PGBIN/psql" -XAtq -v ON_ERROR_STOP=1 -d "$url" -c "SELECT 12345 AS cached" >/dev/null || fail "psql cached $i failed"
 done
+# A refused login: accepted, but no login to time.
+if PGPASSWORD=wrong "$PGBIN/psql" -XAtq -h 127.0.0.1 -p "$port" -U flaguser -d appdb -c "SELECT 1" >/dev/null 2>&1; then
+  fail "a wrong password logged in"
+fi
 http /metrics >"$tmp/m2.raw"; tail -n +2 "$tmp/m2.raw" >"$tmp/m2"
 "$PY" "$here/metrics_check.py" moved "$tmp/m1" "$tmp/m2" || { cat "$tmp/m2" >&2; fail "counters did not move"; }
+# The login histogram counted each login above (1 over the Unix socket, 6
+# over TCP) once, and not the refused one; accepted counts all 8.
+sample() {  # sample FILE NAME: the value of the unlabelled sample NAME
+  "$PY" "$here/metrics_check.py" parse "$1" | "$PY" -c '
+import json, sys
+found = [v for n, l, v in json.load(sys.stdin) if n == sys.argv[1] and not l]
+print(int(found[0])) if found else sys.exit(f"no sample {sys.argv[1]}")' "$2"
+}
+for f in m1 m2; do
+  for name in hyperpool_client_login_duration_seconds_count hyperpool_client_connections_accepted_total; do
+    sample "$tmp/$f" "$name" >"$tmp/$f.$name" || fail "/metrics ($f) has no $name"
+  done
+done
+delta() { echo $(( $(cat "$tmp/m2.$1") - $(cat "$tmp/m1.$1") )); }
+logins=$(delta hyperpool_client_login_duration_seconds_count)
+accepted=$(delta hyperpool_client_connections_accepted_total)
+[ "$logins" = 7 ] && [ "$accepted" = 8 ] || fail "login histogram counted $logins logins of 7, accepted $accepted of 8"
 stop_serve
 [ ! -e "$sock" ] || fail "the Unix socket $sock is still there after stop"
 

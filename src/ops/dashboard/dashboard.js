@@ -194,6 +194,8 @@ function render(data) {
         ['Client cache entries', 'client.cache.entries', cl.cache.entries]);
     }
     tiles(document.getElementById('client'), entries);
+    histogram(document.querySelector('#client-section .histogram.login'), 'Logins (accept to ReadyForQuery)',
+      cl.histograms.login);
   }
   for (const db of data.databases) renderDatabase(db);
 }

@@ -45,6 +45,21 @@ TEST_CASE("the JSON carries the pool, cache, pins and histograms as /metrics cou
   CHECK(Has(json, R"("top_queries":[])"));
 }
 
+TEST_CASE("the Client's login histogram is in the JSON as /metrics counts it") {
+  ProcessMetrics m = OneEndpoint();
+  ClientStats c;
+  c.sessions = 2;
+  c.login_time.counts[4] = 3;
+  c.login_time.count = 3;
+  c.login_time.sum_us = 6000;
+  m.client = c;
+  const std::string json = RenderDashboardJson(m, {});
+  CHECK(Has(json, R"("histograms":{"login":{"le_seconds":[0.0001,0.00025,)"));
+  CHECK(Has(json, R"("counts":[0,0,0,0,3,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"count":3,"sum_seconds":0.006})"));
+  const std::string metrics = RenderMetrics(m);
+  CHECK(Has(metrics, "hyperpool_client_login_duration_seconds_count 3\n"));
+}
+
 TEST_CASE("several databases: one entry each, by name") {
   ProcessMetrics m = OneEndpoint();
   m.databases.emplace_back("app", *m.endpoint);

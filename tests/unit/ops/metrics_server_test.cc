@@ -213,11 +213,36 @@ TEST_CASE("RenderMetrics with several databases: one sample per database, each f
   CHECK(t.find("# TYPE", type + 1) > beta);
 }
 
+TEST_CASE("RenderMetrics exposes the Client's login time as a histogram in seconds") {
+  ProcessMetrics m;
+  ClientStats c;
+  c.login_time.counts[3] = 2;   // <= 1 ms
+  c.login_time.counts[5] = 1;   // <= 5 ms
+  c.login_time.counts.back() = 1;  // above 30 s
+  c.login_time.count = 4;
+  c.login_time.sum_us = 31004000;
+  m.client = c;
+  const std::string t = RenderMetrics(m);
+  CHECK(t.find("# TYPE hyperpool_client_login_duration_seconds histogram\n") != std::string::npos);
+  CHECK(t.find("hyperpool_client_login_duration_seconds_bucket{le=\"0.001\"} 2\n") != std::string::npos);
+  CHECK(t.find("hyperpool_client_login_duration_seconds_bucket{le=\"0.005\"} 3\n") != std::string::npos);
+  CHECK(t.find("hyperpool_client_login_duration_seconds_bucket{le=\"+Inf\"} 4\n") != std::string::npos);
+  CHECK(t.find("hyperpool_client_login_duration_seconds_sum 31.004\n") != std::string::npos);
+  CHECK(t.find("hyperpool_client_login_duration_seconds_count 4\n") != std::string::npos);
+}
+
+TEST_CASE("RenderMetrics has no login histogram without a Client (hyperpool endpoint)") {
+  ProcessMetrics m;
+  m.endpoint = EndpointStats{};
+  CHECK(RenderMetrics(m).find("hyperpool_client_login") == std::string::npos);
+}
+
 TEST_CASE("RenderMetrics for a Client alone (hyperpool client) has no Endpoint families") {
   ProcessMetrics m;
   m.client = ClientStats{};
   const std::string t = RenderMetrics(m);
   CHECK(t.find("hyperpool_client_connections 0\n") != std::string::npos);
+  CHECK(t.find("hyperpool_client_login_duration_seconds_count 0\n") != std::string::npos);
   CHECK(t.find("hyperpool_pool_") == std::string::npos);
   CHECK(t.find("hyperpool_cache_hits_total") == std::string::npos);  // its tier is off
 }
