@@ -42,6 +42,7 @@ constexpr KeySpec kKeys[] = {
     {"pool.acquire_timeout_ms", Type::kInteger, "--acquire-timeout"},
     {"pool.idle_timeout_s", Type::kInteger, "--idle-timeout"},
     {"pool.max_lifetime_s", Type::kInteger, "--max-lifetime"},
+    {"pool.max_pending_to_origin", Type::kInteger, "--max-pending-to-origin"},
     {"cache.enabled", Type::kBool, "--no-cache"},
     {"cache.max_age_s", Type::kInteger, "--cache-max-age"},
     {"cache.swr_s", Type::kInteger, "--cache-swr"},

@@ -69,6 +69,8 @@ Options:
   --max-pinned N          sessions pinned to a connection (temp table, advisory lock, ...)
                           hold at most N connections beyond --pool-size (default pool-size/4, >= 1)
   --pinned-idle-timeout S close a pinned session idle for S seconds (default 600, 0 = never)
+  --max-pending-to-origin N  stop reading a client whose bytes not yet written to its busy
+                          origin connection pass N (suffix K, M, G; default 4M)
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
   --password-file FILE    read that password from FILE (first line; mode 0600)
