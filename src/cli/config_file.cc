@@ -87,6 +87,8 @@ constexpr KeySpec kDatabaseKeys[] = {
     {"query_timeout_ms", Type::kInteger, "--query-timeout"},
     {"cache", Type::kBool, "--no-cache"},
     {"cache_max_age_s", Type::kInteger, "--cache-max-age"},
+    // Only in [databases."*"]: how many databases it serves at once.
+    {"max_databases", Type::kInteger, "--max-any-databases"},
 };
 
 const KeySpec* FindKey(std::string_view key) {
