@@ -8,6 +8,7 @@
 //   std::string url = (*handle)->connection_string();  // hand this to any driver
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,14 @@ struct ConnectOptions {
     EndpointOptions endpoint;
   };
   std::vector<Database> databases;
+  // PgBouncer's "*" entry (needs `databases`): a database name not listed
+  // is served by an Endpoint with these options whose origin database is
+  // replaced by the app's name, started at the first link to it; at most
+  // `max_any_databases` such Endpoints at once (an idle one, with no
+  // session, is removed to make room; otherwise the link fails with 53400).
+  // client.databases still decides who may use which name.
+  std::optional<EndpointOptions> any_database;
+  std::size_t max_any_databases = 16;
 };
 
 // A running Client bound to an Endpoint for one origin.

@@ -138,6 +138,14 @@ struct EndpointOptions {
   // idle-in-transaction timeout"; its origin connection is closed (the origin
   // rolls back) and the pool slot is free again. Zero: off.
   std::chrono::milliseconds idle_in_transaction_timeout{0};
+  // Backpressure towards the origin: a session whose bytes for its origin
+  // connection not yet written (the origin is busy and does not read, as a
+  // backend does not while it executes) pass this bound stops reading its
+  // link, so its Client stops reading the app's socket and the app's sends
+  // block, as directly (PostgreSQL stops at its socket buffers, ~5 MB on
+  // loopback). A single message larger than the bound still passes whole
+  // (up to ClientOptions::max_message_size).
+  std::size_t max_pending_to_origin = 4u << 20;
   // Event logs (hyperpool/log.h): origin_connect / origin_close (with the
   // origin backend's pid) under log_connections / log_disconnections, and
   // origin_connect_failed; null: Logger::Default().

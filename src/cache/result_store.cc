@@ -12,6 +12,7 @@ constexpr std::string_view kParseComplete("1\0\0\0\4", 5);
 constexpr std::string_view kBindComplete("2\0\0\0\4", 5);
 constexpr std::string_view kNoData("n\0\0\0\4", 5);
 constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
+constexpr std::string_view kPortalSuspended("s\0\0\0\4", 5);
 
 uint32_t ReadU32(const char* p) {
   auto b = [&](int i) { return static_cast<uint32_t>(static_cast<unsigned char>(p[i])); };
@@ -141,6 +142,33 @@ absl::StatusOr<StoredResultView> SplitStored(std::string_view stored) {
   return v;
 }
 
+namespace {
+// 'D'... 'C' as a limited Execute of `max_rows` (0: none) answers it.
+bool AppendRows(std::string_view rows_and_complete, int32_t max_rows, std::string& out) {
+  if (max_rows <= 0) {
+    out.append(rows_and_complete);
+    return true;
+  }
+  std::string_view rest = rows_and_complete;
+  int64_t rows = 0;
+  while (rest.size() >= 5 && rest[0] == 'D') {
+    const auto* u = reinterpret_cast<const unsigned char*>(rest.data() + 1);
+    const uint64_t length = (uint64_t{u[0]} << 24) | (uint64_t{u[1]} << 16) | (uint64_t{u[2]} << 8) | u[3];
+    if (length < 4 || length + 1 > rest.size()) return false;
+    if (rows == max_rows) break;
+    rest.remove_prefix(length + 1);
+    ++rows;
+  }
+  if (rows < max_rows) {
+    out.append(rows_and_complete);  // complete within the limit
+    return true;
+  }
+  out.append(rows_and_complete.substr(0, rows_and_complete.size() - rest.size()));
+  out.append(kPortalSuspended);
+  return true;
+}
+}  // namespace
+
 absl::Status AppendReplay(std::string_view stored, const ReplayRequest& req, std::string& out) {
   absl::StatusOr<StoredResultView> v = SplitStored(stored);
   if (!v.ok()) return v.status();
@@ -173,7 +201,7 @@ absl::Status AppendReplay(std::string_view stored, const ReplayRequest& req, std
     if (v->row_description.empty()) return fail("stored result has no RowDescription");
     out.append(v->row_description);
   }
-  if (req.execute) out.append(v->rows_and_complete);
+  if (req.execute && !AppendRows(v->rows_and_complete, req.max_rows, out)) return fail("malformed stored rows");
   if (req.sync) out.append(kReadyIdle);
   return absl::OkStatus();
 }

@@ -79,6 +79,11 @@ struct ReplayRequest {
   Describe describe = Describe::kNone;
   bool execute = true;  // Execute sent: DataRows + CommandComplete.
   bool sync = true;     // Sync sent: ReadyForQuery('I'). Simple Query always ends with it.
+  // The Execute's row limit (0: none). A stored result of at least this many
+  // rows is answered as PostgreSQL answers a limited Execute: the first
+  // max_rows DataRows, then PortalSuspended instead of CommandComplete
+  // (PostgreSQL suspends when the limit is reached, even by the last row).
+  int32_t max_rows = 0;
 };
 
 // The parts of a stored form, as views into it.

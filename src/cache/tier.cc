@@ -257,8 +257,11 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const S
       case 'E': {
         if (stage != kWantDescribeOrExecute && stage != kWantExecute) return UnitShape::kNotCandidate;
         auto e = protocol::DecodeExecute(fr->payload);
-        if (!e.ok() || e->portal != portal || e->max_rows != 0) return UnitShape::kNotCandidate;
+        if (!e.ok() || e->portal != portal) return UnitShape::kNotCandidate;
         out.replay.execute = true;
+        // A row limit (asyncpg's fetchrow/fetchval): a stored complete result
+        // answers it truncated (AppendReplay); <= 0 means none in PostgreSQL.
+        out.replay.max_rows = e->max_rows > 0 ? e->max_rows : 0;
         stage = kWantSync;
         break;
       }

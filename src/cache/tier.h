@@ -102,10 +102,12 @@ using link::kWatchSourceParam;
 
 // A unit whose result may be answered from a cache: one simple Query, or
 // exactly [Parse] [Describe(statement)] Bind [Describe(portal)]
-// Execute(no row limit) Sync of one statement and one portal, named or
+// Execute Sync of one statement and one portal, named or
 // unnamed (a unit without a Parse names a statement the session prepared
 // earlier, resolved through a StatementLookup). Keys use the statement's
-// text and types, never its name.
+// text and types, never its name. An Execute row limit is not part of the
+// key (replay.max_rows): entries are complete results, and a limited
+// Execute is answered from one as PostgreSQL would (result_store.h).
 struct CandidateUnit {
   std::string_view frames;  // The unit's frontend frames, verbatim.
   ProtocolForm form = ProtocolForm::kSimple;

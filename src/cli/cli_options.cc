@@ -151,6 +151,12 @@ std::optional<std::string> ApplyEndpointOption(std::string_view name, const std:
   } else if (name == "--max-pinned") {
     if (!numeric || number == 0) return "--max-pinned needs a positive number";
     options.max_pinned = number;
+  } else if (name == "--max-pending-to-origin") {
+    std::optional<uint64_t> bytes = ParseSize(value);
+    if (!bytes || *bytes < 64 * 1024 || *bytes > (uint64_t{1} << 30)) {
+      return "--max-pending-to-origin needs bytes (suffix K, M or G allowed), from 64K to 1G";
+    }
+    options.max_pending_to_origin = static_cast<std::size_t>(*bytes);
   } else if (name == "--pinned-idle-timeout") {
     if (!numeric) return "--pinned-idle-timeout needs seconds (0: never)";
     options.pinned_idle_timeout = std::chrono::seconds(number);

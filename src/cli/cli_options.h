@@ -49,7 +49,7 @@ void HideSecretsInArgv(int argc, char** argv);
 //
 // The Endpoint's: --origin, --origin-password-file, --pool-size, --min-idle,
 // --acquire-timeout, --idle-timeout, --max-lifetime, --max-pinned,
-// --pinned-idle-timeout, --pool-mode, --cache-max-age, --cache-swr,
+// --pinned-idle-timeout, --max-pending-to-origin, --pool-mode, --cache-max-age, --cache-swr,
 // --server-connect-timeout, --query-timeout, --idle-in-transaction-timeout
 // (milliseconds, like --acquire-timeout).
 std::optional<std::string> ApplyEndpointOption(std::string_view name, const std::string& value,

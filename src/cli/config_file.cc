@@ -42,6 +42,7 @@ constexpr KeySpec kKeys[] = {
     {"pool.acquire_timeout_ms", Type::kInteger, "--acquire-timeout"},
     {"pool.idle_timeout_s", Type::kInteger, "--idle-timeout"},
     {"pool.max_lifetime_s", Type::kInteger, "--max-lifetime"},
+    {"pool.max_pending_to_origin", Type::kInteger, "--max-pending-to-origin"},
     {"cache.enabled", Type::kBool, "--no-cache"},
     {"cache.max_age_s", Type::kInteger, "--cache-max-age"},
     {"cache.swr_s", Type::kInteger, "--cache-swr"},
@@ -86,6 +87,8 @@ constexpr KeySpec kDatabaseKeys[] = {
     {"query_timeout_ms", Type::kInteger, "--query-timeout"},
     {"cache", Type::kBool, "--no-cache"},
     {"cache_max_age_s", Type::kInteger, "--cache-max-age"},
+    // Only in [databases."*"]: how many databases it serves at once.
+    {"max_databases", Type::kInteger, "--max-any-databases"},
 };
 
 const KeySpec* FindKey(std::string_view key) {

@@ -86,6 +86,8 @@ Options:
   --max-pinned N          sessions pinned to a connection (temp table, advisory lock, ...)
                           hold at most N connections beyond --pool-size (default pool-size/4, >= 1)
   --pinned-idle-timeout S close a pinned session idle for S seconds (default 600, 0 = never)
+  --max-pending-to-origin N  stop reading a client whose bytes not yet written to its busy
+                          origin connection pass N (suffix K, M, G; default 4M)
   --no-cache              turn the Endpoint's query-cache tier off
   --log-format, --log-level, --log-connections, --log-disconnections
                           event logs as for serve (origin_connect/origin_close with the backend pid)

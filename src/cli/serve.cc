@@ -31,6 +31,7 @@
 #include "cli/reload_plan.h"
 #include "cli/serve_admin.h"
 #include "client/client_util.h"
+#include "endpoint/origin_config.h"
 #include "hyperpool/hyperpool.h"
 #include "cli/metrics_flag.h"
 
@@ -70,6 +71,8 @@ Options:
   --max-pinned N          sessions pinned to a connection (temp table, advisory lock, ...)
                           hold at most N connections beyond --pool-size (default pool-size/4, >= 1)
   --pinned-idle-timeout S close a pinned session idle for S seconds (default 600, 0 = never)
+  --max-pending-to-origin N  stop reading a client whose bytes not yet written to its busy
+                          origin connection pass N (suffix K, M, G; default 4M)
   --user U                user name applications log in with (default hyperpool)
   --password P            their password (default: a random one, shown in the connection string)
   --password-file FILE    read that password from FILE (first line; mode 0600)
@@ -176,16 +179,19 @@ struct ServeSettings {
 // replaced whole by a reload.
 class ServeDirectory final : public DatabaseDirectory {
  public:
-  void Update(std::set<std::string> names, std::map<std::string, std::set<std::string>> permissions) {
+  // `any`: a [databases."*"] entry serves every other name.
+  void Update(std::set<std::string> names, std::map<std::string, std::set<std::string>> permissions,
+              bool any = false) {
     std::lock_guard lock(mu_);
     names_ = std::move(names);
     permissions_ = std::move(permissions);
+    any_ = any;
   }
 
   Access Check(std::string_view user, std::string_view database) const override {
     std::lock_guard lock(mu_);
     const std::string db(database);
-    if (names_.count(db) == 0) return Access::kUnknown;
+    if (names_.count(db) == 0 && !any_) return Access::kUnknown;
     auto it = permissions_.find(std::string(user));
     if (it != permissions_.end() && it->second.count(db) == 0) return Access::kDenied;
     return Access::kAllowed;
@@ -195,6 +201,7 @@ class ServeDirectory final : public DatabaseDirectory {
   mutable std::mutex mu_;
   std::set<std::string> names_;
   std::map<std::string, std::set<std::string>> permissions_;
+  bool any_ = false;
 };
 
 std::set<std::string> DatabaseNames(const ServeSettings& s) {
@@ -205,6 +212,47 @@ std::set<std::string> DatabaseNames(const ServeSettings& s) {
 }
 
 const char* ModeName(PoolMode mode) { return mode == PoolMode::kTransaction ? "transaction" : "session"; }
+
+// PgBouncer's "*" entry: [databases."*"], with the keys of any database
+// plus max_databases.
+constexpr std::string_view kAnyDatabase = "*";
+constexpr std::string_view kMaxAnyDatabasesFlag = "--max-any-databases";
+
+// A [databases.NAME] table's Endpoint options: the global ones (the file's
+// and the flags'), then the table's own keys over them. `max_any`: where
+// max_databases goes (the "*" entry only; null: not a key of this table).
+std::optional<std::string> DatabaseEndpoint(const ConfigDatabase& db, ServeSettings& out, EndpointOptions& endpoint,
+                                            std::size_t* max_any) {
+  endpoint = out.options.endpoint;
+  endpoint.origin.clear();
+  endpoint.origin_password.clear();
+  endpoint.origin_password_file.clear();
+  SettingMap& map = out.database_maps[db.name];
+  for (const ConfigSetting& setting : db.settings) {
+    map[setting.flag] = setting.value;
+    if (setting.flag == kMaxAnyDatabasesFlag && max_any != nullptr) {
+      uint64_t n = 0;
+      if (!ParseNumber(setting.value, n) || n == 0 || n > 10000) {
+        return fmt::format("{}: max_databases needs a number from 1 to 10000", setting.where);
+      }
+      *max_any = n;
+      continue;
+    }
+    if (setting.flag == "--no-cache") {
+      endpoint.cache.enabled = false;
+      continue;
+    }
+    std::optional<std::string> error = ApplyEndpointOption(setting.flag, setting.value, endpoint);
+    if (!error) return fmt::format("{}: not a database setting", setting.where);
+    if (!error->empty()) return fmt::format("{}: {}", setting.where, *error);
+  }
+  endpoint.origin_password = db.origin_password;
+  if (!db.origin_password.empty()) map["(origin password)"] = db.origin_password;
+  if (endpoint.pool.min_idle > endpoint.pool.max_size) {
+    return fmt::format("{}: min_idle cannot exceed pool_size", db.where);
+  }
+  return std::nullopt;
+}
 
 // [databases.NAME] as Endpoint options: the global ones (the file's and
 // the flags'), then the database's own keys over them. The default
@@ -217,29 +265,18 @@ std::optional<std::string> BuildDatabases(const std::vector<ConfigDatabase>& dat
   const bool named_default = out.map.count("--database") != 0;
   bool default_found = false;
   for (const ConfigDatabase& db : databases) {
+    EndpointOptions endpoint;
+    if (db.name == kAnyDatabase) {
+      // PgBouncer's "*" entry: not routed by name (ConnectOptions::any_database).
+      if (auto error = DatabaseEndpoint(db, out, endpoint, &out.options.max_any_databases)) return error;
+      if (endpoint.origin.empty()) return fmt::format("{}: needs a url", db.where);
+      out.options.any_database = std::move(endpoint);
+      continue;
+    }
     if (db.name == out.options.client.admin_database) {
       return fmt::format("{}: \"{}\" is the admin console's name", db.where, db.name);
     }
-    EndpointOptions endpoint = out.options.endpoint;
-    endpoint.origin.clear();
-    endpoint.origin_password.clear();
-    endpoint.origin_password_file.clear();
-    SettingMap& map = out.database_maps[db.name];
-    for (const ConfigSetting& setting : db.settings) {
-      map[setting.flag] = setting.value;
-      if (setting.flag == "--no-cache") {
-        endpoint.cache.enabled = false;
-        continue;
-      }
-      std::optional<std::string> error = ApplyEndpointOption(setting.flag, setting.value, endpoint);
-      if (!error) return fmt::format("{}: not a database setting", setting.where);
-      if (!error->empty()) return fmt::format("{}: {}", setting.where, *error);
-    }
-    endpoint.origin_password = db.origin_password;
-    if (!db.origin_password.empty()) map["(origin password)"] = db.origin_password;
-    if (endpoint.pool.min_idle > endpoint.pool.max_size) {
-      return fmt::format("{}: min_idle cannot exceed pool_size", db.where);
-    }
+    if (auto error = DatabaseEndpoint(db, out, endpoint, nullptr)) return error;
     ConnectOptions::Database entry{db.name, std::move(endpoint)};
     if (named_default && db.name == out.options.client.database) {
       default_found = true;
@@ -247,6 +284,14 @@ std::optional<std::string> BuildDatabases(const std::vector<ConfigDatabase>& dat
     } else {
       out.options.databases.push_back(std::move(entry));
     }
+  }
+  if (out.options.databases.empty() && out.options.any_database) {
+    // Only "*": its url's own database is the default (the origin
+    // parameters' probe needs one).
+    absl::StatusOr<OriginConfig> origin = ParseOriginConfig(out.options.any_database->origin);
+    if (!origin.ok()) return fmt::format("databases.\"*\": {}", std::string(origin.status().message()));
+    out.options.databases.push_back({origin->dbname, *out.options.any_database});
+    default_found = origin->dbname == out.options.client.database;
   }
   if (named_default && !default_found) {
     return fmt::format("--database \"{}\" is none of [databases]", out.options.client.database);
@@ -262,7 +307,9 @@ std::optional<std::string> BuildPermissions(const std::vector<ConfigUser>& users
     if (!user.databases) continue;
     std::set<std::string>& allowed = out.permissions[user.name];
     for (const std::string& name : *user.databases) {
-      if (names.count(name) == 0) return fmt::format("{}.databases: no database \"{}\"", user.where, name);
+      if (names.count(name) == 0 && !out.options.any_database) {
+        return fmt::format("{}.databases: no database \"{}\"", user.where, name);
+      }
       allowed.insert(name);
     }
     std::string joined;
@@ -463,7 +510,7 @@ class Reloader {
     }
     running_.options.endpoint.pool = pool;
     running_.permissions = next->permissions;
-    if (directory_) directory_->Update(DatabaseNames(running_), running_.permissions);
+    if (directory_) directory_->Update(DatabaseNames(running_), running_.permissions, running_.options.any_database.has_value());
     running_.admin_users = next->admin_users;
     admin_.SetAdminUsers(running_.admin_users);
     for (const std::string& flag : plan.live) {
@@ -561,7 +608,7 @@ class Reloader {
     }
     running_.options.databases = std::move(kept);
     running_.permissions = next.permissions;
-    if (directory_) directory_->Update(DatabaseNames(running_), running_.permissions);
+    if (directory_) directory_->Update(DatabaseNames(running_), running_.permissions, running_.options.any_database.has_value());
     running_.admin_users = next.admin_users;
     admin_.SetAdminUsers(running_.admin_users);
     for (const std::string& flag : plan.live) {
@@ -650,7 +697,7 @@ int Serve(int argc, char** argv) {
   // [databases] or per-user databases: the login asks this directory.
   // Always (also for one database), so that a reload can add permissions.
   auto directory = std::make_shared<ServeDirectory>();
-  directory->Update(DatabaseNames(*settings), settings->permissions);
+  directory->Update(DatabaseNames(*settings), settings->permissions, settings->options.any_database.has_value());
   options.client.databases = directory;
 
   // Installed before any worker thread starts, so no thread ever sees the

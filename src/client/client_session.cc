@@ -345,6 +345,9 @@ asio::awaitable<bool> ClientSession::Handshake() {
   for (const auto& [name, value] : client::OverlayParams(origin_params, app_params_)) {
     pr::Encode(pr::ParameterStatus{name, value}, out_);
   }
+  // From now on the session asks for what it was told ("SQL, MDY", not a
+  // "SQL" whose date order would come from the connection it borrows).
+  client::CanonicalizeAppParams(origin_params, app_params_);
   if (!RegisterCancelKey()) {
     co_await Fatal(kSqlStateConnectionFailure, "could not generate a cancellation key");
     co_return false;

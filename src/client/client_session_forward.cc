@@ -70,7 +70,13 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
   auto link = co_await impl_->transport.Open(executor(), std::move(first_frames));
   if (!link.ok()) {
     Log(fmt::format("could not open a link to the endpoint: {}", std::string(link.status().message())));
-    co_await Fatal(pr::LinkFailure("could not reach the hyperpool endpoint"));
+    if (auto sqlstate = link.status().GetPayload(pr::kSqlStatePayload); sqlstate && !sqlstate->empty()) {
+      // A refusal that says why (the "*" entry's limit): the app is told.
+      const pr::PoolerError refusal{std::string(*sqlstate), std::string(link.status().message())};
+      co_await Fatal(refusal);
+    } else {
+      co_await Fatal(pr::LinkFailure("could not reach the hyperpool endpoint"));
+    }
     co_return false;
   }
   if (reason_ != EndReason::kNone && reason_ != EndReason::kTerminate) {  // stopped while opening

@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "client/parameter_canon.h"
 #include "protocol/auth/auth_util.h"
 #include "protocol/frontend_messages.h"
 
@@ -82,6 +83,25 @@ std::string BuildCancelHello(std::string_view session_id, std::string_view datab
   return out;
 }
 
+namespace {
+std::string_view ValueOf(const ParamList& params, std::string_view name) {
+  for (const auto& [n, v] : params) {
+    if (n == name) return v;
+  }
+  return {};
+}
+bool IsOverlayParam(std::string_view name) {
+  return std::find(std::begin(kAppOverlayParams), std::end(kAppOverlayParams), name) != std::end(kAppOverlayParams);
+}
+}  // namespace
+
+void CanonicalizeAppParams(const ParamList& origin, ParamList& app_params) {
+  for (auto& [name, value] : app_params) {
+    if (!IsOverlayParam(name)) continue;
+    value = CanonicalStartupValue(name, value, ValueOf(origin, "DateStyle"), ValueOf(origin, "server_version"));
+  }
+}
+
 ParamList OverlayParams(const ParamList& origin, const ParamList& app_params) {
   auto app_value = [&](std::string_view name) -> const std::string* {
     for (const auto& [n, v] : app_params) {
@@ -94,7 +114,8 @@ ParamList OverlayParams(const ParamList& origin, const ParamList& app_params) {
     const std::string* value = app_value(name);
     std::string replacement;
     if (value != nullptr) {
-      replacement = *value;
+      // As PostgreSQL reports it ("UTF8" for "utf-8"), not as the app spelled it.
+      replacement = CanonicalStartupValue(name, *value, ValueOf(origin, "DateStyle"), ValueOf(origin, "server_version"));
     } else if (name != "application_name") {
       continue;  // keep the origin's value
     }

@@ -61,7 +61,14 @@ std::string BuildCancelHello(std::string_view session_id, std::string_view datab
 // with client_encoding, DateStyle, TimeZone, IntervalStyle and
 // application_name replaced by the app's own startup values when it gave
 // them (application_name is "" when it did not: the origin's is hyperpool's).
+// Values are reported as PostgreSQL spells them (client/parameter_canon.h).
 ParamList OverlayParams(const ParamList& origin, const ParamList& app_params);
+
+// Rewrites the app's values of those same settings in `app_params` to the
+// spelling OverlayParams reports, so that the session's hello asks every
+// origin connection for exactly that (a partial DateStyle such as "SQL"
+// would otherwise keep the date order of whichever connection it borrows).
+void CanonicalizeAppParams(const ParamList& origin, ParamList& app_params);
 
 // Replaces a password in an origin string (URI or key=value) by "***" so the
 // string can be logged.

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -24,6 +26,8 @@
 #include "client/database_router.h"
 #include "client/endpoint_set.h"
 #include "hyperpool/hyperpool.h"
+#include "protocol/pooler_errors.h"
+#include "protocol/sqlstate.h"
 
 namespace hyperpool {
 namespace {
@@ -33,11 +37,13 @@ namespace {
 constexpr std::chrono::seconds kDrainLimit{5};
 
 // ClientOptions::databases when the host gives none: every database the
-// router serves, open to every app user.
+// router serves (any name with a "*" entry), open to every app user.
 class RouterDirectory final : public DatabaseDirectory {
  public:
-  explicit RouterDirectory(std::shared_ptr<const client::DatabaseRouter> router) : router_(std::move(router)) {}
+  RouterDirectory(std::shared_ptr<const client::DatabaseRouter> router, bool any)
+      : router_(std::move(router)), any_(any) {}
   Access Check(std::string_view, std::string_view database) const override {
+    if (any_) return Access::kAllowed;
     for (const std::string& name : router_->Names()) {
       if (name == database) return Access::kAllowed;
     }
@@ -46,6 +52,7 @@ class RouterDirectory final : public DatabaseDirectory {
 
  private:
   std::shared_ptr<const client::DatabaseRouter> router_;
+  bool any_ = false;
 };
 
 class ConnectionImpl final : public Connection {
@@ -95,6 +102,12 @@ class ConnectionImpl final : public Connection {
   absl::Status RemoveDatabase(std::string_view name) override {
     std::lock_guard lock(mu_);
     if (!router_ || closed_) return absl::FailedPreconditionError("this connection serves one database");
+    return RemoveDatabaseLocked(name);
+  }
+
+  // Requires mu_ and a router.
+  absl::Status RemoveDatabaseLocked(std::string_view name) {
+    any_names_.erase(std::string(name));
     auto it = databases_.find(name);
     if (it == databases_.end()) return absl::NotFoundError(absl::StrCat("database \"", std::string(name), "\" is not served"));
     if (it->second.endpoint.get() == default_endpoint_) {
@@ -186,8 +199,45 @@ class ConnectionImpl final : public Connection {
       if (absl::Status s = AddDatabaseLocked(std::move(db.name), std::move(db.endpoint)); !s.ok()) return s;
     }
     default_endpoint_ = databases_.find(default_name)->second.endpoint.get();
-    if (!options.client.databases) options.client.databases = std::make_shared<RouterDirectory>(router_);
+    if (options.any_database) {
+      any_database_ = std::move(options.any_database);
+      max_any_databases_ = std::max<std::size_t>(1, options.max_any_databases);
+      router_->SetFallback([this](const std::string& name) { return OpenAnyDatabase(name); });
+    }
+    if (!options.client.databases) {
+      options.client.databases = std::make_shared<RouterDirectory>(router_, any_database_.has_value());
+    }
     return StartClient(std::move(executors), std::move(options.client), router_.get());
+  }
+
+  // The router's fallback (ConnectOptions::any_database): starts `name`'s
+  // Endpoint on the "*" entry's origin with `name` as its database.
+  absl::StatusOr<std::shared_ptr<Transport>> OpenAnyDatabase(const std::string& name) {
+    std::lock_guard lock(mu_);
+    if (closed_ || !router_) return absl::UnavailableError("hyperpool is shutting down");
+    if (auto it = databases_.find(name); it != databases_.end()) return it->second.transport;  // started meanwhile
+    if (any_names_.size() >= max_any_databases_) {
+      // Room: the Endpoints of the "*" entry no session uses now go.
+      std::vector<std::string> idle;
+      for (const std::string& any : any_names_) {
+        auto it = databases_.find(any);
+        if (it == databases_.end()) continue;
+        const EndpointStats s = it->second.endpoint->Stats();
+        if (s.sessions == 0 && s.origin_lent == 0) idle.push_back(any);
+      }
+      for (const std::string& any : idle) (void)RemoveDatabaseLocked(any);
+    }
+    if (any_names_.size() >= max_any_databases_) {
+      return protocol::WithSqlState(
+          absl::ResourceExhaustedError(absl::StrCat("too many databases served through the \"*\" entry (",
+                                                    max_any_databases_, " in use); \"", name, "\" is refused")),
+          kSqlStateConfigurationLimitExceeded);
+    }
+    EndpointOptions options = *any_database_;
+    options.origin = client::OriginForDatabase(options.origin, name);
+    if (absl::Status s = AddDatabaseLocked(name, std::move(options)); !s.ok()) return s;
+    any_names_.insert(name);
+    return databases_.find(name)->second.transport;
   }
 
   // Requires mu_ and a router.
@@ -283,6 +333,11 @@ class ConnectionImpl final : public Connection {
   std::map<std::string, Database, std::less<>> databases_;
   std::vector<std::unique_ptr<Endpoint>> retired_;
   std::shared_ptr<client::DatabaseRouter> router_;
+  // ConnectOptions::any_database: its options, and the databases started
+  // from it (in databases_ while they run).
+  std::optional<EndpointOptions> any_database_;
+  std::size_t max_any_databases_ = 16;
+  std::set<std::string> any_names_;
   std::vector<asio::any_io_executor> executors_;
   size_t next_database_executor_ = 0;
   Endpoint* default_endpoint_ = nullptr;  // endpoint_, or the first database's

@@ -24,6 +24,27 @@ std::optional<std::string> HelloDatabase(std::string_view initial_bytes) {
   return std::nullopt;
 }
 
+std::string OriginForDatabase(std::string_view origin, std::string_view database) {
+  std::string out(origin);
+  if (origin.starts_with("postgresql://") || origin.starts_with("postgres://")) {
+    out += origin.find('?') == std::string_view::npos ? '?' : '&';
+    out += "dbname=" + PercentEncode(database);
+    return out;
+  }
+  out += " dbname='";
+  for (char c : database) {
+    if (c == '\\' || c == '\'') out += '\\';
+    out += c;
+  }
+  out += '\'';
+  return out;
+}
+
+void DatabaseRouter::SetFallback(Fallback fallback) {
+  std::lock_guard lock(mu_);
+  fallback_ = std::move(fallback);
+}
+
 void DatabaseRouter::Set(std::string name, std::shared_ptr<Transport> transport) {
   std::lock_guard lock(mu_);
   routes_[std::move(name)] = std::move(transport);
@@ -58,6 +79,16 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<Link>>> DatabaseRouter::Open(asio
   const std::optional<std::string> database = HelloDatabase(initial_bytes);
   // Held for the Open: a reload may remove the route meanwhile.
   std::shared_ptr<Transport> transport = Find(database);
+  Fallback fallback;
+  if (transport == nullptr && database) {
+    std::lock_guard lock(mu_);
+    fallback = fallback_;
+  }
+  if (fallback) {
+    absl::StatusOr<std::shared_ptr<Transport>> made = fallback(*database);
+    if (!made.ok()) co_return made.status();
+    transport = *std::move(made);
+  }
   if (transport == nullptr) {
     co_return absl::NotFoundError("database \"" + database.value_or("") + "\" is no longer served");
   }

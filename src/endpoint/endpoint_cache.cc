@@ -566,7 +566,31 @@ bool SessionCache::DescribeWindowReady() const {
          last_status_ == 'I';
 }
 
-void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn) {
+void SessionCache::AdjustExecute(std::string& to_origin, std::size_t from) {
+  if (!leader_ || leader_->max_rows <= 0 || leader_->max_rows == INT32_MAX || row_limit_.limit != 0) return;
+  // Exactly one Execute frame was appended: its last four bytes are the limit.
+  if (from > to_origin.size() || to_origin.size() - from < 9 || to_origin[from] != 'E') return;
+  const auto* u = reinterpret_cast<const unsigned char*>(to_origin.data() + from + 1);
+  const uint32_t length = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  if (uint64_t{length} + 1 != to_origin.size() - from) return;
+  const uint32_t raised = static_cast<uint32_t>(leader_->max_rows) + 1;
+  char* limit = to_origin.data() + to_origin.size() - 4;
+  limit[0] = static_cast<char>(raised >> 24);
+  limit[1] = static_cast<char>(raised >> 16);
+  limit[2] = static_cast<char>(raised >> 8);
+  limit[3] = static_cast<char>(raised);
+  row_limit_ = RowLimit{leader_->max_rows, 0};
+  leader_->max_rows = 0;  // once: the unit has one Execute
+}
+
+SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& batch,
+                                                        const OriginConnection& conn) {
+  OriginVerdict verdict = OriginVerdict::kForward;
+  if (row_limit_.limit != 0) {
+    if (tag == 'D' && ++row_limit_.rows > row_limit_.limit) verdict = OriginVerdict::kDrop;
+    if (tag == 'C' && row_limit_.rows >= row_limit_.limit) verdict = OriginVerdict::kSuspend;
+    if (tag == 'Z') row_limit_ = RowLimit{};
+  }
   if (describe_window_ == DescribeWindow::kOpen) {
     if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && describe_answers_ > 0) {
       --describe_answers_;
@@ -647,6 +671,7 @@ void SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& ba
     }
     if (leader_ && pending_.empty()) EndLeader(/*abandon=*/true);
   }
+  return verdict;
 }
 
 }  // namespace hyperpool::endpoint

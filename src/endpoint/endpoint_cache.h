@@ -241,7 +241,19 @@ class SessionCache {
   // After kWait: true when the unit was answered into `local_out`.
   asio::awaitable<bool> FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status);
   void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);
-  void OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn);
+  // The session appended an Execute to `to_origin` at `from`. When it is the
+  // row-limited Execute of a unit this session fetches for the tier
+  // (asyncpg's fetchrow: limit 1), its limit is raised by one: a result that
+  // then completes is the whole result and is stored, while OnOriginFrame
+  // gives the client exactly what its own limit gives (the extra row
+  // dropped, CommandComplete turned into PortalSuspended when the limit was
+  // reached). The unit ends with a Sync outside a transaction, which closes
+  // the portal: nothing else could fetch the row read ahead, and a
+  // cacheable statement has no side effects to run once more.
+  void AdjustExecute(std::string& to_origin, std::size_t from);
+  // What the session does with an origin frame it would forward.
+  enum class OriginVerdict { kForward, kDrop, kSuspend };
+  OriginVerdict OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn);
   // The unit this session leads could not get an origin connection
   // (`status`, from the pool): with stale-if-error on, a kept entry past its
   // max age answers it into `local_out` (as Intercept would); false when
@@ -295,8 +307,16 @@ class SessionCache {
     std::shared_ptr<const CacheEntry> fallback;
     cache::ReplayRequest replay;
     cache::ProtocolForm form = cache::ProtocolForm::kSimple;
+    int32_t max_rows = 0;  // the unit's Execute row limit (0: none): AdjustExecute
     explicit Leader(std::size_t max) : capture(max) {}
   };
+  // The client's own row limit on a limited Execute raised by AdjustExecute,
+  // until the unit's ReadyForQuery.
+  struct RowLimit {
+    int32_t limit = 0;  // 0: none active
+    int64_t rows = 0;   // DataRows the origin sent so far
+  };
+  RowLimit row_limit_;
 
   Effect EffectOf(const cache::SqlText& text, bool apply_settings);
   // A unit that changes session state was forwarded.

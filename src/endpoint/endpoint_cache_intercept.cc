@@ -221,6 +221,7 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
           leader_->tables = std::move(l.tables);
           leader_->ttl = Ttl();
           leader_->owns_key = false;
+          leader_->max_rows = l.replay.max_rows;
           cache_->Publish();
           lookup_.reset();
           return InterceptResult::kNotServed;
@@ -247,6 +248,7 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
         leader_->ttl = Ttl();
         leader_->replay = l.replay;
         leader_->form = l.form;
+        leader_->max_rows = l.replay.max_rows;
         if (ask_shared) {
           // Second level: another Endpoint may have fetched it. The local
           // flight stays led by this session meanwhile (followers wait).

@@ -105,6 +105,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   asio::awaitable<void> ReadLink();
   asio::awaitable<void> ReadOrigin();
+  // The link may be read: the core wants client bytes and what it made for
+  // the origin and is not written yet (the origin is busy) is within
+  // EndpointOptions::max_pending_to_origin. Bytes still unparsed do not
+  // count: one message larger than the bound must still arrive whole.
+  bool MayReadLink() const;
 
   // Carries out what the core's outbox holds (see the file comment), until
   // it is empty; sends `to_client` when `flush_link` (or the core says the

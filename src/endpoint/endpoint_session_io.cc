@@ -32,9 +32,18 @@ bool Session::Cancel() {
 
 // ----- The readers
 
+bool Session::MayReadLink() const {
+  if (!core_->wants_client()) return false;
+  const std::size_t pending =
+      core_->outbox().to_origin.size() + origin_out_.size() + origin_writing_buf_.size();
+  return pending <= endpoint_->options.max_pending_to_origin;
+}
+
 asio::awaitable<void> Session::ReadLink() {
   for (;;) {
-    while (!finished_ && !core_->ending() && !core_->wants_client()) co_await client_wake_.Wait();
+    // Backpressure (MayReadLink): an app that pipelines while its origin
+    // connection is busy blocks in its send, as directly.
+    while (!finished_ && !core_->ending() && !MayReadLink()) co_await client_wake_.Wait();
     if (finished_ || core_->ending()) co_return;
     // Into a buffer of our own: a Receive in progress may hold scratch
     // space at its end, which the core must never read.
@@ -130,11 +139,11 @@ void Session::Execute(bool flush_link) {
     }
   }
   executing_ = false;
-  if (core_->wants_client()) client_wake_.Notify();
   if (core_->wants_origin()) origin_wake_.Notify();
   // At once when the socket and the link take the bytes (the usual case:
   // no coroutine, no suspension); the rest by a writer of its own.
   if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) StartOriginWrite();
+  if (MayReadLink()) client_wake_.Notify();  // after the write above: it may have made room
   if (!link_out_.empty() && !link_sending_) {
     if (link_->TrySend(link_out_)) {
       link_out_.clear();
@@ -262,6 +271,7 @@ asio::awaitable<void> Session::WriteOrigin() {
     writing_ = nullptr;
     origin_writing_buf_.clear();
     ReleaseIfLarge(origin_writing_buf_);
+    if (MayReadLink()) client_wake_.Notify();  // room again for the app's bytes
     if (!lease_ || &lease_.As<OriginConnection>() != c) {
       MaybeFinishRelease();  // released meanwhile: what was for it is moot
       continue;

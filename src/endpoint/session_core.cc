@@ -292,7 +292,9 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
   // kChecked: the shape check (if any) is over.
   if (conn_ == nullptr) return Next::kConsumed;  // lost meanwhile: the loss answered the unit
   // Prepared statements: renamed, replayed or answered here (statement_session.h).
+  const std::size_t appended_at = out_.to_origin.size();
   statements_.OnFrontend(frame, conn_->statements(), out_.to_origin);
+  if (frame.tag == 'E') cache_.AdjustExecute(out_.to_origin, appended_at);  // a cached unit's row limit
   return Next::kConsumed;
 }
 

@@ -19,6 +19,10 @@
 
 namespace hyperpool::endpoint {
 
+namespace {
+constexpr std::string_view kPortalSuspendedFrame("s\0\0\0\4", 5);
+}  // namespace
+
 bool SessionCore::wants_origin() const {
   return conn_ != nullptr && (outstanding_ > 0 || in_unit_) && hold_ == HoldStep::kNone && !session_done_ &&
          state_ != State::kOwnQuery && state_ != State::kPreparing;
@@ -89,13 +93,26 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
   }
   // The query cache (capture, invalidate, control messages) sees what the
   // client sees: not the answers to our own hidden messages.
-  if (!statements_.Hides(tag)) cache_.OnOriginFrame(tag, frame.raw, out_.to_client, *c);
+  // A limited Execute the cache read one row further (AdjustExecute): the
+  // client gets what its own limit gives.
+  if (!statements_.Hides(tag)) {
+    switch (cache_.OnOriginFrame(tag, frame.raw, out_.to_client, *c)) {
+      case SessionCache::OriginVerdict::kForward:
+        break;
+      case SessionCache::OriginVerdict::kDrop:
+        raw = {};
+        break;
+      case SessionCache::OriginVerdict::kSuspend:
+        raw = kPortalSuspendedFrame;
+        break;
+    }
+  }
   const bool checking = statements_.shape_check_pending();
   if (statements_.OnBackend(frame, c->statements(), out_.to_client) == StatementSession::Verdict::kForward) {
     if (tag == 'A') {
       // The sender pid as the apps know it (notification_pid.h).
       AppendTranslatedNotification(out_.to_client, frame.raw, endpoint_.notifier_pids);
-    } else {
+    } else if (!raw.empty()) {
       protocol::AppendRawFrame(out_.to_client, raw);
     }
   }

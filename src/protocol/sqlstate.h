@@ -29,6 +29,7 @@ inline constexpr std::string_view kSqlStateUndefinedObject = "42704";
 // Class 53: insufficient resources.
 inline constexpr std::string_view kSqlStateOutOfMemory = "53200";
 inline constexpr std::string_view kSqlStateTooManyConnections = "53300";
+inline constexpr std::string_view kSqlStateConfigurationLimitExceeded = "53400";
 // Class 54: program_limit_exceeded (a message over max_message_size).
 inline constexpr std::string_view kSqlStateProgramLimitExceeded = "54000";
 // Class 57: operator intervention.

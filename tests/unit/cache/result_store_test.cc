@@ -160,6 +160,21 @@ TEST_CASE("replay produces the messages the client's request calls for") {
   }
 }
 
+TEST_CASE("a limited Execute is answered as PostgreSQL answers it") {
+  // Two stored rows; PostgreSQL suspends once the limit is reached.
+  auto [limit, tags] = GENERATE(table<int32_t, std::string>({
+      {0, "2DDCZ"}, {1, "2DsZ"}, {2, "2DDsZ"}, {3, "2DDCZ"}, {100, "2DDCZ"}}));
+  CAPTURE(limit);
+  ReplayRequest req{ProtocolForm::kExtended, false, true, ReplayRequest::Describe::kNone, true, true};
+  req.max_rows = limit;
+  std::string out;
+  REQUIRE(AppendReplay(Stored(false, false), req, out).ok());
+  CHECK(Tags(out) == tags);
+  std::string empty;  // no rows: complete within any limit
+  REQUIRE(AppendReplay(kC, req, empty).ok());
+  CHECK(Tags(empty) == "2CZ");
+}
+
 TEST_CASE("replayed rows are the captured bytes, and Z is idle") {
   std::string stream = RowDesc() + Row(7) + kC + kZ;
   ResultCapture cap(1 << 20);

@@ -112,7 +112,11 @@ TEST_CASE("candidate units: a simple Query, or P/B/[D portal]/E/S with unnamed o
 
   CHECK(ParseCandidateUnit(Extended("SELECT 1", false), u) == UnitShape::kCandidate);
   REQUIRE(ParseCandidateUnit(Extended("SELECT 1", true, "named"), u) == UnitShape::kNotCandidate);  // Bind names ""
-  CHECK(ParseCandidateUnit(Extended("SELECT 1", true, "", 10), u) == UnitShape::kNotCandidate);
+  // A row limit (asyncpg's fetchrow) is a candidate: answered truncated.
+  REQUIRE(ParseCandidateUnit(Extended("SELECT 1", true, "", 10), u) == UnitShape::kCandidate);
+  CHECK(u.replay.max_rows == 10);
+  REQUIRE(ParseCandidateUnit(Extended("SELECT 1", true, "", -1), u) == UnitShape::kCandidate);
+  CHECK(u.replay.max_rows == 0);  // <= 0 means no limit in PostgreSQL
   std::string partial = Extended("SELECT 1");
   partial.resize(partial.size() - 5);  // no Sync yet
   CHECK(ParseCandidateUnit(partial, u) == UnitShape::kIncomplete);
@@ -174,7 +178,8 @@ TEST_CASE("candidate units: named statements and portals, Describe(statement) be
   CHECK(ParseCandidateUnit(P("s1", "SELECT 1") + B("a", "s1", "7") + E("b") + S(), u) == UnitShape::kNotCandidate);
   CHECK(ParseCandidateUnit(P("s1", "SELECT 1") + D('S', "s2") + B("", "s1", "7") + E("") + S(), u) ==
         UnitShape::kNotCandidate);
-  CHECK(ParseCandidateUnit(P("s1", "SELECT 1") + B("", "s1", "7") + E("", 10) + S(), u) == UnitShape::kNotCandidate);
+  REQUIRE(ParseCandidateUnit(P("s1", "SELECT 1") + B("", "s1", "7") + E("", 10) + S(), u) == UnitShape::kCandidate);
+  CHECK(u.replay.max_rows == 10);
   // Bind of an earlier statement: only through the session's lookup.
   const std::string bind_only = B("", "s1", "7") + E("") + S();
   CHECK(ParseCandidateUnit(bind_only, u) == UnitShape::kNotCandidate);

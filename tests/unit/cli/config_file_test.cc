@@ -42,6 +42,7 @@ mode = "session"
 acquire_timeout_ms = 500
 idle_timeout_s = 60
 max_lifetime_s = 120
+max_pending_to_origin = 8388608
 [cache]
 enabled = false
 max_age_s = 30
@@ -87,6 +88,7 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--acquire-timeout") == "500");
   CHECK(ValueOf(*config, "--idle-timeout") == "60");
   CHECK(ValueOf(*config, "--max-lifetime") == "120");
+  CHECK(ValueOf(*config, "--max-pending-to-origin") == "8388608");
   CHECK(ValueOf(*config, "--no-cache") == "");
   CHECK(ValueOf(*config, "--cache-max-age") == "30");
   CHECK(ValueOf(*config, "--cache-swr") == "5");

@@ -81,5 +81,35 @@ TEST_CASE("the router sends each link to its database's transport and refuses re
   CHECK(app->opened.size() == 1);
 }
 
+TEST_CASE("a fallback (the \"*\" entry) serves names not routed, or says why not") {
+  asio::io_context io;
+  auto app = std::make_shared<RecordingTransport>(io);
+  auto any = std::make_shared<RecordingTransport>(io);
+  DatabaseRouter router;
+  router.Set("app", app);
+  router.SetDefault("app");
+  std::vector<std::string> asked;
+  router.SetFallback([&](const std::string& name) -> absl::StatusOr<std::shared_ptr<Transport>> {
+    asked.push_back(name);
+    if (name == "full") return absl::ResourceExhaustedError("too many");
+    return any;
+  });
+  REQUIRE(OpenOn(io, router, BuildLinkHello({{std::string(kDatabaseParam), "new_db"}}, "1")).ok());
+  REQUIRE(OpenOn(io, router, BuildLinkHello({{std::string(kDatabaseParam), "app"}}, "2")).ok());
+  REQUIRE(OpenOn(io, router, BuildLinkHello({}, "probe")).ok());  // no database: the default, never the fallback
+  auto full = OpenOn(io, router, BuildLinkHello({{std::string(kDatabaseParam), "full"}}, "3"));
+  CHECK(absl::IsResourceExhausted(full.status()));
+  CHECK(asked == std::vector<std::string>{"new_db", "full"});
+  CHECK(any->opened.size() == 1);
+  CHECK(app->opened.size() == 2);
+}
+
+TEST_CASE("OriginForDatabase replaces the origin's database") {
+  CHECK(OriginForDatabase("postgresql://u@h:5432/postgres?sslmode=disable", "my db") ==
+        "postgresql://u@h:5432/postgres?sslmode=disable&dbname=my%20db");
+  CHECK(OriginForDatabase("postgres://u@h/postgres", "x") == "postgres://u@h/postgres?dbname=x");
+  CHECK(OriginForDatabase("host=h dbname=postgres", "it's") == "host=h dbname=postgres dbname='it\\'s'");
+}
+
 }  // namespace
 }  // namespace hyperpool::client
