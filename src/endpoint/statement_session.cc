@@ -252,10 +252,12 @@ bool StatementSession::StartShapeCheck(const protocol::Frame& frame, ConnectionS
   const StatementRef* ref = client_.Find(name);
   if (ref == nullptr) return false;
   const StatementRef& statement = *ref;
-  if (statement->retired || !statement->shape_known || statement->shape_epoch == catalog_.epoch() ||
-      conn.Has(statement.get())) {
-    return false;
-  }
+  if (!statement->shape_known || conn.Has(statement.get())) return false;
+  // A retired statement is checked at every use where it is missing: as a
+  // PostgreSQL statement whose result type changed, it works again once its
+  // query has its original result type again (the table re-created as it was).
+  if (!statement->retired && statement->shape_epoch == catalog_.epoch()) return false;
+  EmitPendingCloses(conn, out);  // a retired statement's own name may still exist there
   Replay(statement, conn, out);
   ops_.back().shape_check = true;
   protocol::AppendFrame(out, 'H', {});  // the origin answers a Flush at once; no Sync (the unit goes on)
@@ -273,8 +275,14 @@ bool StatementSession::OnShape(const Op& op, char tag, std::string_view payload,
     statement.shape_epoch = catalog_.epoch();
     return true;
   }
-  if (statement.shape == shape) {
+  // What defines the result type (protocol::SameResultType), not the bytes:
+  // a table dropped and re-created with the same columns has new table OIDs
+  // in its RowDescription, and PostgreSQL runs the statement as before.
+  const bool same = statement.shape.empty() || shape.empty() ? statement.shape == shape
+                                                            : protocol::SameResultType(statement.shape, shape);
+  if (same) {
     statement.shape_epoch = catalog_.epoch();
+    if (op.verify && statement.retired) statement.retired = false;  // its original result type again
     return true;
   }
   if (!op.verify) return true;  // the client's own Describe: it now holds this shape itself
