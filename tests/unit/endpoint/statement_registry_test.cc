@@ -226,6 +226,8 @@ class ModelBackend {
         received.push_back("E");
         if (portal_text_.empty()) {
           protocol::AppendFrame(out, 'I', {});
+        } else if (portal_text_.find("pg_prepared_statements") != std::string::npos) {
+          protocol::Encode(protocol::CommandComplete{"SELECT " + std::to_string(statements.size())}, out);
         } else {
           protocol::Encode(protocol::CommandComplete{"SELECT 1"}, out);
         }
@@ -257,6 +259,8 @@ class ModelBackend {
         } else if (q->query == "DEALLOCATE ALL" || q->query == "DISCARD ALL") {
           statements.clear();
           protocol::Encode(protocol::CommandComplete{q->query}, out);
+        } else if (q->query.find("pg_prepared_statements") != std::string_view::npos) {
+          protocol::Encode(protocol::CommandComplete{"SELECT " + std::to_string(statements.size())}, out);
         } else if (q->query.substr(0, 6) == "ALTER ") {
           protocol::Encode(protocol::CommandComplete{"ALTER TABLE"}, out);
         } else if (q->query.substr(0, 7) == "PREPARE") {
@@ -689,6 +693,48 @@ TEST_CASE("a statement whose result type changed works again once its query has 
   h.conns[1]->backend.received.clear();
   CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
   CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_1", "D hp_1", "H", "B hp_1", "E", "S"});
+}
+
+TEST_CASE("a client reading pg_prepared_statements sees its own statements only, in its order") {
+  // The model answers a read of the view with "SELECT <statements on the backend>".
+  Harness h(1);
+  StatementSession other(h.catalog);
+  StatementSession a(h.catalog);
+  const std::string view = "select count(*) from pg_prepared_statements";
+  CHECK(h.Run(other, 0, Parse("o1", "SELECT 1") + Parse("o2", "SELECT 2") + Sync()) == "1 1 Z");
+  CHECK(h.conns[0]->backend.statements.size() == 2);
+  // A fresh client: none of the other session's statements.
+  CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 0 Z");
+  CHECK(h.Run(a, 0, Parse("", view) + Bind("") + Execute() + Sync()) == "1 2 C:SELECT 0 Z");
+  // Its own (one shared with the other session), prepared on the
+  // connection only now, in its order.
+  CHECK(h.Run(a, 0, Parse("s2", "SELECT 2") + Parse("s3", "SELECT 3") + Sync()) == "1 1 Z");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 2 Z");
+  CHECK(h.conns[0]->backend.received ==
+        std::vector<std::string>{"C hp_3", "C hp_2", "P hp_2", "D hp_2", "P hp_3", "D hp_3", "S", "Q " + view});
+  // Its own statement reading the view counts itself (psycopg's 6th run of it).
+  CHECK(h.Run(a, 0, Parse("_pg3_0", view) + Bind("_pg3_0") + Execute() + Sync()) == "1 2 C:SELECT 3 Z");
+  CHECK(h.Run(a, 0, Bind("_pg3_0") + Execute() + Sync()) == "2 C:SELECT 3 Z");
+  // Forgotten names are gone from the view too (psycopg's DEALLOCATE).
+  CHECK(h.Run(a, 0, Query("DEALLOCATE s3")) == "C:DEALLOCATE Z");
+  CHECK(h.Run(a, 0, Bind("_pg3_0") + Execute() + Sync()) == "2 C:SELECT 2 Z");
+  // The other session's statements are replayed where it needs them.
+  CHECK(h.Run(other, 0, Bind("o1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("a statement of the client's that no longer parses is missing from the view, not an error") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  const std::string view = "select count(*) from pg_prepared_statements";
+  // Prepared without a connection (a parse-only unit): its error would come at its first Bind.
+  std::string answers;
+  REQUIRE(testing::ForEachFrame(Parse("s1", "FAIL later") + Parse("s2", "SELECT 2") + Sync(),
+                                [&](const protocol::Frame& f) { a.AnswerParseOnly(f, answers); }));
+  CHECK(Harness::Describe(answers) == "1 1 Z");
+  CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 0 Z");  // s1's Parse failed: its group skipped s2 too
+  CHECK(h.Run(a, 0, Parse("", view) + Bind("") + Execute() + Sync()) == "1 2 C:SELECT 0 Z");
+  CHECK(h.Run(a, 0, Bind("s2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
 }
 
 }  // namespace
