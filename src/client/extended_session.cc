@@ -65,18 +65,7 @@ bool SameRowShape(std::string_view a, std::string_view b) {
   if (!fa || !fb || fa->tag != fb->tag) return false;
   if (fa->tag == 'n') return true;
   if (fa->tag != 'T') return false;
-  auto ra = pr::DecodeRowDescription(fa->payload);
-  auto rb = pr::DecodeRowDescription(fb->payload);
-  if (!ra.ok() || !rb.ok() || ra->fields.size() != rb->fields.size()) return false;
-  for (size_t i = 0; i < ra->fields.size(); ++i) {
-    const pr::FieldDescription& x = ra->fields[i];
-    const pr::FieldDescription& y = rb->fields[i];
-    if (x.name != y.name || x.table_oid != y.table_oid || x.column_attr != y.column_attr ||
-        x.type_oid != y.type_oid || x.type_size != y.type_size || x.type_modifier != y.type_modifier) {
-      return false;
-    }
-  }
-  return true;
+  return pr::SameResultType(fa->payload, fb->payload);
 }
 
 ExtendedSession::ExtendedSession(StatementMetadataStore* store, std::string database, std::string hello_fingerprint)
@@ -316,6 +305,34 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
 ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Frame& frame, std::string_view rest,
                                                             const ExtendedContext& ctx, std::string& to_link,
                                                             std::string& local) {
+  FrontendResult result = Dispatch(frame, rest, ctx, to_link, local);
+  // An extended-protocol message that reaches the origin begins (or goes on
+  // with) an implicit transaction that only a Sync, or a simple Query, ends:
+  // until then the session is not idle, whatever was answered (asyncpg's
+  // prepare() sends Parse + Describe + Flush; a Bind + Execute + Sync after
+  // it answered from the Client tier would leave the origin connection
+  // inside that transaction, holding its locks, for good).
+  switch (frame.tag) {
+    case 'S':
+    case 'Q':
+      unsynced_ = false;
+      break;
+    case 'P':
+    case 'B':
+    case 'D':
+    case 'E':
+    case 'C':
+      if (result.forwarded) unsynced_ = true;
+      break;
+    default:
+      break;
+  }
+  return result;
+}
+
+ExtendedSession::FrontendResult ExtendedSession::Dispatch(const protocol::Frame& frame, std::string_view rest,
+                                                          const ExtendedContext& ctx, std::string& to_link,
+                                                          std::string& local) {
   FrontendResult result;
   if (lost_) {
     to_link += frame.raw;

@@ -75,8 +75,9 @@ struct ExtendedContext {
 void AppendCachedPlanChanged(std::string& out);
 
 // True if two RowDescription ('T') or NoData ('n') frames describe the same
-// columns (names, table columns, types, sizes, modifiers; format codes are
-// what the Bind asked for and are not compared).
+// result type (protocol::SameResultType: names, types, sizes, modifiers; not
+// the table OIDs and attribute numbers, which a table dropped and re-created
+// with the same columns changes, nor the format codes the Bind asked for).
 bool SameRowShape(std::string_view a, std::string_view b);
 
 class ExtendedSession {
@@ -112,8 +113,9 @@ class ExtendedSession {
   void set_fingerprint(std::string fingerprint) { hello_fp_ = std::move(fingerprint); }
 
   bool lost() const { return lost_; }
-  // Nothing forwarded is waiting for an answer.
-  bool idle() const { return pending_.empty() && !skipping_ && !swallow_to_ready_; }
+  // Nothing forwarded is waiting for an answer, and no implicit transaction
+  // an unsynced extended message began is open at the origin.
+  bool idle() const { return pending_.empty() && !skipping_ && !swallow_to_ready_ && !unsynced_; }
 
  private:
   enum class Expect : uint8_t {
@@ -141,6 +143,8 @@ class ExtendedSession {
 
   // OnFrontend for Parse, Describe and Bind; false if the frame does not
   // decode (then it is forwarded for the origin to reject).
+  FrontendResult Dispatch(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
+                          std::string& to_link, std::string& local);
   bool OnParse(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx, std::string& to_link,
                std::string& local, FrontendResult& result);
   bool OnDescribe(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx,
@@ -163,6 +167,7 @@ class ExtendedSession {
   bool skipping_ = false;            // the origin skips to a Sync not yet sent (an error was seen)
   bool swallow_to_ready_ = false;    // 0A000 was reported: swallow up to ReadyForQuery
   bool lost_ = false;
+  bool unsynced_ = false;            // an extended message went to the link since the last Sync / Query
   std::string check_portal_;         // the driver's own Describe(portal) of this name is the check
   std::shared_ptr<const StatementMetadata> check_promise_;
   std::string check_key_;

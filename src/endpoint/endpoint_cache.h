@@ -343,6 +343,9 @@ class SessionCache {
     Wait wait = Wait::kNone;
   };
   InterceptResult Step(std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // A refresh_only look-up that found an entry or a fetch in flight: the
+  // unit goes to the origin as a mark-only leader (never served, never waits).
+  InterceptResult RefreshOnly();
   std::optional<Lookup> lookup_;
   // The shared tier's answer for `key` (the leader's look-up, bounded by
   // its timeout): a current entry, or null with leader_->token set.

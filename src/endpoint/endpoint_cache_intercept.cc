@@ -195,6 +195,27 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   return Step(local_out, skip_until_sync, skip_status);
 }
 
+// A unit that must reach the origin although its key is cached or being
+// fetched (it holds a named Parse: the statement outlives the unit, and the
+// session's statement map learns it only from the forwarded Parse; or it
+// follows a Describe flight): it goes there as a "mark-only" leader whose
+// result refreshes the entry (Put, not Complete: another session may own
+// the key's flight) and is marked for the Client tier as a leader's would be.
+SessionCache::InterceptResult SessionCache::RefreshOnly() {
+  Lookup& l = *lookup_;
+  leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
+  leader_->key = std::move(l.key);
+  leader_->digest = l.digest;
+  leader_->generation = cache_->generation();
+  leader_->tables = std::move(l.tables);
+  leader_->ttl = Ttl();
+  leader_->owns_key = false;
+  leader_->max_rows = l.replay.max_rows;
+  cache_->Publish();
+  lookup_.reset();
+  return InterceptResult::kNotServed;
+}
+
 // One round of the look-up (at most four: a leader that abandoned makes its
 // followers look again). kWait leaves lookup_->wait set for FinishIntercept.
 SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& skip_until_sync, char& skip_status) {
@@ -210,22 +231,7 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
     switch (lk.status) {
       case CacheLookupStatus::kHit:
       case CacheLookupStatus::kStale: {
-        if (l.refresh_only) {
-          // The origin must see a named Parse (the statement outlives the
-          // unit), so the unit goes there; its result refreshes the entry
-          // and is marked for the Client tier as a leader's would be.
-          leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-          leader_->key = std::move(l.key);
-          leader_->digest = l.digest;
-          leader_->generation = cache_->generation();
-          leader_->tables = std::move(l.tables);
-          leader_->ttl = Ttl();
-          leader_->owns_key = false;
-          leader_->max_rows = l.replay.max_rows;
-          cache_->Publish();
-          lookup_.reset();
-          return InterceptResult::kNotServed;
-        }
+        if (l.refresh_only) return RefreshOnly();
         bool served = Serve(lk.entry, l.form, l.replay, l.digest, local_out, skip_until_sync, skip_status);
         if (served) cache_->NoteServed(l.waited);
         cache_->Publish();
@@ -238,7 +244,9 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
         // (while others are served the stale entry).
         // Without a shared tier to ask, the look-up ends here: its key and
         // tables move to the leader instead of being copied.
-        const bool ask_shared = cache_->shared() != nullptr && cache_->shared()->up();
+        // (Not for a unit that must reach the origin anyway: the shared
+        // tier's answer would be served in place of its named Parse.)
+        const bool ask_shared = cache_->shared() != nullptr && cache_->shared()->up() && !l.refresh_only;
         leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
         if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(l.key);
         leader_->key = ask_shared ? l.key : std::move(l.key);
@@ -260,6 +268,11 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
         return InterceptResult::kNotServed;
       }
       case CacheLookupStatus::kMissFollower: {
+        // A unit that must reach the origin anyway does not wait for
+        // another session's fetch: served from it, its named Parse would
+        // never reach the origin (nor the session's statement map), and the
+        // driver's next Bind of that name would find no statement (26000).
+        if (l.refresh_only) return RefreshOnly();
         wait_key_ = l.key;
         wait_id_ = lk.wait_id;
         l.wait = Lookup::Wait::kFollower;

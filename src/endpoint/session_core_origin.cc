@@ -36,6 +36,12 @@ bool SessionCore::OnOriginFrame(const protocol::Frame& frame) {
 bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from) {
   OriginConnection* c = conn_;
   const char tag = frame.tag;
+  if (from == HoldStep::kNone && tag == 'Z' && statements_.OwnsReady()) {
+    // The ReadyForQuery of a Sync the statements sent on their own (before a
+    // read of pg_prepared_statements): not the client's, nobody else's.
+    (void)statements_.OnBackend(frame, c->statements(), out_.to_client);
+    return true;
+  }
   if (from == HoldStep::kNone) {
     const CopyTracker::BackendEffect copy = copy_.OnBackend(tag);
     if (copy.unanswered > 0) outstanding_ -= std::min(outstanding_, copy.unanswered);

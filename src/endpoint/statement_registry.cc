@@ -1,10 +1,12 @@
 #include "endpoint/statement_registry.h"
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <utility>
 
 #include "absl/strings/string_view.h"
+#include "endpoint/statement_session.h"
 #include "protocol/wire_writer.h"
 
 namespace hyperpool::endpoint {
@@ -12,6 +14,26 @@ namespace {
 
 // Debian's abseil has its own absl::string_view: heterogeneous lookups need one.
 absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+void SkipSpace(std::string_view& s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+}
+
+// Consumes `word` (case-insensitive) followed by a non-identifier character or the end.
+bool TakeKeyword(std::string_view& s, std::string_view word) {
+  if (s.size() < word.size()) return false;
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != word[i]) return false;
+  }
+  if (s.size() > word.size()) {
+    const char c = s[word.size()];
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$') return false;
+  }
+  s.remove_prefix(word.size());
+  return true;
+}
 
 }  // namespace
 
@@ -40,6 +62,7 @@ StatementRef StatementCatalog::Intern(std::string_view key, std::string_view que
   info->key.assign(key.data(), key.size());
   info->epoch = epoch_;
   info->server_name = prefix_ + std::to_string(++counter_);
+  info->reads_prepared_view = ReadsPreparedView(query);
   std::string payload;
   payload.reserve(info->server_name.size() + query.size() + types_raw.size() + 2);
   protocol::AppendCString(payload, info->server_name);
@@ -72,15 +95,41 @@ void StatementCatalog::PruneExpired() {
 void ClientStatements::Set(std::string_view name, StatementRef statement) {
   auto it = named_.find(Absl(name));
   if (it != named_.end()) {
-    it->second = std::move(statement);
+    if (it->second.statement != statement) it->second.order = ++next_order_;
+    it->second.statement = std::move(statement);
   } else {
-    named_.emplace(std::string(name), std::move(statement));
+    named_.emplace(std::string(name), Named{std::move(statement), ++next_order_});
   }
 }
 
 const StatementRef* ClientStatements::Find(std::string_view name) const {
   auto it = named_.find(Absl(name));
-  return it == named_.end() ? nullptr : &it->second;
+  return it == named_.end() ? nullptr : &it->second.statement;
+}
+
+void ClientStatements::InOrder(std::vector<StatementRef>& out) const {
+  std::vector<const Named*> all;
+  all.reserve(named_.size());
+  for (const auto& [name, named] : named_) all.push_back(&named);
+  std::sort(all.begin(), all.end(), [](const Named* a, const Named* b) { return a->order < b->order; });
+  out.clear();
+  for (const Named* n : all) {
+    if (std::find(out.begin(), out.end(), n->statement) == out.end()) out.push_back(n->statement);
+  }
+}
+
+bool ReadsPreparedView(std::string_view sql) {
+  constexpr std::string_view kName = "pg_prepared_statement";
+  if (sql.size() < kName.size()) return false;
+  for (std::size_t i = 0; i + kName.size() <= sql.size(); ++i) {
+    if ((sql[i] | 0x20) != 'p') continue;
+    std::size_t j = 1;
+    while (j < kName.size() && static_cast<char>(std::tolower(static_cast<unsigned char>(sql[i + j]))) == kName[j]) {
+      ++j;
+    }
+    if (j == kName.size()) return true;
+  }
+  return false;
 }
 
 bool ClientStatements::Erase(std::string_view name) {
@@ -115,6 +164,55 @@ void ConnectionStatements::Remove(const StatementInfo* statement) {
   if (it == index_.end()) return;
   lru_.erase(it->second);
   index_.erase(it);
+}
+
+bool ParseDeallocate(std::string_view sql, std::string& name) {
+  std::string_view s = sql;
+  SkipSpace(s);
+  if (!TakeKeyword(s, "deallocate")) return false;
+  SkipSpace(s);
+  std::string_view after_prepare = s;
+  if (TakeKeyword(after_prepare, "prepare")) {
+    SkipSpace(after_prepare);
+    // "DEALLOCATE prepare" alone deallocates a statement called prepare.
+    if (!after_prepare.empty() && after_prepare.front() != ';') s = after_prepare;
+  }
+  name.clear();
+  if (s.empty()) return false;
+  if (s.front() == '"') {
+    s.remove_prefix(1);
+    for (;;) {
+      if (s.empty()) return false;
+      const char c = s.front();
+      s.remove_prefix(1);
+      if (c == '"') {
+        if (!s.empty() && s.front() == '"') {
+          name.push_back('"');
+          s.remove_prefix(1);
+          continue;
+        }
+        break;
+      }
+      name.push_back(c);
+    }
+    if (name.empty()) return false;
+  } else {
+    std::string_view word = s;
+    if (TakeKeyword(word, "all")) return false;
+    while (!s.empty()) {
+      const unsigned char c = static_cast<unsigned char>(s.front());
+      if (!(std::isalnum(c) || c == '_' || c == '$' || c >= 0x80)) break;
+      name.push_back(c < 0x80 ? static_cast<char>(std::tolower(c)) : static_cast<char>(c));
+      s.remove_prefix(1);
+    }
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+  }
+  SkipSpace(s);
+  if (!s.empty() && s.front() == ';') {
+    s.remove_prefix(1);
+    SkipSpace(s);
+  }
+  return s.empty();
 }
 
 }  // namespace hyperpool::endpoint

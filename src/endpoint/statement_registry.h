@@ -63,10 +63,19 @@ struct StatementInfo {
   // The catalog epoch at which `shape` was last confirmed (made or checked);
   // a re-Parse after a later schema change is checked first.
   mutable std::uint64_t shape_epoch = 0;
+  // Its text reads pg_prepared_statements (ReadsPreparedView): running it
+  // first shows the client its own statements only (StatementSession).
+  bool reads_prepared_view = false;
 
   std::string_view query() const;
 };
 using StatementRef = std::shared_ptr<const StatementInfo>;
+
+// Whether `sql` may read the pg_prepared_statements view (or its function
+// pg_prepared_statement()): a case-insensitive search for the name, so a
+// comment or a string mentioning it counts too (the cost of a false positive
+// is a few hidden Closes and Parses).
+bool ReadsPreparedView(std::string_view sql);
 
 // Builds the identity key of a Parse into `key` (reusing its capacity):
 // `types_raw` is the Parse's parameter section exactly as on the wire
@@ -129,6 +138,9 @@ class ClientStatements {
   // Forgets every named statement (DISCARD ALL / DEALLOCATE ALL).
   void Clear() { named_.clear(); }
   std::size_t size() const { return named_.size(); }
+  // The distinct statements the client's names map to, in the order the
+  // client prepared them (a name prepared again counts from then).
+  void InOrder(std::vector<StatementRef>& out) const;
 
   // The unnamed statement: its Parse as the client sent it (re-sent
   // verbatim to a connection that lacks it) and a per-Endpoint id that
@@ -142,7 +154,12 @@ class ClientStatements {
   std::string_view unnamed_parse() const { return unnamed_parse_; }
 
  private:
-  absl::flat_hash_map<std::string, StatementRef> named_;
+  struct Named {
+    StatementRef statement;
+    std::uint64_t order = 0;  // when the client prepared it (Set)
+  };
+  absl::flat_hash_map<std::string, Named> named_;
+  std::uint64_t next_order_ = 0;
   std::string unnamed_parse_;
   std::uint64_t unnamed_id_ = 0;  // 0: none
 };
@@ -170,6 +187,8 @@ class ConnectionStatements {
   }
   std::size_t size() const { return index_.size(); }
   std::size_t capacity() const { return capacity_; }
+  // Every statement that exists there, most recently used first.
+  const std::list<StatementRef>& members() const { return lru_; }
 
   // Id (ClientStatements::unnamed_id) of the unnamed statement the backend
   // has, 0 if none or unknown (reset whenever our work on it is done:

@@ -83,76 +83,8 @@ std::string_view SqlStateOf(std::string_view payload) {
   return {};
 }
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-void SkipSpace(std::string_view& s) {
-  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
-}
-
-// Consumes `word` (case-insensitive) followed by a non-identifier character or the end.
-bool TakeKeyword(std::string_view& s, std::string_view word) {
-  if (s.size() < word.size()) return false;
-  for (std::size_t i = 0; i < word.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(s[i])) != word[i]) return false;
-  }
-  if (s.size() > word.size()) {
-    const char c = s[word.size()];
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$') return false;
-  }
-  s.remove_prefix(word.size());
-  return true;
-}
-
 }  // namespace
 
-bool ParseDeallocate(std::string_view sql, std::string& name) {
-  std::string_view s = sql;
-  SkipSpace(s);
-  if (!TakeKeyword(s, "deallocate")) return false;
-  SkipSpace(s);
-  std::string_view after_prepare = s;
-  if (TakeKeyword(after_prepare, "prepare")) {
-    SkipSpace(after_prepare);
-    // "DEALLOCATE prepare" alone deallocates a statement called prepare.
-    if (!after_prepare.empty() && after_prepare.front() != ';') s = after_prepare;
-  }
-  name.clear();
-  if (s.empty()) return false;
-  if (s.front() == '"') {
-    s.remove_prefix(1);
-    for (;;) {
-      if (s.empty()) return false;
-      const char c = s.front();
-      s.remove_prefix(1);
-      if (c == '"') {
-        if (!s.empty() && s.front() == '"') {
-          name.push_back('"');
-          s.remove_prefix(1);
-          continue;
-        }
-        break;
-      }
-      name.push_back(c);
-    }
-    if (name.empty()) return false;
-  } else {
-    std::string_view word = s;
-    if (TakeKeyword(word, "all")) return false;
-    while (!s.empty()) {
-      const unsigned char c = static_cast<unsigned char>(s.front());
-      if (!(std::isalnum(c) || c == '_' || c == '$' || c >= 0x80)) break;
-      name.push_back(c < 0x80 ? static_cast<char>(std::tolower(c)) : static_cast<char>(c));
-      s.remove_prefix(1);
-    }
-    if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
-  }
-  SkipSpace(s);
-  if (!s.empty() && s.front() == ';') {
-    s.remove_prefix(1);
-    SkipSpace(s);
-  }
-  return s.empty();
-}
 
 // ---------------------------------------------------------------------------
 // Queue
@@ -235,6 +167,38 @@ void StatementSession::Replay(const StatementRef& statement, ConnectionStatement
   ops_.back().verify = statement->shape_known;
 }
 
+bool StatementSession::AtUnitStart() const {
+  if (head_ == ops_.size()) return true;
+  const Kind last = ops_.back().kind;
+  return last == Kind::kSync || last == Kind::kQuery || last == Kind::kFunctionCall;
+}
+
+void StatementSession::ShowOwnStatements(ConnectionStatements& conn, std::string& out, bool sync) {
+  const std::size_t first = ops_.size() - head_;
+  // Statements of other sessions go; each is known again on this connection
+  // if its Close is skipped after an error.
+  for (const StatementRef& statement : conn.members()) {
+    AppendClose(out, statement->server_name);
+    Push(Kind::kClose, Mode::kHidden, statement);
+    ops_.back().eviction = true;
+  }
+  conn.Clear();
+  client_.InOrder(own_);
+  for (const StatementRef& statement : own_) {
+    Replay(statement, conn, out);
+    ops_.back().view_only = true;
+  }
+  own_.clear();
+  if (!sync) return;
+  protocol::AppendFrame(out, 'S', {});
+  Push(Kind::kSync, Mode::kHidden);
+  for (std::size_t i = head_ + first; i < ops_.size(); ++i) ops_[i].view_prep = true;
+}
+
+bool StatementSession::OwnsReady() const {
+  return head_ < ops_.size() && ops_[head_].kind == Kind::kSync && ops_[head_].mode == Mode::kHidden;
+}
+
 bool StatementSession::StartShapeCheck(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out) {
   if (skipping_ || shape_check_pending_) return false;
   std::string_view rest = frame.payload;
@@ -252,10 +216,12 @@ bool StatementSession::StartShapeCheck(const protocol::Frame& frame, ConnectionS
   const StatementRef* ref = client_.Find(name);
   if (ref == nullptr) return false;
   const StatementRef& statement = *ref;
-  if (statement->retired || !statement->shape_known || statement->shape_epoch == catalog_.epoch() ||
-      conn.Has(statement.get())) {
-    return false;
-  }
+  if (!statement->shape_known || conn.Has(statement.get())) return false;
+  // A retired statement is checked at every use where it is missing: as a
+  // PostgreSQL statement whose result type changed, it works again once its
+  // query has its original result type again (the table re-created as it was).
+  if (!statement->retired && statement->shape_epoch == catalog_.epoch()) return false;
+  EmitPendingCloses(conn, out);  // a retired statement's own name may still exist there
   Replay(statement, conn, out);
   ops_.back().shape_check = true;
   protocol::AppendFrame(out, 'H', {});  // the origin answers a Flush at once; no Sync (the unit goes on)
@@ -273,8 +239,14 @@ bool StatementSession::OnShape(const Op& op, char tag, std::string_view payload,
     statement.shape_epoch = catalog_.epoch();
     return true;
   }
-  if (statement.shape == shape) {
+  // What defines the result type (protocol::SameResultType), not the bytes:
+  // a table dropped and re-created with the same columns has new table OIDs
+  // in its RowDescription, and PostgreSQL runs the statement as before.
+  const bool same = statement.shape.empty() || shape.empty() ? statement.shape == shape
+                                                            : protocol::SameResultType(statement.shape, shape);
+  if (same) {
     statement.shape_epoch = catalog_.epoch();
+    if (op.verify && statement.retired) statement.retired = false;  // its original result type again
     return true;
   }
   if (!op.verify) return true;  // the client's own Describe: it now holds this shape itself
@@ -365,6 +337,30 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
   }
 }
 
+void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out) {
+  EmitPendingCloses(conn, out);
+  conn.unnamed_id = 0;  // a simple Query drops the unnamed statement
+  std::string_view rest = frame.payload;
+  std::string_view sql;
+  bool dealloc = false;
+  const bool read = TakeCString(rest, sql);
+  // (Only in a Sync group of its own: an error in it would make the origin
+  // skip this Query until a Sync that never comes.)
+  if (read && ReadsPreparedView(sql) && AtUnitStart()) ShowOwnStatements(conn, out, /*sync=*/true);
+  if (read && ParseDeallocate(sql, name_) && client_.Find(name_) != nullptr) {
+    // psql's or psycopg's DEALLOCATE of a protocol-level name: forget the
+    // mapping; an empty query stands in for it.
+    client_.Erase(name_);
+    AppendHeader(out, 'Q', 1);
+    protocol::AppendByte(out, 0);
+    dealloc = true;
+  } else {
+    protocol::AppendRawFrame(out, frame.raw);
+  }
+  Push(Kind::kQuery, Mode::kForwarded);
+  ops_.back().translate_dealloc = dealloc;
+}
+
 bool StatementSession::IsParseOnlyUnit(std::string_view frames) {
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   for (int n = 0; n < 1000; ++n) {
@@ -415,16 +411,27 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
     }
   }
   switch (tag) {
-    case 'P':
+    case 'P': {
       EmitPendingCloses(conn, out);
+      std::string_view rest = frame.payload;
+      std::string_view name;
+      std::string_view query;
+      if (TakeCString(rest, name) && TakeCString(rest, query) && ReadsPreparedView(query)) {
+        ShowOwnStatements(conn, out, AtUnitStart());
+      }
       OnParse(frame, conn, out);
       return;
+    }
     case 'B': {
       EmitPendingCloses(conn, out);
       std::string_view rest = frame.payload;
       std::string_view portal;
       std::string_view name;
       if (!TakeCString(rest, portal) || !TakeCString(rest, name)) break;
+      if (const StatementRef* own = name.empty() ? nullptr : client_.Find(name);
+          own != nullptr && (*own)->reads_prepared_view) {
+        ShowOwnStatements(conn, out, AtUnitStart());
+      }
       StatementRef statement;
       bool stale = false;
       const std::string_view target = Resolve(name, conn, out, &statement, &stale);
@@ -500,24 +507,9 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       }
       protocol::AppendRawFrame(out, frame.raw);
       return;
-    case 'Q': {
-      EmitPendingCloses(conn, out);
-      conn.unnamed_id = 0;  // a simple Query drops the unnamed statement
-      std::string_view rest = frame.payload;
-      std::string_view sql;
-      bool dealloc = false;
-      if (TakeCString(rest, sql) && ParseDeallocate(sql, name_) && client_.Find(name_) != nullptr) {
-        client_.Erase(name_);
-        AppendHeader(out, 'Q', 1);
-        protocol::AppendByte(out, 0);
-        dealloc = true;
-      } else {
-        protocol::AppendRawFrame(out, frame.raw);
-      }
-      Push(Kind::kQuery, Mode::kForwarded);
-      ops_.back().translate_dealloc = dealloc;
+    case 'Q':
+      OnQuery(frame, conn, out);
       return;
-    }
     case 'F':
       protocol::AppendRawFrame(out, frame.raw);
       Push(Kind::kFunctionCall, Mode::kForwarded);
@@ -609,6 +601,7 @@ void StatementSession::OnError(const Op& op, std::string_view payload, Connectio
 }
 
 bool StatementSession::Hides(char tag) const {
+  if ((tag == 'Z' || tag == 'E') && head_ < ops_.size() && ops_[head_].view_prep) return true;
   if (tag == 'N' || tag == 'A' || tag == 'S' || tag == 'Z' || tag == 'E') return false;
   if (discarding_) return true;
   std::size_t at = head_;
@@ -651,6 +644,10 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
     case 'Z':
       // Ends the head Sync / Query / FunctionCall (and, should the model
       // have drifted, anything still queued before it).
+      if (OwnsReady()) {
+        Pop();
+        return Verdict::kDrop;
+      }
       while (head_ < ops_.size()) {
         const Kind kind = ops_[head_].kind;
         Pop();
@@ -672,7 +669,7 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       } else {
         OnError(op, frame.payload, conn);
       }
-      const bool forward = !op.stale;
+      const bool forward = !op.stale && !op.view_prep;  // an error of our own Sync group is ours
       if (op.kind == Kind::kQuery || op.kind == Kind::kFunctionCall) return Verdict::kForward;
       Pop();
       // PostgreSQL skips everything until Sync.
@@ -703,7 +700,7 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       break;
     case Kind::kDescribeStatement:
       complete = tag == 'T' || tag == 'n';
-      if (complete && op.statement && !OnShape(op, tag, frame.payload, conn) && !op.shape_check) {
+      if (complete && op.statement && !OnShape(op, tag, frame.payload, conn) && !op.shape_check && !op.view_only) {
         // Found in flight: the client's messages behind it already went
         // out; their answers are replaced by the error.
         protocol::AppendFrame(out, 'E', op.statement->stale_error);

@@ -105,6 +105,9 @@ class StatementSession {
   // either. Changes nothing. Errors are not counted as hidden (they reach
   // the client in some form).
   bool Hides(char tag) const;
+  // The next ReadyForQuery answers a Sync of ours (ShowOwnStatements): the
+  // caller hands it to OnBackend and to nobody else (it is not the client's).
+  bool OwnsReady() const;
 
   // The lent connection went back to the pool or was lost: nothing is
   // pending on it any more.
@@ -175,6 +178,8 @@ class StatementSession {
     bool stale = false;             // Bind/Describe of a retired statement: its error becomes 0A000
     bool verify = false;            // hidden Describe('S') of a replay: its shape must match
     bool shape_check = false;       // ...of StartShapeCheck (nothing of the client's follows yet)
+    bool view_only = false;         // ...of ShowOwnStatements: a changed shape retires, discards nothing
+    bool view_prep = false;         // ShowOwnStatements' own Sync group: its errors are swallowed
     StatementRef statement;         // the server statement concerned, if any
     std::string close_name;         // hidden Close of a pending_close name
   };
@@ -196,6 +201,17 @@ class StatementSession {
   void AddToConnection(const StatementRef& statement, ConnectionStatements& conn, std::string& out);
   void EmitPendingCloses(ConnectionStatements& conn, std::string& out);
   void OnParse(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+  void OnQuery(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
+  // Before a message that reads pg_prepared_statements: makes the
+  // connection hold exactly the client's own statements (docs/architecture.md,
+  // "Prepared statements"): every statement on it is closed (hidden), then
+  // the client's are replayed in the order it prepared them.
+  // With `sync` (the message starts a unit) the preparation is a Sync group
+  // of its own, hidden, errors included (a statement of the client's that no
+  // longer parses is then simply missing from the view).
+  void ShowOwnStatements(ConnectionStatements& conn, std::string& out, bool sync);
+  // Nothing of the client's is outstanding before the next message.
+  bool AtUnitStart() const;
   // Sends `statement`'s Parse (hidden) and a hidden Describe('S') of it that
   // records its shape, or verifies it if known.
   void Replay(const StatementRef& statement, ConnectionStatements& conn, std::string& out);
@@ -217,6 +233,7 @@ class StatementSession {
   std::string scope_;                // set_scope()
   std::string name_;                 // scratch: DEALLOCATE name
   std::vector<StatementRef> evicted_;  // scratch
+  std::vector<StatementRef> own_;      // scratch (ShowOwnStatements)
 };
 
 }  // namespace hyperpool::endpoint

@@ -312,6 +312,22 @@ absl::StatusOr<RowDescription> DecodeRowDescription(std::string_view payload) {
   return m;
 }
 
+bool SameResultType(std::string_view a, std::string_view b) {
+  if (a == b) return true;
+  auto ra = DecodeRowDescription(a);
+  auto rb = DecodeRowDescription(b);
+  if (!ra.ok() || !rb.ok() || ra->fields.size() != rb->fields.size()) return false;
+  for (size_t i = 0; i < ra->fields.size(); ++i) {
+    const FieldDescription& x = ra->fields[i];
+    const FieldDescription& y = rb->fields[i];
+    if (x.name != y.name || x.type_oid != y.type_oid || x.type_size != y.type_size ||
+        x.type_modifier != y.type_modifier) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void Encode(const RowDescription& msg, std::string& out) {
   MessageStart start = BeginMessage(out, Tag(BackendTag::kRowDescription));
   AppendInt16(out, static_cast<int16_t>(msg.fields.size()));

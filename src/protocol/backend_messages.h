@@ -344,6 +344,14 @@ absl::StatusOr<BackendKeyData> DecodeBackendKeyData(std::string_view payload);
 absl::StatusOr<ReadyForQuery> DecodeReadyForQuery(std::string_view payload);
 absl::StatusOr<NegotiateProtocolVersion> DecodeNegotiateProtocolVersion(std::string_view payload);
 absl::StatusOr<RowDescription> DecodeRowDescription(std::string_view payload);
+// Whether two RowDescription payloads describe the same result type as
+// PostgreSQL's plan cache judges it ("cached plan must not change result
+// type": plancache.c compares the result's tuple descriptors, i.e. the
+// column count and each column's name, type and type modifier). A
+// column's table OID and attribute number are not part of it (a table
+// dropped and re-created with the same columns has new ones), nor are the
+// format codes (what a Bind asked for). Malformed payloads never match.
+bool SameResultType(std::string_view a, std::string_view b);
 absl::StatusOr<DataRow> DecodeDataRow(std::string_view payload);
 absl::StatusOr<CommandComplete> DecodeCommandComplete(std::string_view payload);
 absl::StatusOr<EmptyQueryResponse> DecodeEmptyQueryResponse(std::string_view payload);

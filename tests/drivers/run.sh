@@ -2,7 +2,7 @@
 # run.sh DRIVER URL — runs one driver program of this directory against URL
 # (postgresql://USER:PASS@HOST:PORT/DB?sslmode=disable). DRIVER is one of:
 #   asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema
-#   postgresjs_listen python_listen
+#   postgresjs_listen python_listen named_concurrency named_concurrency_py
 # Exit status is the driver program's (0 = every check held, no errors).
 # Overrides: DRV_PYTHON (a python3 that has Debian's python3-asyncpg and
 # python3-psycopg; default /usr/bin/python3, so that a pyenv shim earlier in PATH
@@ -33,6 +33,9 @@ case $1 in
   # sql.listen() fan-out without pinning (issue 15 item 1).
   postgresjs_listen) node_deps postgres; exec node listen_test.mjs "$2" ;;
   python_listen) need "$PYTHON"; exec "$PYTHON" listen_test.py "$2" ;;
+  # Named statements shared by concurrent clients, cache on (issue 28 item 1).
+  named_concurrency) node_deps pg; node_deps postgres; exec node named_concurrency_test.mjs "$2" ;;
+  named_concurrency_py) need "$PYTHON"; exec "$PYTHON" named_concurrency_test.py "$2" ;;
   # Single-file source launch: javac-compiles JdbcTest.java in memory, no build dir.
   jdbc) need java; [ -f "$JAR" ] || { echo "run.sh: $JAR missing (libpostgresql-jdbc-java)" >&2; exit 3; }
         exec java -Xshare:auto -XX:TieredStopAtLevel=1 -cp "$JAR" JdbcTest.java "$2" ;;

@@ -109,6 +109,9 @@ void Learn(StatementMetadataStore& store, std::string_view sql = kSql, std::stri
   REQUIRE(d.answered_locally == 0);
   std::string out = d.Receive(kParseComplete + ParamDesc({23}) + row);
   REQUIRE(out == kParseComplete + ParamDesc({23}) + row);
+  REQUIRE_FALSE(ext.idle());  // the origin is inside the implicit transaction the Parse began
+  d.Send(Sync());
+  d.Receive(kReadyIdle);
   REQUIRE(ext.idle());
 }
 
@@ -122,7 +125,6 @@ TEST_CASE("a statement never seen goes to the origin, and its Describe answer is
   CHECK(d.local.empty());
   CHECK_FALSE(ext.idle());
   d.Receive(kParseComplete + ParamDesc({23}) + RowDesc("v", 25));
-  CHECK(ext.idle());
   auto m = store.Get(StatementMetadataKey(kDb, kFp, {}, kSql));
   REQUIRE(m);
   CHECK(m->row_description == RowDesc("v", 25));
@@ -155,6 +157,30 @@ TEST_CASE("Parse + Describe + Flush of a known statement is answered at once; th
   d.to_link.clear();
   d.Send(Bind("s9", {"2"}) + Execute() + Sync());
   CHECK(d.to_link == Bind("s9", {"2"}) + Execute() + Sync());
+}
+
+TEST_CASE("after a forwarded Parse + Describe + Flush the session is not idle until a Sync") {
+  // asyncpg's prepare() sends Parse + Describe + Flush: the Parse began an
+  // implicit transaction at the origin (holding its locks) that only the
+  // driver's next Sync ends, so its Bind + Execute + Sync must reach the
+  // origin: neither the Client tier nor a local answer may take it.
+  StatementMetadataStore store;
+  ExtendedSession ext(&store, kDb, kFp);
+  Driver d{ext};
+  d.Send(Parse("s1", kSql) + DescribeS("s1") + Flush());
+  d.Receive(kParseComplete + ParamDesc({23}) + RowDesc("v", 25));
+  CHECK_FALSE(ext.idle());
+  d.Send(Bind("s1", {"1"}) + Execute());
+  CHECK_FALSE(ext.idle());
+  d.Send(Sync());
+  d.Receive(kBindComplete + DataRow() + Complete("SELECT 1") + kReadyIdle);
+  CHECK(ext.idle());
+  // A Parse answered locally begins nothing at the origin.
+  ExtendedSession other(&store, kDb, kFp);
+  Driver o{other};
+  o.Send(Parse("s2", kSql) + DescribeS("s2") + Flush());
+  CHECK(o.answered_locally == 1);
+  CHECK(other.idle());
 }
 
 TEST_CASE("Parse + Describe + Sync (asyncpg's prepare) is answered with ReadyForQuery too") {
@@ -432,6 +458,21 @@ TEST_CASE("the metadata store refuses answers older than an invalidation and evi
 
 TEST_CASE("row shapes compare columns, not format codes") {
   CHECK(SameRowShape(RowDesc("v", 25, 0), RowDesc("v", 25, 1)));
+  // A table dropped and re-created with the same columns: new table OID and
+  // attribute numbers, the same result type.
+  pr::RowDescription before;
+  before.fields.push_back(pr::FieldDescription{.name = "v", .table_oid = 16384, .column_attr = 2, .type_oid = 25});
+  pr::RowDescription after = before;
+  after.fields[0].table_oid = 16390;
+  after.fields[0].column_attr = 1;
+  std::string b1, b2;
+  pr::Encode(before, b1);
+  pr::Encode(after, b2);
+  CHECK(SameRowShape(b1, b2));
+  after.fields[0].type_modifier = 14;
+  b2.clear();
+  pr::Encode(after, b2);
+  CHECK_FALSE(SameRowShape(b1, b2));
   CHECK_FALSE(SameRowShape(RowDesc("v", 25), RowDesc("v", 23)));
   CHECK_FALSE(SameRowShape(RowDesc("v", 25), RowDesc("w", 25)));
   CHECK_FALSE(SameRowShape(RowDesc("v", 25), Frame('n')));

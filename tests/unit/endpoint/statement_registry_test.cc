@@ -138,6 +138,7 @@ class ModelBackend {
   // The database's tables: query text -> its one result column ("" or absent: NoData).
   std::map<std::string, std::string> columns;
   std::map<std::string, std::string> shapes;  // statement -> its column when it was parsed
+  uint32_t table_oid = 0;  // of the table in RowDescriptions (a re-created table has a new one)
   std::vector<std::string> received;  // "P hp_1", "B hp_1", "C hp_1", "S", ...
 
   std::string Process(std::string_view bytes) {
@@ -212,7 +213,8 @@ class ModelBackend {
           const std::string column = d->name.empty() ? std::string() : shapes[std::string(d->name)];
           if (!column.empty()) {
             protocol::RowDescription rd;
-            rd.fields.push_back(protocol::FieldDescription{.name = column, .type_oid = 23});
+            rd.fields.push_back(
+                protocol::FieldDescription{.name = column, .table_oid = table_oid, .column_attr = 1, .type_oid = 23});
             protocol::Encode(rd, out);
             return;
           }
@@ -224,6 +226,8 @@ class ModelBackend {
         received.push_back("E");
         if (portal_text_.empty()) {
           protocol::AppendFrame(out, 'I', {});
+        } else if (portal_text_.find("pg_prepared_statements") != std::string::npos) {
+          protocol::Encode(protocol::CommandComplete{"SELECT " + std::to_string(statements.size())}, out);
         } else {
           protocol::Encode(protocol::CommandComplete{"SELECT 1"}, out);
         }
@@ -255,6 +259,8 @@ class ModelBackend {
         } else if (q->query == "DEALLOCATE ALL" || q->query == "DISCARD ALL") {
           statements.clear();
           protocol::Encode(protocol::CommandComplete{q->query}, out);
+        } else if (q->query.find("pg_prepared_statements") != std::string_view::npos) {
+          protocol::Encode(protocol::CommandComplete{"SELECT " + std::to_string(statements.size())}, out);
         } else if (q->query.substr(0, 6) == "ALTER ") {
           protocol::Encode(protocol::CommandComplete{"ALTER TABLE"}, out);
         } else if (q->query.substr(0, 7) == "PREPARE") {
@@ -460,14 +466,18 @@ TEST_CASE("an injected Parse that fails reports its error in place of the Bind's
 
 TEST_CASE("cached plan must not change result type: the stale statement is closed; a re-Parse makes a new one") {
   Harness h(1);
+  h.SetColumns("SELECT * FROM t", "a");
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Sync()) == "1 Z");
   h.conns[0]->backend.stale.insert("hp_1");  // ALTER TABLE t ...
+  h.SetColumns("SELECT * FROM t", "b");
   CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
   h.conns[0]->backend.received.clear();
-  // Until the client prepares it again, S_1 keeps failing, as on a direct connection.
+  // While its result type differs from the one it was prepared with, S_1
+  // keeps failing, as on a direct connection (each use checks it again).
   CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_1", "B hp_stale", "skipped E", "S"});
+  CHECK(h.conns[0]->backend.received ==
+        std::vector<std::string>{"C hp_1", "P hp_1", "D hp_1", "H", "C hp_1", "B hp_stale", "skipped E", "S"});
   h.conns[0]->backend.received.clear();
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
   CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "B hp_2", "E", "S"});
@@ -495,15 +505,20 @@ TEST_CASE("a name mapped to a statement whose result type changed fails with 0A0
   // driver rows of another shape than it described (asyncpg: "the number of
   // columns in the result row (3) is different from what was described (2)").
   Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
   StatementSession a(h.catalog);
   StatementSession b(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
-  CHECK(h.Run(b, 0, Parse("B_1", "SELECT * FROM t") + DescribeS("B_1") + Sync()) == "1 t n Z");
+  CHECK(h.Run(b, 0, Parse("B_1", "SELECT * FROM t") + DescribeS("B_1") + Sync()) == "1 t T Z");
   h.conns[0]->backend.stale.insert("hp_1");
+  h.SetColumns("SELECT * FROM t", "b");
   CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
   h.conns[1]->backend.received.clear();
   CHECK(h.Run(b, 1, Bind("B_1") + Execute() + Sync()) == "E:0A000 Z");
-  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"B hp_stale", "skipped E", "S"});
+  // Checked in a flight of its own first (its shape is still another): the
+  // Bind then names a statement that does not exist, so nothing of it runs.
+  CHECK(h.conns[1]->backend.received ==
+        std::vector<std::string>{"P hp_1", "D hp_1", "H", "C hp_1", "B hp_stale", "skipped E", "S"});
   CHECK(h.Run(b, 1, DescribeS("B_1") + Sync()) == "E:0A000 Z");
   // The driver re-prepares: a new statement, fine on both connections.
   CHECK(h.Run(b, 1, Parse("B_2", "SELECT * FROM t") + Bind("B_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
@@ -636,6 +651,90 @@ TEST_CASE("DEALLOCATE of a protocol-level name (psycopg's eviction) forgets it, 
   CHECK(a.client().size() == 0);
   CHECK_FALSE(a.pinned());
   CHECK(h.conns[0]->backend.statements.size() == 2);  // the shared server statements stay
+}
+
+
+TEST_CASE("a table re-created with the same columns keeps its statements: table OIDs are not the result type") {
+  // psycopg 3 prepared `select * from t`; another connection drops t and
+  // creates it again with the same columns. PostgreSQL re-plans and runs it
+  // (its RowDescription now names another table OID).
+  Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
+  for (auto& c : h.conns) c->backend.table_oid = 16384;
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("_pg3_0", "SELECT * FROM t") + DescribeS("_pg3_0") + Sync()) == "1 t T Z");
+  CHECK(h.Run(a, 1, Query("DROP TABLE t")) == "C:SELECT 1 Z");
+  h.catalog.SchemaChanged();  // (the model answers "SELECT 1": as DROP would)
+  for (auto& c : h.conns) c->backend.table_oid = 16390;
+  CHECK(h.Run(a, 1, Bind("_pg3_0") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  // The same when the DDL bypassed the Endpoint (checked in flight).
+  for (auto& c : h.conns) c->backend.table_oid = 16400;
+  StatementSession b(h.catalog);
+  CHECK(h.Run(b, 1, Parse("S_1", "SELECT * FROM t") + Sync()) == "1 Z");
+  h.conns[1]->backend.statements.clear();  // conn 1 lost it (as after an eviction elsewhere)
+  h.conns[1]->statements.Clear();
+  for (auto& c : h.conns) c->backend.table_oid = 16410;
+  CHECK(h.Run(b, 1, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("a statement whose result type changed works again once its query has its original result type") {
+  // Directly: 0A000 while the table has other columns, rows again once it is
+  // re-created as it was (the plan cache compares with the original type).
+  Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + DescribeS("S_1") + Sync()) == "1 t T Z");
+  CHECK(h.Run(a, 1, Query("ALTER TABLE t RENAME a TO b")) == "C:ALTER TABLE Z");
+  h.SetColumns("SELECT * FROM t", "b");
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  CHECK(h.Run(a, 0, Query("ALTER TABLE t RENAME b TO a")) == "C:ALTER TABLE Z");
+  h.SetColumns("SELECT * FROM t", "a");
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[1]->backend.received == std::vector<std::string>{"P hp_1", "D hp_1", "H", "B hp_1", "E", "S"});
+}
+
+TEST_CASE("a client reading pg_prepared_statements sees its own statements only, in its order") {
+  // The model answers a read of the view with "SELECT <statements on the backend>".
+  Harness h(1);
+  StatementSession other(h.catalog);
+  StatementSession a(h.catalog);
+  const std::string view = "select count(*) from pg_prepared_statements";
+  CHECK(h.Run(other, 0, Parse("o1", "SELECT 1") + Parse("o2", "SELECT 2") + Sync()) == "1 1 Z");
+  CHECK(h.conns[0]->backend.statements.size() == 2);
+  // A fresh client: none of the other session's statements.
+  CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 0 Z");
+  CHECK(h.Run(a, 0, Parse("", view) + Bind("") + Execute() + Sync()) == "1 2 C:SELECT 0 Z");
+  // Its own (one shared with the other session), prepared on the
+  // connection only now, in its order.
+  CHECK(h.Run(a, 0, Parse("s2", "SELECT 2") + Parse("s3", "SELECT 3") + Sync()) == "1 1 Z");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 2 Z");
+  CHECK(h.conns[0]->backend.received ==
+        std::vector<std::string>{"C hp_3", "C hp_2", "P hp_2", "D hp_2", "P hp_3", "D hp_3", "S", "Q " + view});
+  // Its own statement reading the view counts itself (psycopg's 6th run of it).
+  CHECK(h.Run(a, 0, Parse("_pg3_0", view) + Bind("_pg3_0") + Execute() + Sync()) == "1 2 C:SELECT 3 Z");
+  CHECK(h.Run(a, 0, Bind("_pg3_0") + Execute() + Sync()) == "2 C:SELECT 3 Z");
+  // Forgotten names are gone from the view too (psycopg's DEALLOCATE).
+  CHECK(h.Run(a, 0, Query("DEALLOCATE s3")) == "C:DEALLOCATE Z");
+  CHECK(h.Run(a, 0, Bind("_pg3_0") + Execute() + Sync()) == "2 C:SELECT 2 Z");
+  // The other session's statements are replayed where it needs them.
+  CHECK(h.Run(other, 0, Bind("o1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("a statement of the client's that no longer parses is missing from the view, not an error") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  const std::string view = "select count(*) from pg_prepared_statements";
+  // Prepared without a connection (a parse-only unit): its error would come at its first Bind.
+  std::string answers;
+  REQUIRE(testing::ForEachFrame(Parse("s1", "FAIL later") + Parse("s2", "SELECT 2") + Sync(),
+                                [&](const protocol::Frame& f) { a.AnswerParseOnly(f, answers); }));
+  CHECK(Harness::Describe(answers) == "1 1 Z");
+  CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 0 Z");  // s1's Parse failed: its group skipped s2 too
+  CHECK(h.Run(a, 0, Parse("", view) + Bind("") + Execute() + Sync()) == "1 2 C:SELECT 0 Z");
+  CHECK(h.Run(a, 0, Bind("s2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
 }
 
 }  // namespace
