@@ -90,6 +90,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     // origin was lost or no connection could be had).
     if (leader_) EndLeader(/*abandon=*/true);
     pending_.clear();
+    row_limit_ = RowLimit{};  // a unit that ended without its ReadyForQuery (origin lost)
     building_ = Effect{};
     txn_written_ = cache::WriteEffect{};
   }
