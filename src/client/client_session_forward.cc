@@ -179,6 +179,10 @@ asio::awaitable<bool> ClientSession::ServeLocalHits(LocalMiss& miss) {
     // From here on a return leaves the unit at the front of in_ and says so:
     // the caller forwards it as a candidate without parsing it again.
     miss.candidate = true;
+    // After an extended message that reached the origin without its Sync
+    // (Parse + Describe + Flush), the unit must go there: its Sync ends the
+    // implicit transaction the Parse began. It is still a candidate.
+    if (ext_->unsynced()) co_return true;
     std::shared_ptr<const CacheEntry> entry = impl_->cache->GetFresh(key);
     if (!entry) co_return true;
     std::string out;

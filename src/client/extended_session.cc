@@ -79,7 +79,8 @@ std::string ExtendedSession::KeyFor(std::string_view sql, const std::vector<uint
 bool ExtendedSession::CanAnswer(const ExtendedContext& ctx) const {
   // Outside a transaction only: a mismatch found at execution must be
   // reportable as PostgreSQL would (an implicit transaction ends at Sync).
-  return store_ != nullptr && ctx.keyable && ctx.txn_status == 'I' && ctx.nothing_sent && !lost_ && idle();
+  return store_ != nullptr && ctx.keyable && ctx.txn_status == 'I' && ctx.nothing_sent && !lost_ && idle() &&
+         !unsynced_;
 }
 
 void ExtendedSession::Push(Pending p) { pending_.push_back(std::move(p)); }
@@ -308,10 +309,10 @@ ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Fram
   FrontendResult result = Dispatch(frame, rest, ctx, to_link, local);
   // An extended-protocol message that reaches the origin begins (or goes on
   // with) an implicit transaction that only a Sync, or a simple Query, ends:
-  // until then the session is not idle, whatever was answered (asyncpg's
-  // prepare() sends Parse + Describe + Flush; a Bind + Execute + Sync after
-  // it answered from the Client tier would leave the origin connection
-  // inside that transaction, holding its locks, for good).
+  // until then nothing is answered locally (asyncpg's prepare() sends Parse +
+  // Describe + Flush; a Bind + Execute + Sync after it answered from the
+  // Client tier left the origin connection inside that transaction, holding
+  // its locks, for good).
   switch (frame.tag) {
     case 'S':
     case 'Q':

@@ -113,9 +113,13 @@ class ExtendedSession {
   void set_fingerprint(std::string fingerprint) { hello_fp_ = std::move(fingerprint); }
 
   bool lost() const { return lost_; }
-  // Nothing forwarded is waiting for an answer, and no implicit transaction
-  // an unsynced extended message began is open at the origin.
-  bool idle() const { return pending_.empty() && !skipping_ && !swallow_to_ready_ && !unsynced_; }
+  // Nothing forwarded is waiting for an answer.
+  bool idle() const { return pending_.empty() && !skipping_ && !swallow_to_ready_; }
+  // An extended message went to the link since the last Sync or Query: the
+  // origin is inside the implicit transaction it began (holding its locks),
+  // which only a Sync that reaches it ends. Nothing may be answered locally
+  // meanwhile (a unit may still be a cache candidate: its result is stored).
+  bool unsynced() const { return unsynced_; }
 
  private:
   enum class Expect : uint8_t {

@@ -109,10 +109,11 @@ void Learn(StatementMetadataStore& store, std::string_view sql = kSql, std::stri
   REQUIRE(d.answered_locally == 0);
   std::string out = d.Receive(kParseComplete + ParamDesc({23}) + row);
   REQUIRE(out == kParseComplete + ParamDesc({23}) + row);
-  REQUIRE_FALSE(ext.idle());  // the origin is inside the implicit transaction the Parse began
+  REQUIRE(ext.idle());
+  REQUIRE(ext.unsynced());  // the origin is inside the implicit transaction the Parse began
   d.Send(Sync());
   d.Receive(kReadyIdle);
-  REQUIRE(ext.idle());
+  REQUIRE_FALSE(ext.unsynced());
 }
 
 TEST_CASE("a statement never seen goes to the origin, and its Describe answer is learnt") {
@@ -125,6 +126,7 @@ TEST_CASE("a statement never seen goes to the origin, and its Describe answer is
   CHECK(d.local.empty());
   CHECK_FALSE(ext.idle());
   d.Receive(kParseComplete + ParamDesc({23}) + RowDesc("v", 25));
+  CHECK(ext.idle());
   auto m = store.Get(StatementMetadataKey(kDb, kFp, {}, kSql));
   REQUIRE(m);
   CHECK(m->row_description == RowDesc("v", 25));
@@ -159,7 +161,7 @@ TEST_CASE("Parse + Describe + Flush of a known statement is answered at once; th
   CHECK(d.to_link == Bind("s9", {"2"}) + Execute() + Sync());
 }
 
-TEST_CASE("after a forwarded Parse + Describe + Flush the session is not idle until a Sync") {
+TEST_CASE("after a forwarded Parse + Describe + Flush nothing is answered locally until a Sync") {
   // asyncpg's prepare() sends Parse + Describe + Flush: the Parse began an
   // implicit transaction at the origin (holding its locks) that only the
   // driver's next Sync ends, so its Bind + Execute + Sync must reach the
@@ -169,18 +171,23 @@ TEST_CASE("after a forwarded Parse + Describe + Flush the session is not idle un
   Driver d{ext};
   d.Send(Parse("s1", kSql) + DescribeS("s1") + Flush());
   d.Receive(kParseComplete + ParamDesc({23}) + RowDesc("v", 25));
-  CHECK_FALSE(ext.idle());
+  CHECK(ext.unsynced());
+  // A known statement's Parse + Describe is not answered locally meanwhile.
+  d.Send(Parse("s2", kSql) + DescribeS("s2") + Flush());
+  CHECK(d.answered_locally == 0);
+  d.Receive(kParseComplete + ParamDesc({23}) + RowDesc("v", 25));
   d.Send(Bind("s1", {"1"}) + Execute());
-  CHECK_FALSE(ext.idle());
+  CHECK(ext.unsynced());
   d.Send(Sync());
+  CHECK_FALSE(ext.unsynced());
   d.Receive(kBindComplete + DataRow() + Complete("SELECT 1") + kReadyIdle);
   CHECK(ext.idle());
   // A Parse answered locally begins nothing at the origin.
   ExtendedSession other(&store, kDb, kFp);
   Driver o{other};
-  o.Send(Parse("s2", kSql) + DescribeS("s2") + Flush());
+  o.Send(Parse("s3", kSql) + DescribeS("s3") + Flush());
   CHECK(o.answered_locally == 1);
-  CHECK(other.idle());
+  CHECK_FALSE(other.unsynced());
 }
 
 TEST_CASE("Parse + Describe + Sync (asyncpg's prepare) is answered with ReadyForQuery too") {
