@@ -67,7 +67,7 @@ def check(name, ok, detail=""):
 def twice_differ(conn, cursor_factory, sql):
     vals = []
     for _ in range(3):
-        with conn.cursor(cursor_factory) as cur:
+        with cursor_factory(conn) as cur:
             cur.execute(sql)
             vals.append(cur.fetchall())
         time.sleep(0.002)
@@ -75,7 +75,7 @@ def twice_differ(conn, cursor_factory, sql):
 
 
 def fetch(conn, cursor_factory, sql):
-    with conn.cursor(cursor_factory) as cur:
+    with cursor_factory(conn) as cur:
         cur.execute(sql)
         return cur.fetchall()
 
@@ -83,7 +83,7 @@ def fetch(conn, cursor_factory, sql):
 def write_then_read(conn, cursor_factory, read, write, expect):
     fetch(conn, cursor_factory, read)
     fetch(conn, cursor_factory, read)  # cached now, if cacheable
-    with conn.cursor(cursor_factory) as cur:
+    with cursor_factory(conn) as cur:
         cur.execute(write)
     got = fetch(conn, cursor_factory, read)
     return got == expect, got
