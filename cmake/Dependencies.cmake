@@ -48,6 +48,14 @@ add_library(hyperpool_hiredis INTERFACE)
 target_link_libraries(hyperpool_hiredis INTERFACE ${HIREDIS_LINK_LIBRARIES})
 add_library(hyperpool::hiredis ALIAS hyperpool_hiredis)
 
+# libpg_query (libpg-query-dev: PostgreSQL 15's grammar as a library) and the
+# protobuf-c runtime its parse trees decode with (libprotobuf-c-dev): the
+# query cache's statement analysis (src/cache/sql_parse_tree.cc). Static, so
+# the binary needs neither at run time.
+find_library(HYPERPOOL_PG_QUERY_LIBRARY NAMES libpg_query.a pg_query REQUIRED)
+find_library(HYPERPOOL_PROTOBUF_C_LIBRARY NAMES libprotobuf-c.a protobuf-c REQUIRED)
+find_path(HYPERPOOL_PG_QUERY_INCLUDE pg_query.h REQUIRED)
+
 if(HYPERPOOL_BUILD_TESTS)
   find_package(Catch2 3 REQUIRED)
 endif()

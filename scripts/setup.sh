@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libasio-dev android-libboringssl-dev libabsl-dev libfmt-dev libssl-dev
   libtomlplusplus-dev  # hyperpool serve --config (src/cli/config_file.cc)
   libhiredis-dev redis-server  # the shared cache tier (src/cache/redis_store.cc) and its test
+  libpg-query-dev libprotobuf-c-dev  # the query cache's SQL analysis (src/cache/sql_parse_tree.cc)
   # fuzzing: clang with libFuzzer
   clang libclang-rt-14-dev
   # integration tests and benchmarks

@@ -132,6 +132,7 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
                                *v == Volatility::kStable ? " is stable" : " is volatile"));
     }
   }
+  if (std::optional<Decision> calls = ResolvedCallsVolatility(a, ctx.oracle)) return std::move(*calls);
   Decision d;
   for (const QualifiedName& r : a.relations_read) {
     std::optional<RelationInfo> info =
@@ -172,9 +173,40 @@ Decision DecideSql(const SqlText& text, const DecisionContext& ctx) {
   if (ctx.max_query_bytes != 0 && text.sql().size() > ctx.max_query_bytes) {
     return Make(Reason::kOversizedQuery);
   }
+  if (!ctx.standard_conforming_strings && text.sql().find('\\') != std::string_view::npos) {
+    return Make(Reason::kParseError, "standard_conforming_strings is off and the text has a backslash");
+  }
   const absl::StatusOr<StatementAnalysis>& a = text.analysis();
   if (!a.ok()) return Make(Reason::kParseError, std::string(a.status().message()));
   return Decide(*a, ctx);
+}
+
+std::optional<Decision> ResolvedCallsVolatility(const StatementAnalysis& a, const VolatilityOracle* oracle) {
+  auto judge = [&](std::optional<Volatility> v, std::string_view what, std::string_view name,
+                   bool unknown_is_volatile) -> std::optional<Decision> {
+    if (!v.has_value()) {
+      if (!unknown_is_volatile) return std::nullopt;
+      Decision unknown = Make(Reason::kVolatile, Cat("unknown ", what, " ", name));
+      unknown.unknown_name = oracle != nullptr;
+      return unknown;
+    }
+    if (*v == Volatility::kImmutable) return std::nullopt;
+    return Make(Reason::kVolatile,
+                Cat(what, " ", name, *v == Volatility::kStable ? " is stable" : " is volatile"));
+  };
+  for (const std::string& f : a.attribute_names) {
+    if (oracle == nullptr) break;  // no catalog: the relations are unknown anyway
+    if (auto d = judge(oracle->AttributeCallVolatility(f), "attribute-notation call", f, false)) return d;
+  }
+  for (const QualifiedName& op : a.operators) {
+    std::optional<Volatility> v = oracle != nullptr ? oracle->OperatorVolatility(op) : std::nullopt;
+    if (auto d = judge(v, "operator", op.ToString(), true)) return d;
+  }
+  for (const QualifiedName& t : a.casts) {
+    std::optional<Volatility> v = oracle != nullptr ? oracle->TypeVolatility(t) : std::nullopt;
+    if (auto d = judge(v, "cast to", t.ToString(), true)) return d;
+  }
+  return std::nullopt;
 }
 
 std::optional<std::vector<std::string>> TablesToInvalidate(const StatementAnalysis& a,
@@ -202,6 +234,12 @@ std::optional<std::vector<std::string>> TablesToInvalidate(const StatementAnalys
     std::optional<Volatility> v = oracle != nullptr ? oracle->FunctionVolatility(f) : std::nullopt;
     if (!v.has_value()) return std::nullopt;
     if (*v == Volatility::kVolatile && !oracle->IsBuiltinFunction(f)) return std::nullopt;
+  }
+  // A volatile function behind an operator, a cast or t.f may write too
+  // (built-in operators report immutable).
+  if (std::optional<Decision> calls = ResolvedCallsVolatility(a, oracle);
+      calls.has_value() && (calls->unknown_name || calls->detail.ends_with("is volatile") || oracle == nullptr)) {
+    return std::nullopt;
   }
   return out;
 }
@@ -296,6 +334,18 @@ absl::Status CatalogSnapshot::AddViewDependencyRow(Row row) {
   return absl::OkStatus();
 }
 
+absl::Status CatalogSnapshot::AddSideRow(Row row) {
+  if (row.size() != 4 || !row[0] || !row[1] || !row[2] || !row[3] || row[0]->size() != 1 || row[3]->size() != 1) {
+    return absl::InvalidArgumentError("side row: want (kind, nspname, name, provolatile)");
+  }
+  const char v = (*row[3])[0];
+  if (v != 'i' && v != 's' && v != 'v') return absl::InvalidArgumentError("bad provolatile");
+  std::string key = Cat(*row[0], MapKey(*row[1], *row[2]));
+  auto [it, inserted] = side_.try_emplace(std::move(key), static_cast<Volatility>(v));
+  if (!inserted && v > static_cast<char>(it->second)) it->second = static_cast<Volatility>(v);
+  return absl::OkStatus();
+}
+
 class SnapshotOracle final : public VolatilityOracle {
  public:
   SnapshotOracle(const CatalogSnapshot& s, std::vector<std::string> path)
@@ -321,6 +371,20 @@ class SnapshotOracle final : public VolatilityOracle {
       if (!worst || static_cast<char>(it->second) > static_cast<char>(*worst)) worst = it->second;
     }
     return worst;
+  }
+
+  std::optional<Volatility> OperatorVolatility(const QualifiedName& n) const override {
+    // Without operand types, the most volatile operator of that name on the
+    // path (PostgreSQL picks among all of them by type).
+    return Side('o', n, [](std::string_view schema, Volatility v) {
+      return schema == "pg_catalog" && v != Volatility::kVolatile ? Volatility::kImmutable : v;
+    });
+  }
+  std::optional<Volatility> TypeVolatility(const QualifiedName& n) const override {
+    return Side('t', n, [](std::string_view, Volatility v) { return v; }, /*first_only=*/true);
+  }
+  std::optional<Volatility> AttributeCallVolatility(std::string_view name) const override {
+    return Side('a', QualifiedName{"", std::string(name)}, [](std::string_view, Volatility v) { return v; });
   }
 
   bool IsBuiltinFunction(const QualifiedName& n) const override {
@@ -360,6 +424,27 @@ class SnapshotOracle final : public VolatilityOracle {
   }
 
  private:
+  // kSideCatalogQuery's entry of `kind` for `n`: qualified, that schema's;
+  // else the most volatile over the path (`first_only`: the first found,
+  // as a type name resolves), each mapped through `adjust`.
+  template <typename Adjust>
+  std::optional<Volatility> Side(char kind, const QualifiedName& n, Adjust adjust, bool first_only = false) const {
+    auto find = [&](std::string_view schema) -> std::optional<Volatility> {
+      auto it = s_.side_.find(Cat(std::string_view(&kind, 1), MapKey(schema, n.name)));
+      if (it == s_.side_.end()) return std::nullopt;
+      return adjust(schema, it->second);
+    };
+    if (!n.schema.empty()) return find(n.schema);
+    std::optional<Volatility> worst;
+    for (const std::string& schema : path_) {
+      std::optional<Volatility> v = find(schema);
+      if (!v) continue;
+      if (first_only) return v;
+      if (!worst || static_cast<char>(*v) > static_cast<char>(*worst)) worst = v;
+    }
+    return worst;
+  }
+
   std::string Invalidation(const std::string& schema, const std::string& name) const {
     auto it = s_.relations_.find(LookupKey(schema, name).view());
     if (it != s_.relations_.end() && !it->second.root.empty()) return it->second.root;
@@ -378,6 +463,7 @@ class SnapshotOracle final : public VolatilityOracle {
       std::optional<Volatility> v = printed.FunctionVolatility(f);
       if (!v || *v != Volatility::kImmutable) return true;
     }
+    if (ResolvedCallsVolatility(*a, &printed).has_value()) return true;
     for (const QualifiedName& r : a->relations_read) {
       std::optional<RelationInfo> info = printed.Info(r, depth + 1);
       if (!info || info->nonimmutable_functions) return true;
@@ -477,6 +563,31 @@ bool FakeOracle::IsBuiltinFunction(const QualifiedName& n) const {
 std::optional<Volatility> FakeOracle::FunctionVolatility(const QualifiedName& n) const {
   auto it = functions_.find(n.ToString());
   if (it == functions_.end()) return std::nullopt;
+  return it->second;
+}
+FakeOracle& FakeOracle::Operator(std::string name, Volatility v) {
+  operators_[std::move(name)] = v;
+  return *this;
+}
+FakeOracle& FakeOracle::Type(std::string name, Volatility v) {
+  types_[std::move(name)] = v;
+  return *this;
+}
+FakeOracle& FakeOracle::AttributeFunction(std::string name, Volatility v) {
+  attribute_functions_[std::move(name)] = v;
+  return *this;
+}
+std::optional<Volatility> FakeOracle::OperatorVolatility(const QualifiedName& n) const {
+  auto it = operators_.find(n.ToString());
+  return it == operators_.end() ? Volatility::kImmutable : it->second;
+}
+std::optional<Volatility> FakeOracle::TypeVolatility(const QualifiedName& n) const {
+  auto it = types_.find(n.ToString());
+  return it == types_.end() ? Volatility::kImmutable : it->second;
+}
+std::optional<Volatility> FakeOracle::AttributeCallVolatility(std::string_view name) const {
+  auto it = attribute_functions_.find(std::string(name));
+  if (it == attribute_functions_.end()) return std::nullopt;
   return it->second;
 }
 std::optional<RelationInfo> FakeOracle::Relation(const QualifiedName& n) const {

@@ -74,6 +74,23 @@ class VolatilityOracle {
   // True if every function visible under `name` is in pg_catalog (built-ins
   // never write user tables, so a volatile built-in needs no invalidation).
   virtual bool IsBuiltinFunction(const QualifiedName& name) const { return false; }
+  // The most volatile function behind the operators visible under `name`
+  // (pg_operator.oprcode; built-in operators count as immutable unless
+  // volatile: the stable ones depend on TimeZone or DateStyle alone); nullopt
+  // if no operator has that name.
+  virtual std::optional<Volatility> OperatorVolatility(const QualifiedName& name) const {
+    return Volatility::kImmutable;
+  }
+  // The most volatile user-defined (not pg_catalog) function that a cast to
+  // type `name` or its input function may run (pg_cast.castfunc,
+  // pg_type.typinput); kImmutable if none; nullopt if no such type.
+  virtual std::optional<Volatility> TypeVolatility(const QualifiedName& name) const {
+    return Volatility::kImmutable;
+  }
+  // The most volatile visible function `name` of one argument of a row or
+  // pseudo type: what `t.name` calls when `name` is no column of t
+  // (attribute notation). nullopt if there is none (then it is a column).
+  virtual std::optional<Volatility> AttributeCallVolatility(std::string_view name) const { return std::nullopt; }
 };
 
 struct DecisionContext {
@@ -84,6 +101,9 @@ struct DecisionContext {
   // bound to a timestamp type is read at bind time).
   absl::Span<const ParamValue> params;
   const VolatilityOracle* oracle = nullptr;  // nullptr: every function/relation unknown.
+  // The session's standard_conforming_strings: off, a text with a backslash
+  // is not judged (the grammar reads strings as with it on): kParseError.
+  bool standard_conforming_strings = true;
 };
 
 struct Decision {
@@ -107,6 +127,11 @@ Decision DecideSql(std::string_view sql, const DecisionContext& context, LexOpti
 // SqlText::normalized_analysis_if_done).
 Decision DecideSql(const SqlText& text, const DecisionContext& context);
 
+// The first of `analysis`'s operators, casts and attribute-notation names
+// that is not immutable (or unknown), as a kVolatile decision (its
+// unknown_name set for a name the catalog did not know); nullopt if none.
+std::optional<Decision> ResolvedCallsVolatility(const StatementAnalysis& analysis, const VolatilityOracle* oracle);
+
 // Tables to invalidate after `analysis` ran successfully: the resolved
 // written relations (partition roots; for a view, its base tables). nullopt
 // when that cannot be known precisely: DDL, TRUNCATE of an unknown relation,
@@ -119,6 +144,28 @@ std::optional<std::vector<std::string>> TablesToInvalidate(const StatementAnalys
 // ---------------------------------------------------------------------------
 // Catalog.
 // ---------------------------------------------------------------------------
+
+// Operators, types and attribute-notation candidates: (kind, nspname, name,
+// provolatile) where kind is 'o' (an operator: its oprcode's volatility,
+// most volatile overload), 't' (a type, arrays excluded: the most volatile
+// non-pg_catalog function among its input function and the casts to it; 'i'
+// if none) or 'a' (a function of one argument of a composite or pseudo
+// type, callable as t.name).
+inline constexpr std::string_view kSideCatalogQuery =
+    "SELECT 'o', n.nspname, o.oprname, max(p.provolatile::text) "
+    "FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace "
+    "JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode GROUP BY n.nspname, o.oprname "
+    "UNION ALL "
+    "SELECT 't', n.nspname, t.typname, coalesce((SELECT max(p.provolatile::text) FROM pg_catalog.pg_proc p "
+    " WHERE p.pronamespace <> 'pg_catalog'::pg_catalog.regnamespace AND (p.oid = t.typinput OR p.oid IN "
+    " (SELECT c.castfunc FROM pg_catalog.pg_cast c WHERE c.casttarget = t.oid))), 'i') "
+    "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace "
+    "WHERE t.typcategory <> 'A' "
+    "UNION ALL "
+    "SELECT 'a', n.nspname, p.proname, max(p.provolatile::text) "
+    "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+    "JOIN pg_catalog.pg_type t ON t.oid = p.proargtypes[0] "
+    "WHERE p.pronargs = 1 AND t.typtype IN ('c', 'p') GROUP BY n.nspname, p.proname";
 
 // Functions: (nspname, proname, provolatile), provolatile the most volatile
 // overload ('v' > 's' > 'i' sorts as text).
@@ -206,6 +253,8 @@ class CatalogSnapshot {
   absl::Status AddFunctionRow(Row row);
   absl::Status AddRelationRow(Row row);
   absl::Status AddViewDependencyRow(Row row);
+  // One row of kSideCatalogQuery.
+  absl::Status AddSideRow(Row row);
 
   // An oracle resolving unqualified names through `search_path` (schema
   // names; pg_catalog is searched first unless listed; for relations, any
@@ -232,6 +281,8 @@ class CatalogSnapshot {
   // Name → schemas having a relation / function of that name.
   absl::flat_hash_map<std::string, std::vector<std::string>> relation_schemas_;
   absl::flat_hash_map<std::string, std::vector<std::string>> function_schemas_;
+  // kSideCatalogQuery's rows, keyed by kind + schema + '\0' + name.
+  absl::flat_hash_map<std::string, Volatility> side_;
   // Views' dependency rows arrive before or after the relation rows.
   struct ViewDep {
     char dep_kind;
@@ -252,13 +303,22 @@ class FakeOracle final : public VolatilityOracle {
   FakeOracle& Sequence(std::string name);
   // A pg_catalog function (IsBuiltinFunction).
   FakeOracle& Builtin(std::string name, Volatility v);
+  // An operator or a type with a function of this volatility behind it
+  // (unnamed ones: immutable), a function callable in attribute notation.
+  FakeOracle& Operator(std::string name, Volatility v);
+  FakeOracle& Type(std::string name, Volatility v);
+  FakeOracle& AttributeFunction(std::string name, Volatility v);
 
   std::optional<Volatility> FunctionVolatility(const QualifiedName& name) const override;
   std::optional<RelationInfo> Relation(const QualifiedName& name) const override;
   bool IsBuiltinFunction(const QualifiedName& name) const override;
+  std::optional<Volatility> OperatorVolatility(const QualifiedName& name) const override;
+  std::optional<Volatility> TypeVolatility(const QualifiedName& name) const override;
+  std::optional<Volatility> AttributeCallVolatility(std::string_view name) const override;
 
  private:
   absl::flat_hash_set<std::string> builtins_;
+  absl::flat_hash_map<std::string, Volatility> operators_, types_, attribute_functions_;
   absl::flat_hash_map<std::string, Volatility> functions_;
   absl::flat_hash_map<std::string, RelationInfo> relations_;
 };

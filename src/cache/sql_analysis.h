@@ -1,16 +1,15 @@
-// A PostgreSQL-aware SQL lexer and a conservative statement analysis for the
-// query cache (PostgreSQL docs, "SQL Syntax" > "Lexical Structure").
+// A PostgreSQL-aware SQL lexer (PostgreSQL docs, "SQL Syntax" > "Lexical
+// Structure") and the statement analysis for the query cache.
 //
-// Hyperdrive decides cacheability by matching text, so a comment that
-// mentions NOW() makes it refuse a query and a string containing "INSERT"
-// confuses it. Here every decision is taken on tokens: comments are dropped,
-// string bodies and quoted identifiers are opaque values, so keywords inside
-// them never count.
-//
-// The analysis is deliberately conservative: when it cannot tell whether an
-// identifier followed by '(' is a function call, it reports it as one and
-// lets the catalog lookup (cacheability.h) decide; an unknown function or
-// relation makes a query uncacheable, never the other way round.
+// The analysis is PostgreSQL's own: libpg_query parses the text with the
+// server's grammar (sql_parse_tree.cc) and one walk over the raw parse tree
+// reports the statement kinds, the relations read and written (CTE names
+// scoped as the server scopes them), the calls, and the names only the
+// catalog can resolve (operators, casts, attribute-notation references).
+// Text the grammar rejects is an error (the caller: uncacheable, and
+// invalidate everything). The lexer splits and normalizes: the analysis is
+// memoized per statement shape (literals replaced), so a text differing
+// only in its literals is not parsed again.
 //
 // Pure functions, no I/O, no shared state: safe to call from any thread.
 // SqlText keeps one text's analysis for the passes over it.
@@ -155,13 +154,21 @@ struct StatementAnalysis {
   // SQL-standard value functions written without parentheses
   // (CURRENT_TIMESTAMP, LOCALTIME, CURRENT_USER, ...), lowercased.
   std::vector<std::string> value_functions;
-  // Identifiers (possibly qualified) directly followed by '(' that may be
-  // function calls, including table functions in FROM and TABLESAMPLE
-  // methods. TRIM is reported as btrim (its pg_proc name).
+  // Function calls (FuncCall nodes: in FROM too, and the SQL-syntax calls
+  // the grammar rewrites, e.g. TRIM as pg_catalog.btrim).
   std::vector<QualifiedName> functions;
+  // Operators named (A_Expr, ORDER BY ... USING; BETWEEN as >= and <=),
+  // resolved by the catalog to the functions behind them.
+  std::vector<QualifiedName> operators;
+  // Types cast to (x::t, CAST(x AS t), t 'literal'): a user cast or input
+  // function behind them may be volatile.
+  std::vector<QualifiedName> casts;
+  // The last field of every qualified column reference (t.f, (x).f): f may
+  // be a function taking t's row type (attribute notation, f(t)).
+  std::vector<std::string> attribute_names;
   // Relations read (FROM, JOIN, USING, TABLE x, COPY x TO) and written
   // (INSERT INTO, UPDATE, DELETE FROM, MERGE INTO, TRUNCATE, COPY x FROM).
-  // CTE names are excluded. Not collected for DDL.
+  // CTE references are excluded (a CTE hides a table only in its scope).
   std::vector<QualifiedName> relations_read;
   std::vector<QualifiedName> relations_written;
   // The text with comments dropped, literals and numbers replaced by '?',
@@ -173,7 +180,9 @@ struct StatementAnalysis {
 };
 
 // Lexes and analyses `sql` (one Query message, or one Parse's text). Errors
-// are the lexer's (the caller's reason: kParseError).
+// are the lexer's or the grammar's (the caller's reason: kParseError), and
+// a backslash with standard_conforming_strings off (the grammar reads
+// strings as with it on).
 absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOptions options = {});
 
 // Calls `fn(std::span<const Token>)` for each statement of `tokens` (the
@@ -209,7 +218,8 @@ std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql);
 bool IsPlainSelect(std::string_view sql);
 
 // The first index at or after `from` (sql.size() if none) of a byte that
-// IsPlainSelect's scan must look at: one of ' " & \ ; / - $ ( s S h H i I.
+// IsPlainSelect's scan must look at: one of ' " & \ ; / - $ ( s S h H i I
+// . : ~ ! @ # % ^ | ` ?.
 // The scan skips the rest in blocks (exposed for its tests).
 size_t NextScanStop(std::string_view sql, size_t from);
 
@@ -232,7 +242,9 @@ class SqlText {
 
   // A read that no pass needs to lex: IsPlainSelect, with no '(' (so no
   // function call: nothing volatile, no set_config, nextval, pg_notify or
-  // advisory lock) and no INTO (SELECT ... INTO creates a table). It changes
+  // advisory lock), no '.' (t.f may call f(t)), no "::" cast, no operator
+  // character beyond + - * / < > = (a user operator may call anything) and
+  // no INTO (SELECT ... INTO creates a table). It changes
   // no session state, writes nothing, pins nothing, uses no sequence,
   // notifies and listens on nothing; what each pass would conclude from the
   // full analysis, without it. Most of an application's queries take this

@@ -22,7 +22,7 @@ namespace hyperpool::cache {
 namespace {
 
 // The bytes ScanSelect must look at; the others (most of a query) it skips.
-constexpr std::string_view kScanStops = "'\"&\\;/-$(sShHiI";
+constexpr std::string_view kScanStops = "'\"&\\;/-$(sShHiI.:~!@#%^|`?";
 
 constexpr std::array<bool, 256> kIsScanStop = [] {
   std::array<bool, 256> t{};
@@ -117,6 +117,21 @@ SelectScan ScanSelect(std::string_view sql) {
           if (!absl::ascii_isdigit(static_cast<unsigned char>(next))) return SelectScan::kNotPlain;
           break;
         case '(':
+        // A call without parentheses: t.f (attribute notation), a cast
+        // (::t runs the type's input or cast function), an operator with a
+        // character no built-in arithmetic or comparison uses (a user
+        // operator may call a volatile function that writes).
+        case '.':
+        case ':':
+        case '~':
+        case '!':
+        case '@':
+        case '#':
+        case '%':
+        case '^':
+        case '|':
+        case '`':
+        case '?':
           calls_or_into = true;
           break;
         // Anywhere, even in a literal (conservative): set_config and hyperpool.

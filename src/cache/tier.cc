@@ -600,10 +600,12 @@ WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, 
   return WriteEffectOf(text, oracle, precise_names);
 }
 
-WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, bool precise_names) {
+WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, bool precise_names,
+                          bool standard_conforming_strings) {
   WriteEffect fx;
   if (text.simple_read()) return fx;  // one SELECT without functions: writes nothing
-  if (text.sql().size() > (8u << 20)) {
+  if (text.sql().size() > (8u << 20) ||
+      (!standard_conforming_strings && text.sql().find('\\') != std::string_view::npos)) {
     fx.all = fx.schema = true;
     return fx;
   }

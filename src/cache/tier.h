@@ -209,12 +209,15 @@ struct WriteEffect {
   void Merge(const WriteEffect& other);
 };
 
-// What running `sql` invalidates: TablesToInvalidate, plus all on lexer
+// What running `sql` invalidates: TablesToInvalidate, plus all on parse
 // errors, EXPLAIN (ANALYZE executes), FunctionCall and anything
 // TablesToInvalidate cannot attribute. `precise_names` false (the session's
 // name resolution differs from the oracle's): any write invalidates all.
 // `schema` as described in WriteEffect.
-WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, bool precise_names);
+// `standard_conforming_strings` false (the session's setting): a text with a
+// backslash is not judged (the grammar reads strings as with it on): all.
+WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, bool precise_names,
+                          bool standard_conforming_strings = true);
 WriteEffect WriteEffectOf(std::string_view sql, const VolatilityOracle* oracle, bool precise_names);
 
 // ---------------------------------------------------------------------------

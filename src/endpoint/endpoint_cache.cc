@@ -1,6 +1,7 @@
 #include "endpoint/endpoint_cache.h"
 
 #include <algorithm>
+#include <cctype>
 #include <random>
 
 #include <asio/co_spawn.hpp>
@@ -75,13 +76,31 @@ void EndpointCache::WantCatalog() {
   }
 }
 
-void EndpointCache::NameUnknown() {
+bool EndpointCache::NameUnknown() {
   const auto now = std::chrono::steady_clock::now();
-  if (refreshing_ || now - last_unknown_refresh_ < kUnknownNameRefreshEvery || now - last_failure_ < kRefreshRetry) {
-    return;
-  }
+  if (refreshing_) return true;
+  const bool repeated = now - last_unknown_refresh_ < kUnknownNameRefreshEvery && loaded_at_ >= last_unknown_refresh_;
+  if (repeated || now - last_failure_ < kRefreshRetry) return false;
   last_unknown_refresh_ = now;
   StartRefresh();
+  return refreshing_;
+}
+
+void EndpointCache::OnRefreshEnd(std::weak_ptr<asio::steady_timer> timer) {
+  if (!refreshing_) {
+    if (auto t = timer.lock()) t->cancel();
+    return;
+  }
+  refresh_waiters_.push_back(std::move(timer));
+}
+
+void EndpointCache::EndRefresh() {
+  refreshing_ = false;
+  std::vector<std::weak_ptr<asio::steady_timer>> waiters = std::move(refresh_waiters_);
+  refresh_waiters_.clear();
+  for (auto& w : waiters) {
+    if (auto t = w.lock()) t->cancel();
+  }
 }
 
 void EndpointCache::CatalogChanged() {
@@ -102,15 +121,16 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     absl::StatusOr<Lease> lease = co_await acquire_();
     if (!lease.ok()) break;
     OriginConnection& conn = lease->As<OriginConnection>();
-    std::string sql = fmt::format("{}; BEGIN READ ONLY; SET LOCAL search_path = pg_catalog; {}; {}; {}; COMMIT",
+    std::string sql = fmt::format("{}; BEGIN READ ONLY; SET LOCAL search_path = pg_catalog; {}; {}; {}; {}; COMMIT",
                                   cache::kSearchPathQuery, cache::kFunctionVolatilityQuery,
-                                  cache::kRelationsQuery, cache::kViewDependenciesQuery);
+                                  cache::kRelationsQuery, cache::kViewDependenciesQuery,
+                                  cache::kSideCatalogQuery);
     std::string out;
     protocol::AppendFrame(out, 'Q', sql + std::string(1, '\0'));
     absl::Status written = co_await conn.Write(out);
     auto snapshot = std::make_unique<cache::CatalogSnapshot>();
     std::vector<std::string> path;
-    int result = -1;  // index of the current row set: 0 path, 1 functions, 2 relations, 3 view deps
+    int result = -1;  // index of the current row set: 0 path, 1 functions, 2 relations, 3 view deps, 4 side
     bool failed = !written.ok();
     bool done = false;
     while (!failed && !done) {
@@ -140,6 +160,8 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
             st = snapshot->AddRelationRow(cols);
           } else if (result == 3) {
             st = snapshot->AddViewDependencyRow(cols);
+          } else if (result == 4) {
+            st = snapshot->AddSideRow(cols);
           }
           if (!st.ok()) failed = true;
           break;
@@ -170,12 +192,12 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     snapshot_valid_ = true;
     loaded_at_ = std::chrono::steady_clock::now();
     ++counters_.catalog_refreshes;
-    refreshing_ = false;
+    EndRefresh();
     Publish();
     co_return;
   }
   last_failure_ = std::chrono::steady_clock::now();
-  refreshing_ = false;
+  EndRefresh();
 }
 
 cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& effect) {
@@ -374,6 +396,15 @@ void SessionCache::RefreshSettingsKey() {
   hello_fp_ = cache::HelloFingerprint(params, &hello_unsupported_);
 }
 
+bool SessionCache::StandardConformingStrings() const {
+  if (tracked_settings_ == nullptr) return true;
+  auto it = tracked_settings_->desired().find("standard_conforming_strings");
+  if (it == tracked_settings_->desired().end()) return true;
+  std::string v = it->second;
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v == "on" || v == "true" || v == "yes" || v == "1";  // anything else: judged as off
+}
+
 std::chrono::milliseconds SessionCache::Ttl() const {
   // hyperpool.cache_ttl may shorten or lengthen the tier's max_age, up to an hour.
   if (settings_.ttl) return std::min<std::chrono::milliseconds>(*settings_.ttl, std::chrono::hours(1));
@@ -394,7 +425,7 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
   e.changes_state = fx.changes_session_state;
   e.settings_only = fx.only_setting_changes;
   const bool precise = !state_changed_ && !hello_unsupported_ && !pending_setting_change_ && !e.changes_state;
-  e.write = cache::WriteEffectOf(text, cache_->Oracle(), precise);
+  e.write = cache::WriteEffectOf(text, cache_->Oracle(), precise, StandardConformingStrings());
   if (e.write.any()) cache_->WantCatalog();
   const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();
   // The session's own write (no stale-if-error for it after): anything the

@@ -116,10 +116,14 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   // DDL (or something that may have run DDL) completed.
   void CatalogChanged();
   // A decision met a relation or function the loaded catalog lacks (made
-  // on the origin directly since): refreshes in the background, at most
-  // once a second, never blocking the unit; the old snapshot serves
-  // meanwhile.
-  void NameUnknown();
+  // on the origin directly since): refreshes at once (single-flight), unless
+  // a refresh it started less than a second ago has already ended (the
+  // name is still unknown: a repeated miss). True while a refresh is in
+  // flight afterwards: the unit may wait for it (OnRefreshEnd) so that the
+  // next one is decided on the new catalog.
+  bool NameUnknown();
+  // Cancels `timer` when the refresh in flight ends (at once if none is).
+  void OnRefreshEnd(std::weak_ptr<asio::steady_timer> timer);
 
   uint64_t generation() const { return generation_; }
   // This Endpoint instance in the control messages (random, never 0): a
@@ -181,6 +185,8 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   bool refreshing_ = false;
   uint64_t catalog_epoch_ = 0;
   std::chrono::steady_clock::time_point loaded_at_{};
+  std::vector<std::weak_ptr<asio::steady_timer>> refresh_waiters_;  // OnRefreshEnd
+  void EndRefresh();  // refreshing_ = false, wakes refresh_waiters_
   std::chrono::steady_clock::time_point last_failure_{};
   std::chrono::steady_clock::time_point last_unknown_refresh_{};  // NameUnknown's rate limit
 
@@ -331,7 +337,7 @@ class SessionCache {
              uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status);
   // A look-up in progress (Intercept -> FinishIntercept).
   struct Lookup {
-    enum class Wait : std::uint8_t { kNone, kShared, kFollower };
+    enum class Wait : std::uint8_t { kNone, kShared, kFollower, kCatalog };
     std::string key;
     uint64_t digest = 0;
     std::vector<std::string> tables;
@@ -360,6 +366,8 @@ class SessionCache {
   bool DescribeWindowReady() const;
   void Emit(const cache::InvalidateControl& control, std::string& batch);
   std::chrono::milliseconds Ttl() const;
+  // The session's standard_conforming_strings (on unless it set it off).
+  bool StandardConformingStrings() const;
 
   // The timer a follower or a shared-tier look-up waits on, made on first
   // use (most sessions never wait: an idle one keeps none).
@@ -367,6 +375,8 @@ class SessionCache {
 
   std::shared_ptr<EndpointCache> cache_;
   std::unique_ptr<asio::steady_timer> wait_timer_;
+  // A unit waiting for the catalog refresh an unknown name started.
+  std::shared_ptr<asio::steady_timer> catalog_timer_;
   std::function<void(std::string)> deliver_;
 
   bool started_ = false;

@@ -26,6 +26,9 @@ constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 // A follower waits at most this long for its leader (Hyperdrive's max query
 // duration), then goes to the origin itself.
 constexpr std::chrono::seconds kFollowerWait{60};
+// A unit that met a name the catalog lacks waits at most this long for the
+// refresh it started.
+constexpr std::chrono::seconds kCatalogWait{2};
 constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
 
 }  // namespace
@@ -161,13 +164,24 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   ctx.max_query_bytes = cache_->options().max_query_bytes;
   ctx.params = unit.params;
   ctx.oracle = cache_->Oracle();
+  ctx.standard_conforming_strings = StandardConformingStrings();
   cache::Decision d = cache::DecideSql(unit_text, ctx);
   // The text's own analysis (no copy); null if the decision needed none.
   const cache::StatementAnalysis* analysis = unit_text.normalized_analysis_if_done();
   if (analysis != nullptr && (!analysis->functions.empty() || !analysis->relations_read.empty())) {
     cache_->WantCatalog();
   }
-  if (d.unknown_name) cache_->NameUnknown();  // e.g. a table created on the origin directly
+  if (d.unknown_name && cache_->NameUnknown()) {
+    // e.g. a table created on the origin directly: this unit waits for the
+    // catalog refresh (bounded), then goes to the origin; the next one is
+    // decided on the new catalog.
+    cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason, [&] {
+      return analysis != nullptr ? unit_text.normalized_text() : std::string();
+    });
+    lookup_ = Lookup{};
+    lookup_->wait = Lookup::Wait::kCatalog;
+    return InterceptResult::kWait;
+  }
   cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason, [&] {
     return analysis != nullptr ? unit_text.normalized_text() : std::string();
   });
@@ -288,6 +302,14 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
 asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status) {
   while (lookup_ && lookup_->wait != Lookup::Wait::kNone) {
     Lookup& l = *lookup_;
+    if (l.wait == Lookup::Wait::kCatalog) {
+      if (!catalog_timer_) catalog_timer_ = std::make_shared<asio::steady_timer>(cache_->executor());
+      catalog_timer_->expires_after(kCatalogWait);
+      cache_->OnRefreshEnd(catalog_timer_);
+      (void)co_await catalog_timer_->async_wait(kAsTuple);
+      lookup_.reset();
+      co_return false;
+    }
     if (l.wait == Lookup::Wait::kShared) {
       l.wait = Lookup::Wait::kNone;
       const std::string key = l.key;

@@ -300,5 +300,19 @@ TEST_CASE("an UPDATE is visible at once to the writer and to another app") {
   CHECK(Psql(c, p.url, {"SELECT v FROM cache_rw WHERE id = 2"}) == "5");
 }
 
+TEST_CASE("a table created on the origin after start is cacheable from the second read of a burst") {
+  const auto& c = testing::SharedPgCluster();
+  Admin(c, "DROP TABLE IF EXISTS cache_late");
+  Pooler p = Start(c, Origin(c, c.host, c.port));
+  // Another connection (not through hyperpool) creates it: no DDL seen.
+  Admin(c, "CREATE TABLE cache_late(id int, v text); INSERT INTO cache_late VALUES (1, 'one')");
+  const std::string q = "SELECT v FROM cache_late WHERE id = 1";
+  size_t before = p.origin_units();
+  std::string out = Psql(c, p.url, std::vector<std::string>(40, q));
+  CHECK(out.find("one") != std::string::npos);
+  INFO(p.connection->cache_report());
+  CHECK(p.origin_units() - before <= 2);
+}
+
 }  // namespace
 }  // namespace hyperpool

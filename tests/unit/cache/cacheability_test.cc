@@ -202,6 +202,17 @@ CatalogSnapshot MakeSnapshot() {
                                        {"public", "v_udf", "f", "app", "f", "i"}}) {
     REQUIRE(s.AddViewDependencyRow(r).ok());
   }
+  for (const Row& r : std::vector<Row>{{"o", "pg_catalog", "=", "i"},
+                                       {"o", "pg_catalog", "+", "i"},
+                                       {"o", "pg_catalog", "<", "s"},  // a stable built-in overload
+                                       {"o", "public", "#=#", "v"},
+                                       {"t", "pg_catalog", "text", "i"},
+                                       {"t", "pg_catalog", "timestamptz", "i"},
+                                       {"t", "public", "ticket", "v"},  // a volatile input function
+                                       {"a", "pg_catalog", "row_to_json", "s"},
+                                       {"a", "public", "fresh", "v"}}) {
+    REQUIRE(s.AddSideRow(r).ok());
+  }
   return s;
 }
 
@@ -243,6 +254,47 @@ TEST_CASE("CatalogSnapshot resolves through the search path") {
   CHECK(o->Relation({"", "v_nested"})->nonimmutable_functions);
   CHECK_FALSE(o->Relation({"", "v_udf"})->nonimmutable_functions);
   CHECK(o->Relation({"", "seq"})->kind == 'S');
+}
+
+TEST_CASE("the catalog resolves operators, casts and attribute notation to their functions") {
+  CatalogSnapshot snap = MakeSnapshot();
+  std::unique_ptr<VolatilityOracle> o = snap.Oracle({"public"});
+  DecisionContext ctx;
+  ctx.oracle = o.get();
+  auto reason = [&](std::string_view sql) { return DecideSql(sql, ctx).reason; };
+  // t.fresh is fresh(t), a volatile function; row_to_json is stable.
+  CHECK(reason("SELECT u.fresh FROM users u") == Reason::kVolatile);
+  CHECK(reason("SELECT (u).fresh FROM users u") == Reason::kVolatile);
+  CHECK(reason("SELECT u.row_to_json FROM users u") == Reason::kVolatile);
+  CHECK(reason("SELECT u.id FROM users u") == Reason::kCacheable);
+  // A user operator over a volatile function; built-in ones stay immutable.
+  CHECK(reason("SELECT 1 #=# 2") == Reason::kVolatile);
+  CHECK(reason("SELECT * FROM users WHERE id = 1 AND id < 3 + 1") == Reason::kCacheable);
+  CHECK(reason("SELECT 1 <#> 2") == Reason::kVolatile);  // unknown operator
+  // A type whose input function is volatile; 'now' cast to a time type.
+  CHECK(reason("SELECT 'x'::ticket") == Reason::kVolatile);
+  CHECK(reason("SELECT 'now'::timestamptz") == Reason::kVolatile);
+  CHECK(reason("SELECT timestamptz 'now'") == Reason::kVolatile);
+  CHECK(reason("SELECT 'x'::text FROM users") == Reason::kCacheable);
+  CHECK(reason("SELECT 'x'::no_such_type") == Reason::kVolatile);
+  CHECK(DecideSql("SELECT 'x'::no_such_type", ctx).unknown_name);
+  // A write whose statement calls a volatile user function by any of these
+  // ways may write anything: invalidate all.
+  auto a = AnalyzeStatement("UPDATE users SET id = id #=# 1");
+  REQUIRE(a.ok());
+  CHECK_FALSE(TablesToInvalidate(*a, o.get()).has_value());
+  a = AnalyzeStatement("UPDATE users SET id = 1 WHERE id = 2");
+  REQUIRE(a.ok());
+  CHECK(TablesToInvalidate(*a, o.get()) == std::vector<std::string>{"public.users"});
+}
+
+TEST_CASE("a session with standard_conforming_strings off is not judged on a backslash") {
+  FakeOracle oracle = MakeOracle();
+  DecisionContext ctx;
+  ctx.oracle = &oracle;
+  ctx.standard_conforming_strings = false;
+  CHECK(DecideSql("SELECT * FROM users WHERE name = 'a\\'", ctx).reason == Reason::kParseError);
+  CHECK(DecideSql("SELECT * FROM users WHERE name = 'a'", ctx).reason == Reason::kCacheable);
 }
 
 TEST_CASE("CatalogSnapshot rejects malformed rows") {

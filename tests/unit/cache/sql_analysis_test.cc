@@ -226,9 +226,9 @@ TEST_CASE("function calls") {
        {"nextval", "currval", "setval", "lastval"}, {}},
       {"SELECT current_date, CURRENT_TIMESTAMP(3), localtime, user, session_user",
        {}, {"current_date", "current_timestamp", "localtime", "user", "session_user"}},
-      {"SELECT current_schema()", {}, {"current_schema"}},
-      {"SELECT trim(both 'x' FROM a) FROM t", {"btrim"}, {}},
-      {"SELECT extract(epoch FROM now())", {"extract", "now"}, {}},
+      {"SELECT current_schema()", {"current_schema"}, {}},
+      {"SELECT trim(both 'x' FROM a) FROM t", {"pg_catalog.btrim"}, {}},
+      {"SELECT extract(epoch FROM now())", {"pg_catalog.extract", "now"}, {}},
       {"SELECT f(g(h(1)))", {"f", "g", "h"}, {}},
       {"SELECT * FROM t TABLESAMPLE SYSTEM (10)", {"system"}, {}},
       {"SELECT a FROM t GROUP BY ROLLUP (a)", {}, {}},
@@ -288,7 +288,7 @@ TEST_CASE("relations read and written") {
       {"COPY (SELECT * FROM a) TO STDOUT", {"a"}, {}},
       {"WITH d AS (DELETE FROM a RETURNING *) INSERT INTO b SELECT * FROM d", {}, {"a", "b"}},
       {"SELECT * FROM t FOR UPDATE OF t", {"t"}, {}},
-      {"CREATE TABLE t AS SELECT * FROM a", {}, {}},
+      {"CREATE TABLE t AS SELECT * FROM a", {"a"}, {}},  // DDL: invalidates everything anyway
       {"EXPLAIN ANALYZE UPDATE t SET a = 1", {}, {"t"}},
       {"INSERT INTO t VALUES (1); UPDATE u SET a = 1", {}, {"t", "u"}},
       {"SELECT * FROM ROWS FROM (f(), g()) AS x(a, b)", {}, {}},
@@ -369,6 +369,71 @@ TEST_CASE("SqlText: the tokens and the analysis are computed once and equal the 
   CHECK(a->fingerprint == AnalyzeStatement(sql)->fingerprint);
   CHECK(a->fingerprint == Fnv1a64(text.normalized_text()));
   CHECK(Names(a->relations_written) == std::vector<std::string>{"t"});
+}
+
+
+// Shapes a scan of tokens misjudged, each answered by PostgreSQL's grammar.
+TEST_CASE("the parse tree sees relations a token scan could not place") {
+  struct Case {
+    std::string sql;
+    std::vector<std::string> read;
+  };
+  auto c = GENERATE(values<Case>({
+      // A relation reached only inside parentheses of a join tree.
+      {"SELECT * FROM (a JOIN (b JOIN c ON true) ON true)", {"a", "b", "c"}},
+      {"SELECT * FROM ((SELECT 1) s CROSS JOIN LATERAL (SELECT * FROM d WHERE d.x = s.x) l)", {"d"}},
+      // A CTE named like the table it reads: inside its own query the name
+      // is the table; after it, the CTE.
+      {"WITH orders AS (SELECT * FROM orders WHERE paid) SELECT * FROM orders", {"orders"}},
+      // A CTE's name does not leak out of the subquery that defines it.
+      {"SELECT * FROM (WITH t AS (SELECT 1) SELECT * FROM t) s, t", {"t"}},
+      // A later CTE sees an earlier one; an earlier one does not see a later one.
+      {"WITH a AS (SELECT * FROM b), b AS (SELECT * FROM a) SELECT * FROM b", {"b"}},
+      // Set operations and nested WITHs at any depth.
+      {"SELECT * FROM x UNION ALL (WITH y AS (SELECT * FROM z) SELECT * FROM y)", {"x", "z"}},
+      {"SELECT (SELECT max(v) FROM w) FROM (VALUES (1)) t(v)", {"w"}},
+      {"SELECT * FROM s.t1 NATURAL JOIN \"Odd Name\"", {"s.t1", "Odd Name"}},
+  }));
+  StatementAnalysis a = Analyze(c.sql);
+  INFO(c.sql);
+  CHECK(a.kind == StatementKind::kSelect);
+  CHECK(Names(a.relations_read) == c.read);
+}
+
+TEST_CASE("the parse tree reports calls, operators, casts and attribute references") {
+  // A function whose name is a non-reserved keyword is still a call.
+  CHECK(Names(Analyze("SELECT version(), \"left\"('ab', 1), coalesce(1, 2), abort(1)").functions) ==
+        std::vector<std::string>{"version", "left", "abort"});
+  CHECK(Names(Analyze("SELECT * FROM t WHERE a #=# b AND c BETWEEN 1 AND 2").operators) ==
+        std::vector<std::string>{"#=#", ">=", "<="});
+  StatementAnalysis ops = Analyze("SELECT a #=# b, c OPERATOR(app.===) d FROM t ORDER BY a USING <<<");
+  CHECK(Names(ops.operators) == std::vector<std::string>{"#=#", "app.===", "<<<"});
+  StatementAnalysis casts = Analyze("SELECT x::ticket, CAST(y AS app.money2), int4 '1' FROM t");
+  CHECK(Names(casts.casts) == std::vector<std::string>{"ticket", "app.money2", "int4"});
+  StatementAnalysis attr = Analyze("SELECT t.fresh, (t).other, t.* FROM t");
+  CHECK(attr.attribute_names == std::vector<std::string>{"fresh", "other"});
+  // Time words read at parse time, spelled in each way the grammar allows.
+  CHECK(Analyze("SELECT timestamptz 'now'").has_time_literal);
+  CHECK(Analyze("SELECT CAST('today' AS date)").has_time_literal);
+  CHECK_FALSE(Analyze("SELECT 'today'::text").has_time_literal);
+  // What the grammar rejects is no analysis at all.
+  CHECK_FALSE(AnalyzeStatement("SELECT FROM WHERE (").ok());
+  CHECK_FALSE(AnalyzeStatement("SELEC 1").ok());
+}
+
+TEST_CASE("texts differing only in literals share one parse; a time word keeps its own") {
+  StatementAnalysis plain = Analyze("SELECT * FROM t WHERE ts > '2020-01-01'");
+  StatementAnalysis now = Analyze("SELECT * FROM t WHERE ts > 'now'");
+  CHECK_FALSE(plain.has_time_literal);
+  CHECK(now.has_time_literal);
+  CHECK_FALSE(Analyze("SELECT * FROM t WHERE ts > '2021-02-02'").has_time_literal);
+}
+
+TEST_CASE("standard_conforming_strings off: a backslash is not judged") {
+  LexOptions off;
+  off.standard_conforming_strings = false;
+  CHECK_FALSE(AnalyzeStatement("SELECT 'a\\' FROM t", off).ok());
+  CHECK(AnalyzeStatement("SELECT 'a' FROM t", off).ok());
 }
 
 }  // namespace
