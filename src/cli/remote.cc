@@ -84,7 +84,8 @@ Options:
   --max-lifetime S        close origin connections older than S seconds (default 3600)
   --pool-mode MODE        transaction (default) or session
   --max-pinned N          sessions pinned to a connection (temp table, advisory lock, ...)
-                          hold at most N connections beyond --pool-size (default pool-size/4, >= 1)
+                          hold at most N connections beyond --pool-size (default: the pool size);
+                          a statement that would pin one more waits for a slot
   --pinned-idle-timeout S close a pinned session idle for S seconds (default 600, 0 = never)
   --max-pending-to-origin N  stop reading a client whose bytes not yet written to its busy
                           origin connection pass N (suffix K, M, G; default 4M)
