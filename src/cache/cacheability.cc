@@ -55,17 +55,6 @@ class LookupKey {
 };
 bool IsTempSchema(std::string_view s) { return s.starts_with("pg_temp"); }
 
-bool ContainsTimeWordCi(std::string_view v) {
-  std::string lower(v);
-  for (char& c : lower) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  for (std::string_view w : {"now", "today", "tomorrow", "yesterday"}) {
-    if (lower.find(w) != std::string::npos) return true;
-  }
-  return false;
-}
-
 template <typename T>
 void AddUnique(std::vector<T>& v, T x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(std::move(x));
@@ -114,7 +103,7 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
   }
   if (a.has_time_literal) return Make(Reason::kVolatile, "time literal");
   for (const ParamValue& p : ctx.params) {
-    if (p.format == 0 && p.value.has_value() && ContainsTimeWordCi(*p.value)) {
+    if (p.format == 0 && p.value.has_value() && ContainsTimeWord(*p.value)) {
       return Make(Reason::kVolatile, "time parameter");
     }
   }

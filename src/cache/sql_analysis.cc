@@ -23,8 +23,6 @@ namespace hyperpool::cache {
 StatementKind KindOfKeyword(std::string_view kw);                    // sql_parse_tree.cc
 absl::StatusOr<StatementAnalysis> ParseAnalysis(std::string_view sql);  // sql_parse_tree.cc
 
-namespace {
-
 bool ContainsTimeWord(std::string_view value) {
   for (std::string_view w : {"now", "today", "tomorrow", "yesterday"}) {
     if (value.size() < w.size()) continue;
@@ -36,6 +34,8 @@ bool ContainsTimeWord(std::string_view value) {
   }
   return false;
 }
+
+namespace {
 
 // Feeds the normalized text (StatementAnalysis::normalized) to `sink` piece
 // by piece: building it and hashing it are two sinks over the one walk.

@@ -185,6 +185,11 @@ struct StatementAnalysis {
 // strings as with it on).
 absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOptions options = {});
 
+// Whether a literal's text names a time word PostgreSQL's date/time input
+// reads as the current time ('now', 'today', 'tomorrow', 'yesterday'; any
+// case): such a literal's value depends on when it is read.
+bool ContainsTimeWord(std::string_view value);
+
 // Calls `fn(std::span<const Token>)` for each statement of `tokens` (the
 // runs between semicolons, empty ones included), in order.
 template <typename Fn>

@@ -38,17 +38,6 @@ const Set& NonTimeTypes() {
   return *s;
 }
 
-bool ContainsTimeWord(std::string_view value) {
-  std::string lower(value);
-  for (char& c : lower) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  for (std::string_view w : {"now", "today", "tomorrow", "yesterday"}) {
-    if (lower.find(w) != std::string::npos) return true;
-  }
-  return false;
-}
-
 template <typename T>
 void AddUnique(std::vector<T>& v, T x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(std::move(x));
