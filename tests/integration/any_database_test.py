@@ -22,7 +22,7 @@ import urllib.parse
 
 import psycopg
 
-from pgtest_env import env_get, origin_url  # beside this script
+from pgtest_env import ERR, check, fail, env_get, origin_url  # beside this script
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "adversarial"))
 import wire  # noqa: E402
@@ -33,18 +33,6 @@ DB_NEW = ["hp_any_new_%d_%d" % (PID, i) for i in range(2)]
 APP_PW = "app-pw-%d" % PID
 REP_PW = "rep-pw-%d" % PID
 TMP = tempfile.mkdtemp()
-ERR = tempfile.TemporaryFile()
-
-
-def fail(msg):
-    ERR.seek(0)
-    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-    print("ok  ", msg)
 
 
 def admin():

@@ -24,9 +24,10 @@ import urllib.parse
 
 import psycopg
 
+from pgtest_env import ERR, check, fail  # beside this script
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PGCLUSTER = os.path.join(HERE, "..", "support", "pgcluster.sh")
-ERR = tempfile.TemporaryFile()
 POOL = 4
 RESTARTED = threading.Event()
 
@@ -44,17 +45,6 @@ def server_error(e):
             text = text[len(prefix):]
     return not text.startswith(("server closed the connection unexpectedly", "SSL connection has been closed",
                                 "the connection is lost", "connection is closed", "the connection is closed"))
-
-
-def fail(msg):
-    ERR.seek(0)
-    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-    print("ok  ", msg)
 
 
 def read_env(path):

@@ -12,14 +12,12 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 
 import asyncpg
 import psycopg
 
-from pgtest_env import origin_url  # beside this script
+from pgtest_env import ERR, check, fail, origin_url  # beside this script
 
-ERR = tempfile.TemporaryFile()
 NAMES = ("client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "application_name")
 # In this order: a partial DateStyle ("SQL") after a session that left
 # German, DMY on the pool's connections must still mean SQL, MDY.
@@ -29,17 +27,6 @@ CASES = [
     {"DateStyle": "SQL", "application_name": "caf\u00e9 app"},
     {"DateStyle": "ymd"},
 ]
-
-
-def fail(msg):
-    ERR.seek(0)
-    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-    print("ok  ", msg)
 
 
 async def asyncpg_reported(url, settings):

@@ -1,7 +1,13 @@
 """The test cluster as the Python integration tests see it: the KEY=VALUE
 lines of $HYPERPOOL_TEST_PG_ENV (tests/support/pgcluster.sh writes them)."""
 import os
+import sys
+import tempfile
 import urllib.parse
+
+# Where a test sends the stderr of the `hyperpool serve` it starts; fail()
+# prints its tail.
+ERR = tempfile.TemporaryFile()
 
 
 def env_get(name):
@@ -17,3 +23,14 @@ def origin_url():
     return "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
         env_get("ADMIN_USER"), urllib.parse.quote(env_get("ADMIN_PASSWORD"), safe=""),
         env_get("PGHOST"), env_get("PGPORT"), env_get("PGDATABASE"))
+
+
+def fail(msg):
+    ERR.seek(0)
+    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    print("ok  ", msg)

@@ -18,27 +18,14 @@ Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import psycopg
 
-from pgtest_env import origin_url  # beside this script
+from pgtest_env import ERR, check, fail, origin_url  # beside this script
 
-ERR = tempfile.TemporaryFile()
 PROCS = []
-
-
-def fail(msg):
-    ERR.seek(0)
-    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-    print("ok  ", msg)
 
 
 def serve(*extra):
