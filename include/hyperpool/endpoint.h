@@ -93,6 +93,17 @@ struct EndpointStats {
   // Units answered past max age because the origin could not be reached
   // (CacheOptions::stale_if_error).
   std::size_t cache_stale_if_error = 0;
+  // The change feed (CacheOptions::wal_invalidation; docs/architecture.md,
+  // "Invalidation from the origin's WAL"). `wal_state`: "off",
+  // "connecting", "streaming", "unavailable".
+  std::string wal_state = "off";
+  bool wal_serving = true;               // cached rows may be served now (the gate)
+  std::size_t wal_lag_ms = 0;            // now - the time the tiers are known fresh as of
+  std::size_t wal_transactions = 0;      // commits decoded
+  std::size_t wal_invalidations = 0;     // invalidations applied (batches of commits)
+  std::size_t wal_last_message_ms = 0;   // since the last replication message (0: none yet)
+  std::size_t wal_reconnects = 0;        // streams started again after a loss
+  std::size_t wal_bytes = 0;             // replication payload bytes read
   // Units of work the origin answered (one ReadyForQuery each: a simple
   // Query, an extended-query Sync, a FunctionCall).
   std::size_t queries = 0;

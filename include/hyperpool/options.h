@@ -73,6 +73,18 @@ struct PoolOptions {
   std::chrono::milliseconds connect_timeout{5000};
 };
 
+// Invalidation from the origin's write-ahead log (docs/architecture.md,
+// "Query cache" > "Invalidation from the origin's WAL"): a logical
+// replication connection with a temporary slot and test_decoding.
+//   kOff   writes that bypass hyperpool are seen only when max_age runs out.
+//   kAuto  the feed runs when the origin allows it (wal_level = logical, a
+//          role with REPLICATION); while the origin refuses, the cache works
+//          by max age as with kOff (logged). Once streaming, a break or lag
+//          past the bound stops serving cached rows until caught up.
+//   kOn    the feed is required: while it is not streaming within the bound
+//          (starting, broken, refused) no cached rows are served.
+enum class WalInvalidation : unsigned char { kOff, kAuto, kOn };
+
 // The query cache (two tiers: the Client's local one and the Endpoint's).
 struct CacheOptions {
   // Caching is on by default; `hyperpool serve --no-cache` turns it off.
@@ -101,7 +113,21 @@ struct CacheOptions {
   // the error (never inside a transaction or after the session's own
   // write). Zero: off.
   std::chrono::milliseconds stale_if_error{0};
+  // Endpoint only. Invalidation from the origin's WAL (above). With kOn and
+  // max_age left at its default, the CLI uses kWalMaxAge.
+  WalInvalidation wal_invalidation = WalInvalidation::kOff;
+  // Cached rows are served only while the feed has applied every commit
+  // acknowledged more than this long ago.
+  std::chrono::milliseconds wal_max_lag{100};
+  // Past this lag the feed drops its slot (closes the connection), drops
+  // every cached row of the database and starts a fresh slot, so the origin
+  // never retains WAL for a feed that cannot keep up.
+  std::chrono::milliseconds wal_hard_lag{10000};
 };
+// max_age's default when the feed is on (kOn): freshness then comes from
+// invalidation; max age only bounds what the feed cannot see (unlogged
+// tables written elsewhere) and how often the catalog is re-read.
+inline constexpr std::chrono::milliseconds kWalMaxAge{600000};
 
 struct EndpointOptions {
   // The origin database: a libpq URI (postgresql://user:pass@host:port/db?sslmode=...)

@@ -26,6 +26,10 @@ enum class ValidationFailure {
 struct ValidationResult {
   ValidationFailure failure = ValidationFailure::kNone;
   std::string message;  // one line, for people
+  // After a successful check: whether the origin allows invalidation from
+  // its WAL (CacheOptions::wal_invalidation): wal_level and the role's
+  // REPLICATION. One line; empty when the check could not run.
+  std::string wal_invalidation;
   // Process exit code for `hyperpool validate`: 0 on success, distinct non-zero per failure.
   int exit_code() const { return static_cast<int>(failure) == 0 ? 0 : 10 + static_cast<int>(failure); }
 };

@@ -175,6 +175,22 @@ std::optional<std::string> ApplyEndpointOption(std::string_view name, const std:
   } else if (name == "--redis-timeout") {
     if (!numeric || number == 0 || number > 10000) return "--redis-timeout needs milliseconds (1 to 10000)";
     options.cache.redis_timeout = std::chrono::milliseconds(number);
+  } else if (name == "--wal-invalidation") {
+    if (value == "on") {
+      options.cache.wal_invalidation = WalInvalidation::kOn;
+    } else if (value == "off") {
+      options.cache.wal_invalidation = WalInvalidation::kOff;
+    } else if (value == "auto") {
+      options.cache.wal_invalidation = WalInvalidation::kAuto;
+    } else {
+      return "--wal-invalidation is on, off or auto";
+    }
+  } else if (name == "--wal-max-lag") {
+    if (!numeric || number == 0 || number > 60000) return "--wal-max-lag needs milliseconds (1 to 60000)";
+    options.cache.wal_max_lag = std::chrono::milliseconds(number);
+  } else if (name == "--wal-hard-lag") {
+    if (!numeric || number == 0 || number > 3600000) return "--wal-hard-lag needs milliseconds (1 to 3600000)";
+    options.cache.wal_hard_lag = std::chrono::milliseconds(number);
   } else if (name == "--stale-if-error") {
     if (!numeric || number > 86400) return "--stale-if-error needs seconds (0: off, at most 86400)";
     options.cache.stale_if_error = std::chrono::seconds(number);

@@ -58,6 +58,9 @@ constexpr KeySpec kKeys[] = {
     {"admin.users", Type::kStringArray, "--admin-user"},
     {"cache.redis", Type::kString, "--redis-url"},
     {"cache.stale_if_error_s", Type::kInteger, "--stale-if-error"},
+    {"cache.wal_invalidation", Type::kString, "--wal-invalidation"},
+    {"cache.wal_max_lag_ms", Type::kInteger, "--wal-max-lag"},
+    {"cache.wal_hard_lag_ms", Type::kInteger, "--wal-hard-lag"},
     // The link between the halves (`hyperpool endpoint` / `hyperpool client`
     // --config FILE; serve has no link and refuses them).
     {"link.tls_cert", Type::kString, "--tls-cert"},

@@ -99,6 +99,14 @@ Options:
   --redis-timeout MS      a Redis command slower than this counts as Redis down (default 50)
   --stale-if-error S      serve a cached result up to S seconds past its max age when the origin
                           cannot be reached (default 0 = off)
+  --wal-invalidation M    on|off|auto: invalidate the cache from the origin's WAL (a logical
+                          replication connection, temporary slot, test_decoding), so writes that
+                          bypass hyperpool are seen within --wal-max-lag; auto: when the origin
+                          allows it (wal_level = logical, REPLICATION), else by max age;
+                          on: required, no cached rows while it is down; with on the default
+                          --cache-max-age is 600 (default off)
+  --wal-max-lag MS        serve cached rows only while the feed lags less than this (default 100)
+  --wal-hard-lag MS       past this lag drop the slot and start a fresh one (default 10000)
   --help                  print this help
 )";
 

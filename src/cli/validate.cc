@@ -66,6 +66,7 @@ int Validate(int argc, char** argv) {
   }
   ValidationResult result = ValidateOrigin(options, timeout);
   std::printf("%s\n", result.message.c_str());
+  if (!result.wal_invalidation.empty()) std::printf("%s\n", result.wal_invalidation.c_str());
   return result.exit_code();
 }
 

@@ -178,7 +178,11 @@ class ConnectionImpl final : public Connection {
         ios_.empty() ? asio::any_io_executor(asio::make_strand(executors[0])) : executors[0];
     // Without a shared tier every write reaches this Endpoint through this
     // Client itself (inline on the writer's link): no watch needed.
-    if (!options.client.cache_watch) options.client.cache_watch = !options.endpoint.cache.redis_url.empty();
+    // With the WAL feed too: its invalidations come from no Client's write.
+    if (!options.client.cache_watch) {
+      options.client.cache_watch = !options.endpoint.cache.redis_url.empty() ||
+                                   options.endpoint.cache.wal_invalidation != WalInvalidation::kOff;
+    }
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
         Endpoint::Create(std::move(endpoint_executor), std::move(options.endpoint));
     if (!endpoint.ok()) return endpoint.status();

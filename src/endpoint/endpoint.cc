@@ -105,6 +105,12 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
   impl->executor = executor;
   impl->config = std::make_shared<const OriginConfig>(std::move(*config));
   impl->options = std::move(options);
+  if (impl->options.cache.wal_invalidation == WalInvalidation::kOn &&
+      impl->options.cache.max_age == CacheOptions{}.max_age) {
+    // Freshness comes from the feed (and no cached row is served while it
+    // is down): max age bounds only what the feed cannot see.
+    impl->options.cache.max_age = kWalMaxAge;
+  }
   impl->pin_budget =
       endpoint::PinBudget(endpoint::EffectivePinnedBudget(impl->options.max_pinned, impl->options.pool.max_size));
 
@@ -167,6 +173,29 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
         co_return co_await self->pool->Acquire();
       },
       std::move(*shared_tier));
+  if (impl->options.cache.enabled && impl->options.cache.wal_invalidation != WalInvalidation::kOff) {
+    endpoint::WalFeed::Options feed;
+    feed.core.mode = impl->options.cache.wal_invalidation;
+    feed.core.bound = impl->options.cache.wal_max_lag;
+    feed.core.hard_limit = impl->options.cache.wal_hard_lag;
+    feed.probe_interval = std::chrono::milliseconds(0);  // a quarter of the bound
+    // The Endpoint's own origin login; the stream's with replication=database.
+    endpoint::WalFeed::Connect feed_connect = [cfg, connect, executor](bool replication)
+        -> asio::awaitable<endpoint::ConnectResult> {
+      OriginConfig c = *cfg;
+      if (replication) c.settings.emplace_back("replication", "database");
+      endpoint::ConnectOptions o = connect;
+      o.default_application_name = replication ? "hyperpool wal feed" : "hyperpool wal probe";
+      co_return co_await endpoint::ConnectOrigin(executor, c, o);
+    };
+    impl->wal_feed =
+        std::make_shared<endpoint::WalFeed>(executor, feed, std::move(feed_connect), impl->cache, logger);
+    impl->cache->SetServeGate([w = std::weak_ptr<endpoint::WalFeed>(impl->wal_feed)] {
+      auto f = w.lock();
+      return !f || f->ServeCached();
+    });
+    impl->wal_feed->Start();
+  }
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }
 
@@ -201,6 +230,7 @@ void Endpoint::Stop() {
       impl->pool->Stop();
       impl->listener->Stop();
       if (impl->cache) impl->cache->Stop();
+      if (impl->wal_feed) impl->wal_feed->Stop();
       std::vector<Session*> sessions;
       {
         std::lock_guard<std::mutex> lock(impl->mutex);
@@ -217,7 +247,7 @@ void Endpoint::Stop() {
   while (std::chrono::steady_clock::now() < deadline) {
     const PoolStats stats = impl->pool->Stats();
     if (impl->sessions.empty() && stats.open == 0 && stats.closing == 0 && impl->pending_cancels.load() == 0 &&
-        !impl->listener->running()) {
+        !impl->listener->running() && !(impl->wal_feed && impl->wal_feed->running())) {
       return;
     }
     impl->sessions_done.wait_for(lock, std::chrono::milliseconds(5));
@@ -335,6 +365,7 @@ EndpointStats Endpoint::Stats() const {
     s.shared_invalidations_received = c.shared.received;
     s.cache_stale_if_error = c.stale_if_error;
   }
+  if (impl_->wal_feed) impl_->wal_feed->FillStats(s);
   return s;
 }
 

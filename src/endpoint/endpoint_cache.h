@@ -137,6 +137,15 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   // An invalidation another Endpoint published through the shared tier:
   // drops the local entries and tells every Client.
   void OnSharedInvalidation(const cache::SharedInvalidation& inv);
+  // The change feed (wal_feed.h): whether cached rows may be served now
+  // (null: always). Checked once per candidate unit; the session bypasses
+  // the tier (no look-up, no store, nothing marked for the Client) while
+  // it says no.
+  void SetServeGate(std::function<bool()> gate) { serve_gate_ = std::move(gate); }
+  bool ServeGateOpen() const { return !serve_gate_ || serve_gate_(); }
+  // Tells every Client tier to drop all its rows (the feed fell behind:
+  // they serve without asking the Endpoint). The local tiers are kept.
+  void DropClientTiers();
 
   // Whether a result computed on `conn` may be stored under a key built
   // for sessions with startup fingerprint `fingerprint` (the connection was
@@ -190,6 +199,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::chrono::steady_clock::time_point last_failure_{};
   std::chrono::steady_clock::time_point last_unknown_refresh_{};  // NameUnknown's rate limit
 
+  std::function<bool()> serve_gate_;
   uint64_t generation_ = 1;
   uint64_t source_ = 0;
   std::unordered_map<std::string, std::string> conn_owner_;

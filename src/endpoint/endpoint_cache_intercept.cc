@@ -107,7 +107,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   if (!idle && !after_describe) return InterceptResult::kNotServed;
   if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B') return InterceptResult::kNotServed;
   RefreshSettingsKey();
-  if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_) {
+  if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_ || !cache_->ServeGateOpen()) {
     cache_->NoteBypassed();
     return InterceptResult::kNotServed;
   }

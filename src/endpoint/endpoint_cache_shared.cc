@@ -67,6 +67,15 @@ void EndpointCache::OnSharedInvalidation(const cache::SharedInvalidation& inv) {
   Broadcast(c, std::string(), /*remote=*/true);
 }
 
+void EndpointCache::DropClientTiers() {
+  cache::InvalidateControl c;
+  c.all = true;
+  c.rows_only = true;  // statement metadata stays
+  c.generation = ++generation_;
+  c.source = source_;
+  Publish();
+  Broadcast(c, std::string(), /*remote=*/true);
+}
 
 asio::awaitable<std::shared_ptr<const CacheEntry>> SessionCache::LookupShared(
     const std::string& key, const std::vector<std::string>& tables) {

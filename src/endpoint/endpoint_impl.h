@@ -35,6 +35,7 @@
 #include "endpoint/pin_budget.h"
 #include "endpoint/signal.h"
 #include "endpoint/statement_registry.h"
+#include "endpoint/wal_feed.h"
 #include "hyperpool/endpoint.h"
 #include "ops/latency_histogram.h"
 #include "pool/pool.h"
@@ -88,6 +89,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::unique_ptr<Pool> pool;
   // The Endpoint cache tier (endpoint_cache.h); created with the pool.
   std::shared_ptr<endpoint::EndpointCache> cache;
+  // Invalidation from the origin's WAL (wal_feed.h); null when off.
+  std::shared_ptr<endpoint::WalFeed> wal_feed;
 
   // Executor-only state.
   // The origin's ParameterStatus set as of the most recent login (link-ready).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -16,6 +17,8 @@
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/origin_password.h"
+#include "protocol/backend_messages.h"
+#include "protocol/codec.h"
 
 namespace hyperpool {
 namespace {
@@ -25,6 +28,42 @@ std::string ServerVersion(const endpoint::OriginConnection& conn) {
     if (name == "server_version") return value;
   }
   return "unknown";
+}
+
+// What --wal-invalidation would find: wal_level and whether the role may
+// replicate (REPLICATION or superuser). test_decoding's presence shows only
+// when the slot is created (the feed logs it).
+asio::awaitable<std::string> WalInvalidationCheck(endpoint::OriginConnection& conn) {
+  std::string out;
+  protocol::AppendFrame(out, 'Q',
+                        std::string_view("SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper "
+                                         "FROM pg_roles WHERE rolname = current_user)\0"));
+  if (!(co_await conn.Write(out)).ok()) co_return std::string();
+  std::vector<std::string> values;
+  while (true) {
+    absl::StatusOr<protocol::Frame> f = co_await conn.ReadFrame();
+    if (!f.ok()) co_return std::string();
+    if (f->tag == 'D') {
+      absl::StatusOr<protocol::DataRow> row = protocol::DecodeDataRow(f->payload);
+      if (row.ok()) {
+        for (protocol::NullableValue v : *row) values.emplace_back(v ? std::string(*v) : std::string());
+      }
+    }
+    if (f->tag == 'Z') break;
+  }
+  if (values.size() != 2) co_return std::string("wal invalidation: could not be checked");
+  const bool logical = values[0] == "logical";
+  const bool replication = values[1] == "t";
+  if (logical && replication) {
+    co_return std::string("wal invalidation: available (wal_level = logical, the role may replicate)");
+  }
+  std::string why;
+  if (!logical) why = fmt::format("wal_level is {} (needs logical: ALTER SYSTEM SET wal_level = logical, then restart)", values[0]);
+  if (!replication) {
+    if (!why.empty()) why += "; ";
+    why += "the role lacks REPLICATION (ALTER ROLE ... REPLICATION)";
+  }
+  co_return fmt::format("wal invalidation: unavailable: {}; --wal-invalidation auto would work by max age", why);
 }
 
 asio::awaitable<void> Validate(asio::any_io_executor executor, const OriginConfig& config,
@@ -66,6 +105,7 @@ asio::awaitable<void> Validate(asio::any_io_executor executor, const OriginConfi
     result.message = fmt::format("logged in, but the test query failed: {}", std::string(ping.message()));
     co_return;
   }
+  result.wal_invalidation = co_await WalInvalidationCheck(conn);
   result.failure = ValidationFailure::kNone;
   result.message = fmt::format("connected to {}:{}{}, logged in as {} to database {} (PostgreSQL {}); test query OK",
                                config.host, config.port,

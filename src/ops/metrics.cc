@@ -82,6 +82,40 @@ void WriteEndpoints(ExpositionWriter& w, const std::vector<EndpointSample>& es) 
           {{"result", "ignored"}});
   gauge("hyperpool_origin_rtt_seconds", "Smallest recent round trip to the origin (0 until measured).",
         [](const EndpointStats& s) { return s.origin_rtt_us / 1e6; });
+  // Invalidation from the origin's WAL (--wal-invalidation): only where it runs.
+  std::vector<EndpointSample> fed;
+  for (const EndpointSample& e : es) {
+    if (e.stats->wal_state != "off") fed.push_back(e);
+  }
+  if (fed.empty()) return;
+  static constexpr const char* kStates[] = {"connecting", "streaming", "unavailable"};
+  for (const char* state : kStates) {
+    for (const EndpointSample& e : fed) {
+      w.Gauge("hyperpool_wal_feed_state", "1 for the change feed's state (connecting, streaming, unavailable).",
+              e.stats->wal_state == state ? 1.0 : 0.0, With(e.labels, {{"state", state}}));
+    }
+  }
+  auto fed_gauge = [&](const char* name, const char* help, auto value) {
+    for (const EndpointSample& e : fed) w.Gauge(name, help, static_cast<double>(value(*e.stats)), e.labels);
+  };
+  auto fed_counter = [&](const char* name, const char* help, auto value) {
+    for (const EndpointSample& e : fed) w.Counter(name, help, value(*e.stats), e.labels);
+  };
+  fed_gauge("hyperpool_wal_feed_serving", "1 while cached rows may be served (the feed is within --wal-max-lag).",
+            [](const EndpointStats& s) { return s.wal_serving ? 1 : 0; });
+  fed_gauge("hyperpool_wal_feed_lag_seconds",
+            "How far behind the origin the feed is: now minus the time every earlier commit was applied.",
+            [](const EndpointStats& s) { return s.wal_lag_ms / 1e3; });
+  fed_gauge("hyperpool_wal_feed_last_message_seconds", "Time since the last replication message (0: none yet).",
+            [](const EndpointStats& s) { return s.wal_last_message_ms / 1e3; });
+  fed_counter("hyperpool_wal_feed_transactions_total", "Committed transactions decoded by the change feed.",
+              [](const EndpointStats& s) { return s.wal_transactions; });
+  fed_counter("hyperpool_wal_feed_invalidations_total", "Invalidations the change feed applied (bursts of commits).",
+              [](const EndpointStats& s) { return s.wal_invalidations; });
+  fed_counter("hyperpool_wal_feed_reconnects_total", "Streams started again (a new temporary slot) after a loss.",
+              [](const EndpointStats& s) { return s.wal_reconnects; });
+  fed_counter("hyperpool_wal_feed_bytes_total", "Replication payload bytes read by the change feed.",
+              [](const EndpointStats& s) { return s.wal_bytes; });
 }
 
 // Families that both cache tiers have are written together, one sample per tier.

@@ -24,7 +24,7 @@ import urllib.parse
 
 import psycopg
 
-from pgtest_env import ERR, check, fail  # beside this script
+from pgtest_env import ERR, as_pg, check, fail, read_env  # beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PGCLUSTER = os.path.join(HERE, "..", "support", "pgcluster.sh")
@@ -45,22 +45,6 @@ def server_error(e):
             text = text[len(prefix):]
     return not text.startswith(("server closed the connection unexpectedly", "SSL connection has been closed",
                                 "the connection is lost", "connection is closed", "the connection is closed"))
-
-
-def read_env(path):
-    env = {}
-    with open(path) as f:
-        for line in f:
-            k, _, v = line.rstrip("\n").partition("=")
-            env[k] = v
-    return env
-
-
-def as_pg(args):
-    """pg_ctl refuses to run as root: run it as the postgres OS user then."""
-    if os.getuid() == 0:
-        args = ["runuser", "-u", "postgres", "--"] + args
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
 
 
 class Client(threading.Thread):

@@ -1,6 +1,7 @@
 """The test cluster as the Python integration tests see it: the KEY=VALUE
 lines of $HYPERPOOL_TEST_PG_ENV (tests/support/pgcluster.sh writes them)."""
 import os
+import subprocess
 import sys
 import tempfile
 import urllib.parse
@@ -34,3 +35,20 @@ def check(cond, msg):
     if not cond:
         fail(msg)
     print("ok  ", msg)
+
+
+def read_env(path):
+    """The KEY=VALUE lines of a cluster's env file (pgcluster.sh) as a dict."""
+    env = {}
+    with open(path) as f:
+        for line in f:
+            k, _, v = line.rstrip("\n").partition("=")
+            env[k] = v
+    return env
+
+
+def as_pg(args):
+    """pg_ctl refuses to run as root: run it as the postgres OS user then."""
+    if os.getuid() == 0:
+        args = ["runuser", "-u", "postgres", "--"] + args
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)

@@ -84,6 +84,10 @@ log_connections = on
 log_disconnections = on
 log_line_prefix = '%m [%p] %u@%d '
 EOF
+  # A test that needs more (wal_level = logical, ...) passes its own lines.
+  if [ -n "${PGCLUSTER_EXTRA_CONF:-}" ]; then
+    printf '%s\n' "$PGCLUSTER_EXTRA_CONF" >>"$dir/data/postgresql.conf"
+  fi
   # One method per role, so a test picks the method by picking the user. "host"
   # matches TCP with and without TLS; hp_sslonly is rejected without TLS.
   cat >"$dir/data/pg_hba.conf" <<EOF

@@ -1,0 +1,256 @@
+#!/usr/bin/python3
+"""Invalidation from the origin's WAL (issue 29): writers that bypass
+hyperpool (psycopg and pgbench straight to the origin) while readers read the
+same row through `hyperpool serve --wal-invalidation on` with the cache on
+and a max age of an hour. Every read must return a value at least as new as
+the newest commit acknowledged more than the bound (--wal-max-lag, 100 ms)
+before the read was sent, also while the walsender is terminated
+(pg_terminate_backend) and while the origin restarts. After serve is killed
+with SIGKILL no replication slot is left on the origin.
+
+In the same run, a second serve with --wal-invalidation off (today's
+behaviour) serves the same reads: the same check must flag it (its reads stay
+stale until max age), which is also what this test does against a hyperpool
+without the feed. Prints the staleness distribution (p50/p99/max) and the
+hit ratio of both.
+
+Runs against a PostgreSQL of its own (pgcluster.sh, wal_level = logical,
+synchronous_commit = on), stopped even when the test fails. Every wait has a
+deadline. Needs HYPERPOOL_BINARY (ctest sets it).
+"""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import psycopg
+
+from pgtest_env import ERR, as_pg, check, fail, read_env  # beside this script
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PGCLUSTER = os.path.join(HERE, "..", "support", "pgcluster.sh")
+BOUND = 0.100  # --wal-max-lag, seconds
+READERS = 3
+STOP = threading.Event()
+
+
+def wait_for(cond, what, deadline_s):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    fail(f"timed out after {deadline_s} s waiting for: {what}")
+
+
+class Writer(threading.Thread):
+    """UPDATE kv SET v = v + 1 straight to the origin; records (ack time, v)."""
+
+    def __init__(self, url):
+        super().__init__(daemon=True)
+        self.url = url
+        self.acks = []  # (monotonic time the commit was acknowledged, value)
+        self.errors = 0
+
+    def run(self):
+        conn = None
+        while not STOP.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
+                v = conn.execute("UPDATE kv SET v = v + 1 WHERE id = 1 RETURNING v").fetchone()[0]
+                self.acks.append((time.monotonic(), v))
+            except psycopg.Error:
+                self.errors += 1
+                conn = None
+                time.sleep(0.02)
+            time.sleep(0.003)
+
+
+class Reader(threading.Thread):
+    """SELECT v through hyperpool; records (send time, value)."""
+
+    def __init__(self, url):
+        super().__init__(daemon=True)
+        self.url = url
+        self.reads = []
+        self.errors = 0
+
+    def run(self):
+        conn = None
+        while not STOP.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+                t0 = time.monotonic()
+                v = conn.execute("SELECT v FROM kv WHERE id = %s", (1,)).fetchone()[0]
+                self.reads.append((t0, v))
+            except psycopg.Error:
+                self.errors += 1
+                conn = None
+                time.sleep(0.02)
+
+
+def staleness(acks, reads):
+    """Per read: how long before it was sent the first commit newer than what
+    it returned had been acknowledged (0 if none had)."""
+    ack_of = {v: t for t, v in acks}
+    out = []
+    for t0, v in reads:
+        newer = ack_of.get(v + 1)
+        out.append(max(0.0, t0 - newer) if newer is not None else 0.0)
+    return out
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p / 100))] if xs else 0.0
+
+
+def metrics(err_text, port_index):
+    """The /metrics of the port_index-th serve that logged one."""
+    urls = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text)
+    with urllib.request.urlopen(urls[port_index] + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, _, value = line.rpartition(" ")
+        values[name] = float(value)
+    return values
+
+
+def err_text():
+    ERR.seek(0)
+    return ERR.read().decode(errors="replace")
+
+
+def serve(binary, origin, mode):
+    proc = subprocess.Popen([binary, "serve", "--origin", origin, "--pool-size", "4", "--cache-max-age", "3600",
+                             "--wal-invalidation", mode, "--wal-max-lag", str(int(BOUND * 1000)),
+                             "--metrics-listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=ERR, text=True)
+    url = proc.stdout.readline().strip()
+    if not url.startswith("postgresql://"):
+        fail(f"no connection string from serve --wal-invalidation {mode}")
+    return proc, url
+
+
+def hits(m):
+    return m.get('hyperpool_cache_hits_total{tier="client"}', 0) + m.get('hyperpool_cache_hits_total{tier="endpoint"}', 0)
+
+
+def report(name, acks, reads, m):
+    st = staleness(acks, reads)
+    bad = [s for s in st if s > BOUND]
+    ratio = hits(m) / max(1, len(reads))
+    print(f"{name}: {len(reads)} reads, staleness p50 {pct(st, 50) * 1000:.1f} ms p99 {pct(st, 99) * 1000:.1f} ms "
+          f"max {max(st, default=0) * 1000:.1f} ms, {len(bad)} reads older than {BOUND * 1000:.0f} ms, "
+          f"hit ratio {ratio:.2f}")
+    return bad, ratio
+
+
+def main():
+    base = tempfile.mkdtemp(prefix="hp-wal-")
+    procs = []
+    binary = os.environ["HYPERPOOL_BINARY"]
+    try:
+        env_vars = dict(os.environ, PGCLUSTER_EXTRA_CONF="wal_level = logical\nsynchronous_commit = on")
+        subprocess.run(["bash", PGCLUSTER, "start", base], check=True, stdout=subprocess.DEVNULL, timeout=120,
+                       env=env_vars)
+        env = read_env(os.path.join(base, "env"))
+        direct = "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
+            env["ADMIN_USER"], urllib.parse.quote(env["ADMIN_PASSWORD"], safe=""), env["PGHOST"], env["PGPORT"],
+            env["PGDATABASE"])
+        with psycopg.connect(direct, autocommit=True) as c:
+            c.execute("CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL)")
+            c.execute("INSERT INTO kv VALUES (1, 0), (2, 0)")
+        on, on_url = serve(binary, direct, "on")
+        procs.append(on)
+        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+                 "the feed streaming and within the bound", 15)
+        off, off_url = serve(binary, direct, "off")
+        procs.append(off)
+
+        writer = Writer(direct)
+        readers = [Reader(on_url) for _ in range(READERS)]
+        today = [Reader(off_url) for _ in range(READERS)]
+        # pgbench writes other rows of the same table straight to the origin meanwhile.
+        script = os.path.join(base, "load.sql")
+        with open(script, "w") as f:
+            f.write("UPDATE kv SET v = v + 1 WHERE id = 2;\n")
+        pgbench = subprocess.Popen([os.path.join(env["PGBIN"], "pgbench"), "-n", "-c", "2", "-T", "4", "-f", script,
+                                    direct], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for t in [writer] + readers + today:
+            t.start()
+        time.sleep(4)  # the steady phase (a measurement window, not a wait for a condition)
+        pgbench.wait(30)
+        m_off = metrics(err_text(), 1)
+        for t in today:
+            t.reads_done = list(t.reads)
+        off.terminate()
+
+        # The walsender terminated: a new slot, and no stale read meanwhile.
+        before = metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0)
+        with psycopg.connect(direct, autocommit=True) as c:
+            n = c.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                          "WHERE application_name = 'hyperpool wal feed'").fetchone()[0]
+        check(n == 1, "the feed's walsender was terminated")
+        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
+                 metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+                 "the feed streaming again after pg_terminate_backend", 15)
+        time.sleep(1)
+
+        # The origin restarted.
+        before = metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0)
+        as_pg([os.path.join(env["PGBIN"], "pg_ctl"), "restart", "-D", env["PGDATA"], "-m", "fast", "-w", "-t", "60"])
+        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
+                 metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+                 "the feed streaming again after the origin restarted", 20)
+        time.sleep(1)
+        STOP.set()
+        for t in [writer] + readers + today:
+            t.join(10)
+        m_on = metrics(err_text(), 0)
+
+        acks = sorted(writer.acks)
+        reads_on = [r for t in readers for r in t.reads]
+        reads_off = [r for t in today for r in t.reads_done]
+        print(f"writer: {len(acks)} commits acknowledged ({writer.errors} errors during the restart)")
+        bad_on, ratio_on = report("--wal-invalidation on ", acks, reads_on, m_on)
+        bad_off, _ = report("--wal-invalidation off", acks, reads_off, m_off)
+        print("feed: transactions {:.0f}, invalidations {:.0f}, reconnects {:.0f}".format(
+            m_on.get("hyperpool_wal_feed_transactions_total", 0), m_on.get("hyperpool_wal_feed_invalidations_total", 0),
+            m_on.get("hyperpool_wal_feed_reconnects_total", 0)))
+        check(len(acks) > 100 and len(reads_on) > 100, "the writer committed and the readers read throughout")
+        check(not bad_on, f"with the feed no read was older than the newest commit acknowledged {BOUND * 1000:.0f} ms "
+                          f"before it (worst {max(staleness(acks, reads_on), default=0) * 1000:.1f} ms)")
+        check(ratio_on > 0.2, "with the feed the cache still answers reads")
+        check(len(bad_off) > 0, "without the feed the same check flags stale reads (today's behaviour)")
+
+        # SIGKILL: the temporary slot goes with the connection.
+        on.send_signal(signal.SIGKILL)
+        on.wait(10)
+
+        def no_slot():
+            with psycopg.connect(direct, autocommit=True) as c:
+                return c.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+        wait_for(no_slot, "no replication slot left after serve was killed", 10)
+        check(True, "no replication slot is left on the origin after SIGKILL")
+        print("PASS")
+    finally:
+        STOP.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        subprocess.run(["bash", PGCLUSTER, "stop", base], timeout=120)
+
+
+main()
