@@ -190,10 +190,16 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
     };
     impl->wal_feed =
         std::make_shared<endpoint::WalFeed>(executor, feed, std::move(feed_connect), impl->cache, logger);
-    impl->cache->SetServeGate([w = std::weak_ptr<endpoint::WalFeed>(impl->wal_feed)] {
-      auto f = w.lock();
-      return !f || f->ServeCached();
-    });
+    std::weak_ptr<endpoint::WalFeed> weak_feed = impl->wal_feed;
+    impl->cache->SetServeGate(
+        [weak_feed] {
+          auto f = weak_feed.lock();
+          return !f || f->ServeCached();
+        },
+        [weak_feed] {
+          auto f = weak_feed.lock();
+          return f ? f->ServeBudget() : std::chrono::milliseconds::max();
+        });
     impl->wal_feed->Start();
   }
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));

@@ -665,7 +665,7 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
         if (stored && stored->expires == expires) {
           cache::StoreControl store;
           store.digest = l.digest;
-          store.ttl = l.ttl;
+          store.ttl = cache_->ClientTtl(l.ttl);
           store.generation = l.generation;
           store.tables = std::move(l.tables);  // the leader is done with them
           store.source = cache_->source();

@@ -141,8 +141,17 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   // (null: always). Checked once per candidate unit; the session bypasses
   // the tier (no look-up, no store, nothing marked for the Client) while
   // it says no.
-  void SetServeGate(std::function<bool()> gate) { serve_gate_ = std::move(gate); }
+  // `budget`: how long the gate stays open if nothing more arrives; a
+  // Client tier keeps what it is told to store no longer than that
+  // (ClientTtl), so it never serves past the bound on its own.
+  void SetServeGate(std::function<bool()> gate, std::function<std::chrono::milliseconds()> budget) {
+    serve_gate_ = std::move(gate);
+    serve_budget_ = std::move(budget);
+  }
   bool ServeGateOpen() const { return !serve_gate_ || serve_gate_(); }
+  std::chrono::milliseconds ClientTtl(std::chrono::milliseconds ttl) const {
+    return serve_budget_ ? std::min(ttl, serve_budget_()) : ttl;
+  }
   // Tells every Client tier to drop all its rows (the feed fell behind:
   // they serve without asking the Endpoint). The local tiers are kept.
   void DropClientTiers();
@@ -200,6 +209,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::chrono::steady_clock::time_point last_unknown_refresh_{};  // NameUnknown's rate limit
 
   std::function<bool()> serve_gate_;
+  std::function<std::chrono::milliseconds()> serve_budget_;
   uint64_t generation_ = 1;
   uint64_t source_ = 0;
   std::unordered_map<std::string, std::string> conn_owner_;

@@ -54,8 +54,9 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::
   auto now = std::chrono::steady_clock::now();
   cache::StoreControl store;
   store.digest = digest;
-  store.ttl = entry->expires > now ? std::chrono::duration_cast<std::chrono::milliseconds>(entry->expires - now)
-                                   : std::chrono::milliseconds(0);
+  store.ttl = cache_->ClientTtl(entry->expires > now
+                                    ? std::chrono::duration_cast<std::chrono::milliseconds>(entry->expires - now)
+                                    : std::chrono::milliseconds(0));
   store.generation = cache_->generation();
   store.tables = entry->tables;
   store.source = cache_->source();

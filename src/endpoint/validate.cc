@@ -35,9 +35,10 @@ std::string ServerVersion(const endpoint::OriginConnection& conn) {
 // when the slot is created (the feed logs it).
 asio::awaitable<std::string> WalInvalidationCheck(endpoint::OriginConnection& conn) {
   std::string out;
-  protocol::AppendFrame(out, 'Q',
-                        std::string_view("SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper "
-                                         "FROM pg_roles WHERE rolname = current_user)\0"));
+  const std::string sql =
+      "SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = "
+      "current_user)";
+  protocol::AppendFrame(out, 'Q', std::string_view(sql.c_str(), sql.size() + 1));
   if (!(co_await conn.Write(out)).ok()) co_return std::string();
   std::vector<std::string> values;
   while (true) {

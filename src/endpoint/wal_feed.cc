@@ -119,6 +119,11 @@ asio::awaitable<void> WalFeed::Sleep(asio::steady_timer& timer, std::chrono::mil
 
 bool WalFeed::ServeCached() const { return gate_open_ && core_.ServeCached(std::chrono::steady_clock::now()); }
 
+std::chrono::milliseconds WalFeed::ServeBudget() const {
+  if (!gate_open_) return std::chrono::milliseconds(0);
+  return core_.Budget(std::chrono::steady_clock::now());
+}
+
 void WalFeed::Transition(WalFeedState next) {
   core_.Transition(next, std::chrono::steady_clock::now());
   state_.store(core_.state());
@@ -233,7 +238,10 @@ asio::awaitable<void> WalFeed::Failed(const OriginFailure& failure) {
           options_.unavailable_retry.count() / 1000);
     }
     Log(LogLevel::kWarn, refused ? "wal_feed_unavailable" : "wal_feed_down",
-        fmt::format("{} (SQLSTATE {}): {}", failure.message, failure.sqlstate.empty() ? "none" : failure.sqlstate,
+        fmt::format("{}{}: {}", failure.message,
+                    failure.message.find(failure.sqlstate) == std::string::npos || failure.sqlstate.empty()
+                        ? fmt::format(" (SQLSTATE {})", failure.sqlstate.empty() ? "none" : failure.sqlstate)
+                        : std::string(),
                     consequence));
   }
   co_await Sleep(stream_timer_, refused ? options_.unavailable_retry : options_.min_backoff);

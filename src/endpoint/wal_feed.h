@@ -64,6 +64,9 @@ class WalFeed : public std::enable_shared_from_this<WalFeed> {
   bool running() const { return loops_.load() > 0; }
   // Executor only: whether the tiers may serve cached rows now.
   bool ServeCached() const;
+  // Executor only: how long cached rows may still be served if nothing more
+  // arrives (max when the feed does not limit them, 0 when the gate is shut).
+  std::chrono::milliseconds ServeBudget() const;
   // Thread-safe.
   void FillStats(EndpointStats& stats) const;
 

@@ -197,6 +197,14 @@ bool WalFeedCore::WillServe(Clock::time_point now, std::chrono::milliseconds ahe
   return false;
 }
 
+std::chrono::milliseconds WalFeedCore::Budget(Clock::time_point now) const {
+  if (state_ == WalFeedState::kOff || (state_ == WalFeedState::kUnavailable && options_.mode == WalInvalidation::kAuto)) {
+    return std::chrono::milliseconds::max();
+  }
+  if (!ServeCached(now)) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(fresh_as_of_ + options_.bound - now);
+}
+
 bool WalFeedCore::OverHardLimit(Clock::time_point now) const {
   return state_ == WalFeedState::kStreaming && Lag(now) > options_.hard_limit;
 }

@@ -102,6 +102,10 @@ class WalFeedCore {
   // ServeCached as it will be `ahead` from now if nothing arrives: the
   // driver drops the Client tiers that early (they serve without asking).
   bool WillServe(Clock::time_point now, std::chrono::milliseconds ahead) const;
+  // How long ServeCached stays true if nothing arrives: max when the feed
+  // does not limit serving (off, auto while unavailable), else what is left
+  // of the bound (0 when shut).
+  std::chrono::milliseconds Budget(Clock::time_point now) const;
   // Streaming and the lag is past the hard limit.
   bool OverHardLimit(Clock::time_point now) const;
 

@@ -113,7 +113,9 @@ TEST_CASE("fresh as of a probe once the stream passed its position and what came
   core.MarkApplied(t + 3ms);
   REQUIRE(core.fresh_as_of() == t + 1ms);
   REQUIRE(core.ServeCached(t + 100ms));
+  REQUIRE(core.Budget(t + 60ms) == 41ms);  // what a Client tier may keep a result for
   REQUIRE_FALSE(core.ServeCached(t + 101ms));  // the bound passed with no newer probe
+  REQUIRE(core.Budget(t + 101ms) == 0ms);
   REQUIRE(core.Lag(t + 101ms) == 100ms);
   REQUIRE_FALSE(core.WillServe(t + 80ms, 25ms));  // the Client tiers are told that early
   // A probe the stream has already passed resolves at once.
