@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.parse
 
 # Where a test sends the stderr of the `hyperpool serve` it starts; fail()
@@ -52,3 +53,13 @@ def as_pg(args):
     if os.getuid() == 0:
         args = ["runuser", "-u", "postgres", "--"] + args
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+
+def wait_for(cond, what, deadline_s):
+    """Polls cond() every 20 ms until it is true; fail() after deadline_s."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    fail(f"timed out after {deadline_s} s waiting for: {what}")

@@ -30,22 +30,13 @@ import urllib.request
 
 import psycopg
 
-from pgtest_env import ERR, as_pg, check, fail, read_env  # beside this script
+from pgtest_env import ERR, as_pg, check, fail, read_env, wait_for  # beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PGCLUSTER = os.path.join(HERE, "..", "support", "pgcluster.sh")
 BOUND = 0.100  # --wal-max-lag, seconds
 READERS = 3
 STOP = threading.Event()
-
-
-def wait_for(cond, what, deadline_s):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    fail(f"timed out after {deadline_s} s waiting for: {what}")
 
 
 class Writer(threading.Thread):

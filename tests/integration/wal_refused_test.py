@@ -14,13 +14,12 @@ Needs HYPERPOOL_TEST_PG_ENV (the postgres fixture) and HYPERPOOL_BINARY.
 import os
 import re
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 
 import psycopg
 
-from pgtest_env import ERR, check, env_get, fail, origin_url
+from pgtest_env import ERR, check, env_get, fail, origin_url, wait_for
 
 BINARY = os.environ["HYPERPOOL_BINARY"]
 
@@ -28,15 +27,6 @@ BINARY = os.environ["HYPERPOOL_BINARY"]
 def err_text():
     ERR.seek(0)
     return ERR.read().decode(errors="replace")
-
-
-def wait_for(cond, what, deadline_s):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    fail(f"timed out after {deadline_s} s waiting for: {what}")
 
 
 def metrics(url):
