@@ -49,6 +49,9 @@ max_age_s = 30
 swr_s = 5
 redis = "redis://10.0.0.5:6379"
 stale_if_error_s = 300
+wal_invalidation = "auto"
+wal_max_lag_ms = 250
+wal_hard_lag_ms = 20000
 [tls]
 cert = "/etc/hyperpool/app.crt"
 key = "/etc/hyperpool/app.key"
@@ -94,6 +97,9 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--cache-swr") == "5");
   CHECK(ValueOf(*config, "--redis-url") == "redis://10.0.0.5:6379");
   CHECK(ValueOf(*config, "--stale-if-error") == "300");
+  CHECK(ValueOf(*config, "--wal-invalidation") == "auto");
+  CHECK(ValueOf(*config, "--wal-max-lag") == "250");
+  CHECK(ValueOf(*config, "--wal-hard-lag") == "20000");
   CHECK(ValueOf(*config, "--ssl-cert") == "/etc/hyperpool/app.crt");
   CHECK(ValueOf(*config, "--ssl-key") == "/etc/hyperpool/app.key");
   CHECK(ValueOf(*config, "--ssl-mode") == "require");
