@@ -93,6 +93,7 @@ TEST_CASE("the gate: what each state and mode serves") {
   REQUIRE_FALSE(core.ServeCached(t));  // starting: nothing until it is known fresh
   core.Transition(WalFeedState::kUnavailable, t);
   REQUIRE(core.ServeCached(t) == (mode == WalInvalidation::kAuto));  // auto falls back to max age
+  REQUIRE(core.Budget(t) == (mode == WalInvalidation::kAuto ? std::chrono::milliseconds::max() : 0ms));
   core.Transition(WalFeedState::kStreaming, t);
   REQUIRE_FALSE(core.ServeCached(t));  // streaming, but no probe has resolved yet
   WalFeedCore off(WalFeedCore::Options{});
