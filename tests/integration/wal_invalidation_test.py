@@ -5,7 +5,9 @@ same row through `hyperpool serve --wal-invalidation on` with the cache on
 and a max age of an hour. Every read must return a value at least as new as
 the newest commit acknowledged more than the bound (--wal-max-lag, 100 ms)
 before the read was sent, also while the walsender is terminated
-(pg_terminate_backend) and while the origin restarts. After serve is killed
+(pg_terminate_backend), while the origin restarts, and while the walsender
+is stopped (SIGSTOP: the feed lags, then passes --wal-hard-lag and starts a
+fresh slot). After serve is killed
 with SIGKILL no replication slot is left on the origin.
 
 In the same run, a second serve with --wal-invalidation off (today's
@@ -124,7 +126,7 @@ def err_text():
 
 def serve(binary, origin, mode):
     proc = subprocess.Popen([binary, "serve", "--origin", origin, "--pool-size", "4", "--cache-max-age", "3600",
-                             "--wal-invalidation", mode, "--wal-max-lag", str(int(BOUND * 1000)),
+                             "--wal-invalidation", mode, "--wal-max-lag", str(int(BOUND * 1000)), "--wal-hard-lag", "1000",
                              "--metrics-listen", "127.0.0.1:0"],
                             stdout=subprocess.PIPE, stderr=ERR, text=True)
     url = proc.stdout.readline().strip()
@@ -216,6 +218,26 @@ def main():
                  metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
                  "the feed streaming again after the origin restarted", 20)
         time.sleep(1)
+
+        # The feed lags: its walsender stopped (SIGSTOP) while the writer
+        # goes on. The gate shuts within the bound; past --wal-hard-lag the
+        # feed drops the slot and starts a fresh one.
+        before = metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0)
+        with psycopg.connect(direct, autocommit=True) as c:
+            walsender = c.execute("SELECT pid FROM pg_stat_activity "
+                                  "WHERE application_name = 'hyperpool wal feed'").fetchone()[0]
+        stopped = time.monotonic()
+        os.kill(walsender, signal.SIGSTOP)
+        try:
+            wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 1) == 0,
+                     "the gate shut while the walsender is stopped", 5)
+            wait_for(lambda: "event=wal_feed_hard_lag" in err_text(), "the hard lag limit dropping the slot", 10)
+        finally:
+            os.kill(walsender, signal.SIGCONT)
+        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
+                 metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+                 "a fresh slot streaming after the hard lag limit", 15)
+        time.sleep(0.5)
         STOP.set()
         for t in [writer] + readers + today:
             t.join(10)
@@ -233,7 +255,8 @@ def main():
         worst = sorted(((s, t0) for s, (t0, _) in zip(staleness(acks, reads_on), reads_on)), reverse=True)[:5]
         print("worst reads with the feed (staleness ms, seconds since the start):",
               ", ".join(f"{s * 1000:.1f} @ {t0 - started:.2f}" for s, t0 in worst),
-              f"| walsender terminated @ {terminated - started:.2f}, origin restarted @ {restarted - started:.2f}")
+              f"| walsender terminated @ {terminated - started:.2f}, origin restarted @ {restarted - started:.2f}, "
+              f"walsender stopped @ {stopped - started:.2f}")
         check(len(acks) > 100 and len(reads_on) > 100, "the writer committed and the readers read throughout")
         check(not bad_on, f"with the feed no read was older than the newest commit acknowledged {BOUND * 1000:.0f} ms "
                           f"before it (worst {max(staleness(acks, reads_on), default=0) * 1000:.1f} ms)")
