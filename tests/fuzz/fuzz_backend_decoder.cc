@@ -1,15 +1,19 @@
 // libFuzzer target: everything a (possibly hostile or buggy) origin server can
 // send the Endpoint half. Every decoded message must re-encode to the exact
 // bytes received and decode back to an equal value; DataRow iteration must
-// stay inside the payload.
+// stay inside the payload. Also the logical replication stream's payloads
+// and test_decoding lines (the WAL feed).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <optional>
 #include <string_view>
+#include <variant>
 
 #include "protocol/codec.h"
+#include "protocol/logical_replication.h"
 
 namespace hp = hyperpool::protocol;
 
@@ -73,8 +77,30 @@ void ReadStream(std::string_view data, const hp::FrameReader& reader) {
 
 }  // namespace
 
+// The logical replication stream (a CopyData payload) and test_decoding's
+// lines: what the Endpoint's change feed reads (protocol/logical_replication.h).
+void CheckReplication(std::string_view input) {
+  absl::StatusOr<hp::ReplicationMessage> m = hp::DecodeReplicationMessage(input);
+  if (m.ok()) {
+    if (const auto* x = std::get_if<hp::XLogData>(&*m)) {
+      if (x->data.data() < input.data() || x->data.data() + x->data.size() != input.data() + input.size()) {
+        Die("XLogData data outside the payload");
+      }
+    }
+  }
+  absl::StatusOr<hp::TestDecodingLine> line = hp::ParseTestDecodingLine(input);
+  if (line.ok() && (line->kind == hp::TestDecodingLine::Kind::kChange ||
+                    line->kind == hp::TestDecodingLine::Kind::kTruncate) && line->relations.empty()) {
+    Die("a table line with no relation");
+  }
+  if (std::optional<hp::Lsn> lsn = hp::ParseLsn(input); lsn && hp::ParseLsn(hp::FormatLsn(*lsn)) != lsn) {
+    Die("LSN does not round-trip");
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
+  CheckReplication(input);
   ReadStream(input, hp::FrameReader());
   ReadStream(input, hp::FrameReader(hp::FrameReader::Mode::kTagged,
                                     hp::FrameLimits{.max_message_length = 64}));
