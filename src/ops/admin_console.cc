@@ -158,15 +158,6 @@ void ShowCache(const AdminSnapshot& s, std::string& out) {
                N(c.cache_invalidations), N(c.cache_entries), N(c.cache_bytes)});
   }
   tiers.AppendTo(out);
-  if (s.endpoint && s.endpoint->wal_state != "off") {
-    // The change feed (--wal-invalidation).
-    const EndpointStats& e = *s.endpoint;
-    Result wal({"wal_feed", "serving", "lag_ms", "transactions", "invalidations", "last_message_ms", "reconnects",
-                "bytes"});
-    wal.Row({e.wal_state, e.wal_serving ? "yes" : "no", N(e.wal_lag_ms), N(e.wal_transactions),
-             N(e.wal_invalidations), N(e.wal_last_message_ms), N(e.wal_reconnects), N(e.wal_bytes)});
-    wal.AppendTo(out);
-  }
   // The endpoint tier's top fingerprints ("  %016x reason count sample").
   Result top({"fingerprint", "decision", "count", "query"});
   std::string_view rest = s.cache_report;
@@ -190,6 +181,16 @@ void ShowCache(const AdminSnapshot& s, std::string& out) {
     top.Row(std::move(fields));
   }
   top.AppendTo(out);
+  if (s.endpoint && s.endpoint->wal_state != "off") {
+    // The change feed (--wal-invalidation): a third result set, after the
+    // fingerprints, so readers of the first two are unaffected.
+    const EndpointStats& e = *s.endpoint;
+    Result wal({"wal_feed", "serving", "lag_ms", "transactions", "invalidations", "last_message_ms", "reconnects",
+                "bytes"});
+    wal.Row({e.wal_state, e.wal_serving ? "yes" : "no", N(e.wal_lag_ms), N(e.wal_transactions),
+             N(e.wal_invalidations), N(e.wal_last_message_ms), N(e.wal_reconnects), N(e.wal_bytes)});
+    wal.AppendTo(out);
+  }
 }
 
 void ShowPins(const AdminSnapshot& s, std::string& out) {

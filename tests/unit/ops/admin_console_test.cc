@@ -242,6 +242,24 @@ TEST_CASE("SHOW CLIENTS lists every connection with its id, SHOW CACHE both tier
   CHECK(Cell(cache[1], 0, "query") == "select ?");
 }
 
+TEST_CASE("SHOW CACHE adds the WAL feed's state, lag and counters when it runs") {
+  FakeBackend b;
+  b.snapshot = Sample();
+  REQUIRE(Run("SHOW CACHE", b).size() == 2);  // off: no third result set
+  b.snapshot.endpoint->wal_state = "streaming";
+  b.snapshot.endpoint->wal_serving = true;
+  b.snapshot.endpoint->wal_lag_ms = 12;
+  b.snapshot.endpoint->wal_transactions = 40;
+  b.snapshot.endpoint->wal_reconnects = 1;
+  auto cache = Run("SHOW CACHE", b);
+  REQUIRE(cache.size() == 3);
+  CHECK(Cell(cache[2], 0, "wal_feed") == "streaming");
+  CHECK(Cell(cache[2], 0, "serving") == "yes");
+  CHECK(Cell(cache[2], 0, "lag_ms") == "12");
+  CHECK(Cell(cache[2], 0, "transactions") == "40");
+  CHECK(Cell(cache[2], 0, "reconnects") == "1");
+}
+
 TEST_CASE("SHOW SERVERS lists each origin connection with its state, backend pid, connect time and pin") {
   FakeBackend b;
   b.snapshot = Sample();
