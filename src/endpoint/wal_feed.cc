@@ -433,8 +433,6 @@ asio::awaitable<void> WalFeed::RunProbe(std::shared_ptr<WalFeed> self) {
         continue;
       }
       probe_conn_ = std::shared_ptr<OriginConnection>(std::move(r.connection));
-      last_probe_failure_.clear();
-      backoff = options_.min_backoff;
     }
     std::shared_ptr<OriginConnection> conn = probe_conn_;
     const auto started = std::chrono::steady_clock::now();
@@ -443,8 +441,17 @@ asio::awaitable<void> WalFeed::RunProbe(std::shared_ptr<WalFeed> self) {
     if (!position.ok()) {
       conn->CloseNow();
       probe_conn_.reset();
+      if (std::string(position.status().message()) != last_probe_failure_) {
+        last_probe_failure_ = std::string(position.status().message());
+        Log(LogLevel::kWarn, "wal_feed_probe_down",
+            fmt::format("{}: the feed's lag cannot be measured; no cached rows are served", last_probe_failure_));
+      }
+      co_await Sleep(probe_timer_, backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
       continue;
     }
+    last_probe_failure_.clear();
+    backoff = options_.min_backoff;
     // Resolved at once when the stream has already passed it; otherwise
     // the walsender is asked where it is (a keepalive answers even when
     // nothing is decoded).

@@ -45,7 +45,9 @@ def run(origin, mode, event_pattern):
         url = proc.stdout.readline().strip()
         if not url.startswith("postgresql://"):
             fail(f"no connection string from serve --wal-invalidation {mode}")
-        wait_for(lambda: re.search(event_pattern, err_text()[start:]), f"the log line /{event_pattern}/", 10)
+        wait_for(lambda: "event=wal_feed_unavailable" in err_text()[start:], "the feed's wal_feed_unavailable line", 20)
+        if not re.search(event_pattern, err_text()[start:]):
+            fail(f"the log line does not match /{event_pattern}/")
         murl = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text()[start:])[0]
         wait_for(lambda: metrics(murl).get('hyperpool_wal_feed_state{state="unavailable"}') == 1,
                  "the feed reported unavailable", 10)
