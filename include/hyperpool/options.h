@@ -115,7 +115,7 @@ struct CacheOptions {
   std::chrono::milliseconds stale_if_error{0};
   // Endpoint only. Invalidation from the origin's WAL (above). With kOn and
   // max_age left at its default, the CLI uses kWalMaxAge.
-  WalInvalidation wal_invalidation = WalInvalidation::kOff;
+  WalInvalidation wal_invalidation = WalInvalidation::kAuto;
   // Cached rows are served only while the feed has applied every commit
   // acknowledged more than this long ago.
   std::chrono::milliseconds wal_max_lag{100};

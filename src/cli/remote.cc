@@ -104,7 +104,7 @@ Options:
                           bypass hyperpool are seen within --wal-max-lag; auto: when the origin
                           allows it (wal_level = logical, REPLICATION), else by max age;
                           on: required, no cached rows while it is down; with on the default
-                          --cache-max-age is 600 (default off)
+                          --cache-max-age is 600 (default auto)
   --wal-max-lag MS        serve cached rows only while the feed lags less than this (default 100)
   --wal-hard-lag MS       past this lag drop the slot and start a fresh one (default 10000)
   --help                  print this help

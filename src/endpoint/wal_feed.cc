@@ -76,7 +76,10 @@ WalFeed::WalFeed(asio::any_io_executor executor, Options options, Connect connec
     options_.probe_interval = std::max<std::chrono::milliseconds>(options_.core.bound / 4, std::chrono::milliseconds(1));
   }
   state_.store(core_.state());
-  serving_.store(core_.state() == WalFeedState::kOff);
+  // auto serves by max age from the first query, before the watchdog's
+  // first tick; on waits for the feed.
+  gate_open_ = core_.WillServe(std::chrono::steady_clock::now(), options_.probe_interval);
+  serving_.store(gate_open_);
 }
 
 void WalFeed::Start() {

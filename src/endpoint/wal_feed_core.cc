@@ -41,6 +41,7 @@ WalFeedCore::WalFeedCore(Options options) : options_(options) {
 void WalFeedCore::Transition(WalFeedState next, Clock::time_point now) {
   if (options_.mode == WalInvalidation::kOff) return;  // stays kOff
   if (next == WalFeedState::kStreaming) {
+    ever_streamed_ = true;
     // A new slot: nothing before it is known (the driver invalidates all).
     streaming_since_ = now;
     fresh_as_of_ = {};
@@ -190,7 +191,11 @@ bool WalFeedCore::WillServe(Clock::time_point now, std::chrono::milliseconds ahe
       // age as without it. on: the feed is required.
       return options_.mode == WalInvalidation::kAuto;
     case WalFeedState::kConnecting:
-      return false;
+      // auto before any stream: not yet known whether the origin allows the
+      // feed (or the origin is down), so max age as without it; whatever is
+      // cached then is dropped when the first stream starts. After one: a
+      // break, nothing is served until the feed is back and fresh.
+      return options_.mode == WalInvalidation::kAuto && !ever_streamed_;
     case WalFeedState::kStreaming:
       return fresh_as_of_ != Clock::time_point{} && now + ahead - fresh_as_of_ < options_.bound;
   }
@@ -198,7 +203,9 @@ bool WalFeedCore::WillServe(Clock::time_point now, std::chrono::milliseconds ahe
 }
 
 std::chrono::milliseconds WalFeedCore::Budget(Clock::time_point now) const {
-  if (state_ == WalFeedState::kOff || (state_ == WalFeedState::kUnavailable && options_.mode == WalInvalidation::kAuto)) {
+  const bool by_max_age = options_.mode == WalInvalidation::kAuto &&
+                          (state_ == WalFeedState::kUnavailable || (state_ == WalFeedState::kConnecting && !ever_streamed_));
+  if (state_ == WalFeedState::kOff || by_max_age) {
     return std::chrono::milliseconds::max();
   }
   if (!ServeCached(now)) return std::chrono::milliseconds(0);

@@ -131,6 +131,9 @@ class WalFeedCore {
   Clock::time_point fresh_as_of_{};
   Clock::time_point last_ack_{};
   bool reply_due_ = false;           // the server asked for a status update
+  // auto: until a stream has started, the origin's support is unknown and
+  // the cache works by max age (the first stream drops everything cached).
+  bool ever_streamed_ = false;
   protocol::Lsn seen_ = 0;           // the highest position the stream has shown
   // The open transaction (BEGIN seen, COMMIT not yet).
   bool in_transaction_ = false;

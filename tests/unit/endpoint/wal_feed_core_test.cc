@@ -90,12 +90,17 @@ TEST_CASE("the gate: what each state and mode serves") {
   o.mode = mode;
   WalFeedCore core(o);
   REQUIRE(core.state() == WalFeedState::kConnecting);
-  REQUIRE_FALSE(core.ServeCached(t));  // starting: nothing until it is known fresh
+  // starting: on serves nothing until the feed is known fresh; auto works by
+  // max age until the origin has shown it allows the feed
+  REQUIRE(core.ServeCached(t) == (mode == WalInvalidation::kAuto));
   core.Transition(WalFeedState::kUnavailable, t);
   REQUIRE(core.ServeCached(t) == (mode == WalInvalidation::kAuto));  // auto falls back to max age
   REQUIRE(core.Budget(t) == (mode == WalInvalidation::kAuto ? std::chrono::milliseconds::max() : 0ms));
   core.Transition(WalFeedState::kStreaming, t);
   REQUIRE_FALSE(core.ServeCached(t));  // streaming, but no probe has resolved yet
+  core.Transition(WalFeedState::kConnecting, t);
+  REQUIRE_FALSE(core.ServeCached(t));  // a break after a stream: nothing, in either mode
+  REQUIRE(core.Budget(t) == 0ms);
   WalFeedCore off(WalFeedCore::Options{});
   REQUIRE(off.state() == WalFeedState::kOff);
   REQUIRE(off.ServeCached(t));
