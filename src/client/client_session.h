@@ -9,7 +9,9 @@
 // when the executor's io_context may run on several threads).
 // After the handshake two legs run concurrently on that strand:
 //   AppToLink: reads whole frontend frames from the socket, sends them on the
-//              link (one Send per read, many frames per Send);
+//              link (one Send per read, many frames per Send); with nothing
+//              buffered it parks (ParkApp): the coroutine returns and a
+//              readability wait on the socket starts it again;
 //   LinkToApp: the only writer to the socket: one write per received chunk,
 //              tracking ReadyForQuery for the transaction status.
 // Each leg, when it ends, closes what the other is waiting on, so the session
@@ -198,6 +200,21 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   bool ProcessLinkBytes(const std::string& buf, std::string& out, size_t& consumed);
 
   asio::awaitable<void> AppToLink();
+
+  // AppToLink has nothing buffered: instead of a coroutine suspended in a
+  // read (its frames and a read buffer held for as long as the app stays
+  // idle), a readability wait on the socket whose completion reads and
+  // starts AppToLink again. The same syscalls as the read it replaces: Asio
+  // re-arms the socket for the wait (epoll_ctl) instead of trying a read
+  // that fails (EAGAIN).
+  void ParkApp();
+  // ParkApp's wait completed: reads what arrived and starts AppToLink, or
+  // parks again (nothing there), or ends forwarding (closed, failed).
+  void OnAppReadable(asio::error_code ec);
+
+  // The app's socket ended or failed while AppToLink read it: closes what
+  // the session's end needs closed.
+  void AppReadEnded();
 
   asio::awaitable<void> LinkToApp(std::shared_ptr<ClientSession> self);
 

@@ -278,6 +278,15 @@ bool ClientSession::ProcessLinkBytes(const std::string& buf, std::string& out, s
   return true;
 }
 
+void ClientSession::AppReadEnded() {
+  if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+  CloseLink();
+  if (!link_) {
+    CloseSocket();
+    SetState(State::kClosed);
+  }
+}
+
 asio::awaitable<void> ClientSession::AppToLink() {
   const uint32_t max_length = static_cast<uint32_t>(
       std::min<size_t>(impl_->options.max_message_size, pr::kDefaultMaxMessageLength));
@@ -413,13 +422,12 @@ asio::awaitable<void> ClientSession::AppToLink() {
       }
       co_return;
     }
+    if (reason_ == EndReason::kNone && in_.size() == 0) {
+      ParkApp();  // nothing buffered: no coroutine waits for the app's next message
+      co_return;
+    }
     if (reason_ != EndReason::kNone || !co_await Fill(needed)) {
-      if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
-      CloseLink();
-      if (!link_) {
-        CloseSocket();
-        SetState(State::kClosed);
-      }
+      AppReadEnded();
       co_return;
     }
   }

@@ -108,8 +108,6 @@ asio::awaitable<void> Session::Run() {
     registered_ = true;
     endpoint_->listen_sessions[listen_id_] = this;
     if (!session_id_.empty()) endpoint_->sessions_by_id[session_id_] = this;
-    asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->ReadOrigin(); },
-                   asio::detached);
     if (!link_out_.empty()) {
       core_->DeliverControl(link_out_);  // invalidations that came before link-ready went out
       link_out_.clear();

@@ -9,7 +9,8 @@
 // moves bytes and runs what the core asks for:
 //  - ReadLink: link bytes -> core.OnClientBytes, while the core wants them;
 //  - ReadOrigin: the lent connection's frames -> core.OnOriginFrame, while
-//    the core wants them;
+//    the core wants them; it runs only while the session holds a
+//    connection (Execute starts it), so an idle session has no reader;
 //  - after every event, Execute(): the core's `to_origin` is written to the
 //    lent connection (at once when the socket takes it, else by one
 //    writer), `to_client` is sent on the link (one sender at a time; the
@@ -176,6 +177,7 @@ class Session : public std::enable_shared_from_this<Session> {
   OriginConnection* writing_ = nullptr;    // WriteOrigin is inside its Write
   OriginConnection* own_query_ = nullptr;  // a replay, capture or UNLISTEN * runs on it
   bool origin_writer_ = false;   // WriteOrigin runs
+  bool origin_reader_ = false;   // ReadOrigin runs (while a lease is held, or it is still inside a read)
   std::string origin_out_;       // frontend bytes for the lent connection, not yet written
   std::string origin_writing_buf_;  // the bytes WriteOrigin is writing
   AcquireCancel acquire_cancel_;

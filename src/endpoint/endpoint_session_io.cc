@@ -64,8 +64,13 @@ asio::awaitable<void> Session::ReadLink() {
 
 asio::awaitable<void> Session::ReadOrigin() {
   for (;;) {
-    while (!finished_ && !(lease_ && own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
-    if (finished_) co_return;
+    while (!finished_ && lease_ && !(own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
+    if (finished_ || !lease_) {
+      // No connection to read: the reader ends, so an idle session holds
+      // no coroutine for it; Execute starts it again with the next lease.
+      origin_reader_ = false;
+      co_return;
+    }
     OriginConnection* c = &lease_.As<OriginConnection>();
     // A frame already buffered is taken without suspending (most of a
     // unit's answers arrive in one read); only an empty buffer waits.
@@ -139,7 +144,12 @@ void Session::Execute(bool flush_link) {
     }
   }
   executing_ = false;
-  if (core_->wants_origin()) origin_wake_.Notify();
+  if (lease_ && !origin_reader_ && !finished_) {
+    origin_reader_ = true;
+    asio::co_spawn(endpoint_->executor, [self]() { return self->ReadOrigin(); }, asio::detached);
+  } else if (core_->wants_origin() || !lease_) {
+    origin_wake_.Notify();  // (without a lease: the reader ends)
+  }
   // At once when the socket and the link take the bytes (the usual case:
   // no coroutine, no suspension); the rest by a writer of its own.
   if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) StartOriginWrite();
