@@ -163,8 +163,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   bool CacheUsable() const;
 
   // The unit at the start of `bytes` if it may be cached (shape and text);
-  // `key` is its Client-tier key.
-  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key) const;
+  // `key` is its Client-tier key. `plain_select`: its text is one plain
+  // SELECT (cache::SqlText::plain_select), which changes no session state.
+  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key,
+                      bool& plain_select) const;
 
   // Whether the session's name resolution can key statement metadata.
   bool MetadataKeyable() const { return key_.keyable(); }
@@ -182,6 +184,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // candidate and did not find (candidate false: none).
   struct LocalMiss {
     bool candidate = false;
+    // The unit's text is one plain SELECT: forwarding its Query needs no
+    // NoteForwardedFrame (no second decode and scan of the same text).
+    bool plain_select = false;
     cache::CandidateUnit unit;
     std::string key;
   };

@@ -101,7 +101,9 @@ bool ClientSession::CacheUsable() const {
          !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
 }
 
-bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key) const {
+bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key,
+                                   bool& plain_select) const {
+  plain_select = false;
   const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
                                                std::vector<uint32_t>* types) {
     const client::SessionStatement* st = ext_->Find(name);
@@ -114,8 +116,10 @@ bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit&
   // As on the Endpoint: longer queries are never cached (and a key would
   // copy the whole unit).
   if (unit.sql.size() > impl_->options.cache.max_query_bytes) return false;
-  cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
+  const cache::SqlText text(unit.sql);
+  cache::StatementEffects fx = cache::ClassifyStatements(text, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) return false;
+  plain_select = text.plain_select();
   // Extended units always travel with a Describe(portal) (see
   // ExtendedContext::describe_portal): one key with or without the
   // driver's own.
@@ -175,7 +179,7 @@ asio::awaitable<bool> ClientSession::ServeLocalHits(LocalMiss& miss) {
     std::string& key = miss.key;
     unit = cache::CandidateUnit{};
     key.clear();
-    if (!LocalCandidate(in_.view(), unit, key)) co_return true;
+    if (!LocalCandidate(in_.view(), unit, key, miss.plain_select)) co_return true;
     // From here on a return leaves the unit at the front of in_ and says so:
     // the caller forwards it as a candidate without parsing it again.
     miss.candidate = true;
@@ -336,7 +340,12 @@ asio::awaitable<void> ClientSession::AppToLink() {
         break;
       }
       batch += r.frame().size();
-      NoteForwardedFrame(r.frame(), view.substr(batch));
+      // The candidate ServeLocalHits classified, when it is one plain
+      // SELECT in a Query: NoteForwardedFrame would decode and scan the same
+      // text again to find that it changes nothing.
+      const bool classified = first_candidate && miss.plain_select && units_in_batch == 0 && tag == 'Q' &&
+                              batch == first.frames.size();
+      if (!classified) NoteForwardedFrame(r.frame(), view.substr(batch));
       client::ExtendedContext ctx;
       ctx.keyable = MetadataKeyable();
       ctx.txn_status = txn_status_;
