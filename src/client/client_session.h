@@ -13,7 +13,9 @@
 //              buffered it parks (ParkApp): the coroutine returns and a
 //              readability wait on the socket starts it again;
 //   LinkToApp: the only writer to the socket: one write per received chunk,
-//              tracking ReadyForQuery for the transaction status.
+//              tracking ReadyForQuery for the transaction status; between
+//              chunks it parks (ParkLink) on a link callback when the link
+//              has one (the direct link of `serve`).
 // Each leg, when it ends, closes what the other is waiting on, so the session
 // unwinds without joins; the Session object lives as long as either leg.
 #include <atomic>
@@ -221,7 +223,28 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // the session's end needs closed.
   void AppReadEnded();
 
+  // Link-ready, then ForwardFromLink.
   asio::awaitable<void> LinkToApp(std::shared_ptr<ClientSession> self);
+
+  // Sends `out` (bytes for the app not written yet) and then what arrives on
+  // the link to the app, waiting for the socket and for local answers being
+  // written; `malformed`: the link's stream was, after `out`. With nothing
+  // left it parks (ParkLink) and returns.
+  asio::awaitable<void> ForwardFromLink(std::shared_ptr<ClientSession> self, std::string out, bool malformed);
+
+  // Nothing from the link is pending: a WhenReadable callback instead of a
+  // coroutine suspended in Receive. False: the link cannot (a socket or
+  // channel link): keep receiving.
+  bool ParkLink(const std::shared_ptr<ClientSession>& self);
+
+  // ParkLink's callback: forwards what arrived with one non-blocking write
+  // per chunk and parks again; hands over to ForwardFromLink when something
+  // must wait (a partial write, a local answer being written) and to
+  // LinkEnded when the link ended.
+  void OnLinkReadable();
+
+  // Writing to the app failed: the session ends (a vanished client).
+  void AppWriteFailed();
 
   void OnReadyForQuery(char status);
 
@@ -272,6 +295,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   std::string session_id_;
   std::unique_ptr<Link> link_;
+  std::string link_in_;  // link bytes not yet forwarded (a partial frame); empty and freed while parked
   size_t passthrough_ = 0;  // bytes of a partly received DataRow still to forward as they come
   char last_tag_ = '\0';    // tag of the last frame forwarded to the app
 

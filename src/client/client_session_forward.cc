@@ -443,73 +443,32 @@ asio::awaitable<void> ClientSession::AppToLink() {
 }
 
 asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> self) {
-  std::string buf;
+  std::string& buf = link_in_;
   // Link-ready: ParameterStatus... ReadyForQuery('I'). Not for the app
   // (it had its own from our handshake); refreshes the cached parameters.
-  {
-    client::LinkReadyReader ready;
-    for (;;) {
-      size_t consumed = 0;
-      const client::LinkReadyReader::Result r = ready.Read(buf, &consumed);
-      if (r == client::LinkReadyReader::Result::kReady) {
-        if (!ready.params().empty()) {
-          std::lock_guard lock(impl_->mu);
-          impl_->params = ready.TakeParams();
-        }
-        buf.erase(0, consumed);
-        break;
-      }
-      if (r == client::LinkReadyReader::Result::kRefused) {
-        // The Endpoint cannot serve: its error is the app's answer.
-        co_await Write(ready.error());
-        farewell_sent_ = true;
-        co_await LinkEnded();
-        co_return;
-      }
-      if (r == client::LinkReadyReader::Result::kMalformed) {
-        Log("malformed link-ready from the endpoint");
-        co_await LinkEnded();
-        co_return;
-      }
-      absl::StatusOr<size_t> n = co_await link_->Receive(buf);
-      if (!n.ok()) {
-        co_await LinkEnded();
-        co_return;
-      }
-    }
-  }
-  std::string out;  // reused: its capacity outlives each batch
+  client::LinkReadyReader ready;
   for (;;) {
-    if (!buf.empty()) {
-      out.clear();
-      size_t consumed = 0;
-      bool ok = ProcessLinkBytes(buf, out, consumed);
-      if (!out.empty()) {
-        // Claimed before waiting, so that local answers AppToLink makes
-        // meanwhile cannot overtake these bytes.
-        link_writing_ = true;
-        while (hit_writing_) co_await WaitWriteDone();
-        auto [ec, n] = co_await WriteApp(out);
-        CountSent(n);
-        link_writing_ = false;
-        write_done_.cancel();
-        if (ec) {
-          if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
-          CloseLink();
-          CloseSocket();
-          SetState(State::kClosed);
-          co_return;
-        }
-      }
-      if (!ok) {
-        Log("malformed backend stream from the endpoint");
-        co_await LinkEnded();
-        co_return;
+    size_t consumed = 0;
+    const client::LinkReadyReader::Result r = ready.Read(buf, &consumed);
+    if (r == client::LinkReadyReader::Result::kReady) {
+      if (!ready.params().empty()) {
+        std::lock_guard lock(impl_->mu);
+        impl_->params = ready.TakeParams();
       }
       buf.erase(0, consumed);
-      // A large chunk (a big result) is not kept for the session's life.
-      if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
-      if (out.capacity() > (256u << 10)) std::string().swap(out);
+      break;
+    }
+    if (r == client::LinkReadyReader::Result::kRefused) {
+      // The Endpoint cannot serve: its error is the app's answer.
+      co_await Write(ready.error());
+      farewell_sent_ = true;
+      co_await LinkEnded();
+      co_return;
+    }
+    if (r == client::LinkReadyReader::Result::kMalformed) {
+      Log("malformed link-ready from the endpoint");
+      co_await LinkEnded();
+      co_return;
     }
     absl::StatusOr<size_t> n = co_await link_->Receive(buf);
     if (!n.ok()) {
@@ -517,6 +476,105 @@ asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> se
       co_return;
     }
   }
+  co_await ForwardFromLink(std::move(self), std::string(), false);
+}
+
+asio::awaitable<void> ClientSession::ForwardFromLink(std::shared_ptr<ClientSession> self, std::string out,
+                                                     bool malformed) {
+  std::string& buf = link_in_;
+  for (;;) {
+    if (out.empty() && !malformed && !buf.empty()) {
+      size_t consumed = 0;
+      malformed = !ProcessLinkBytes(buf, out, consumed);
+      buf.erase(0, consumed);
+    }
+    if (!out.empty()) {
+      // Claimed before waiting, so that local answers AppToLink makes
+      // meanwhile cannot overtake these bytes.
+      link_writing_ = true;
+      while (hit_writing_) co_await WaitWriteDone();
+      auto [ec, n] = co_await WriteApp(out);
+      CountSent(n);
+      link_writing_ = false;
+      write_done_.cancel();
+      out.clear();
+      if (ec) {
+        AppWriteFailed();
+        co_return;
+      }
+    }
+    if (malformed) {
+      Log("malformed backend stream from the endpoint");
+      co_await LinkEnded();
+      co_return;
+    }
+    if (buf.empty() && ParkLink(self)) co_return;  // OnLinkReadable takes over
+    // A large chunk (a big result) is not kept for the session's life.
+    if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
+    if (out.capacity() > (256u << 10)) std::string().swap(out);
+    absl::StatusOr<size_t> n = co_await link_->Receive(buf);
+    if (!n.ok()) {
+      co_await LinkEnded();
+      co_return;
+    }
+  }
+}
+
+bool ClientSession::ParkLink(const std::shared_ptr<ClientSession>& self) {
+  if (!link_->WhenReadable(executor(), [self] { self->OnLinkReadable(); })) return false;
+  std::string().swap(link_in_);  // (empty; the callback is posted) an idle session keeps no chunk
+  return true;
+}
+
+void ClientSession::OnLinkReadable() {
+  std::shared_ptr<ClientSession> self = shared_from_this();
+  for (;;) {
+    std::optional<absl::StatusOr<size_t>> n = link_->TryReceive(link_in_);
+    if (!n) {
+      if (!ParkLink(self)) {
+        asio::co_spawn(executor(), ForwardFromLink(self, std::string(), false), asio::detached);
+      }
+      return;
+    }
+    if (!n->ok()) {
+      asio::co_spawn(executor(), [self]() { return self->LinkEnded(); }, asio::detached);
+      return;
+    }
+    // ForwardFromLink's loop without a coroutine, as long as nothing has to
+    // wait: the answer goes to the app in one non-blocking write.
+    std::string out;
+    size_t consumed = 0;
+    const bool malformed = !ProcessLinkBytes(link_in_, out, consumed);
+    link_in_.erase(0, consumed);
+    size_t written = 0;
+    if (!out.empty() && !hit_writing_ && !malformed) {
+      asio::error_code ec;
+      written = socket_.write_some(asio::buffer(out.data(), out.size()), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ec.clear();
+        written = 0;
+      }
+      CountSent(written);
+      if (ec) {
+        AppWriteFailed();
+        return;
+      }
+    }
+    if (malformed || written < out.size()) {
+      // The rest waits for the socket, or for a local answer being written.
+      out.erase(0, written);
+      link_writing_ = true;
+      asio::co_spawn(executor(), ForwardFromLink(self, std::move(out), malformed), asio::detached);
+      return;
+    }
+  }
+}
+
+void ClientSession::AppWriteFailed() {
+  if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+  CloseLink();
+  CloseSocket();
+  SetState(State::kClosed);
 }
 
 void ClientSession::OnReadyForQuery(char status) {

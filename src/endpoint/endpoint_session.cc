@@ -115,7 +115,7 @@ asio::awaitable<void> Session::Run() {
     // The frames that came with the hello (the link's first message).
     core_->TakeClientBytes(in_);
     Execute(/*flush_link=*/true);
-    co_await ReadLink();
+    PumpLink();  // (this coroutine ends: the link is read by callbacks from now on)
     co_return;
   }
   link_closed_ = true;

@@ -7,7 +7,10 @@
 //
 // Every decision is SessionCore's (session_core.h, no I/O); this class only
 // moves bytes and runs what the core asks for:
-//  - ReadLink: link bytes -> core.OnClientBytes, while the core wants them;
+//  - PumpLink: link bytes -> core.OnClientBytes, while the core wants them;
+//    between messages it waits with a callback (Link::WhenReadable), so an
+//    idle session holds no coroutine for it (ReadLink, a coroutine, serves
+//    links that cannot);
 //  - ReadOrigin: the lent connection's frames -> core.OnOriginFrame, while
 //    the core wants them; it runs only while the session holds a
 //    connection (Execute starts it), so an idle session has no reader;
@@ -105,6 +108,13 @@ class Session : public std::enable_shared_from_this<Session> {
   bool Cancel();
 
   asio::awaitable<void> ReadLink();
+  // Takes what the link has for the core, as long as the core may take it;
+  // then arms a WhenReadable that calls it again (or, while MayReadLink is
+  // false, lets LinkRoom call it). Starts ReadLink for a link without
+  // WhenReadable.
+  void PumpLink();
+  // MayReadLink may have become true: wakes the link's reader.
+  void LinkRoom();
   asio::awaitable<void> ReadOrigin();
   // The link may be read: the core wants client bytes and what it made for
   // the origin and is not written yet (the origin is busy) is within
@@ -188,6 +198,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::string link_out_;         // backend bytes for the link, not yet sent
   bool link_sending_ = false;    // SendLink is inside Send
+  bool link_armed_ = false;      // a WhenReadable of PumpLink is pending
+  bool link_blocked_ = false;    // PumpLink stopped because MayReadLink was false
+  bool pumping_link_ = false;    // PumpLink is on the stack
+  bool link_coroutine_ = false;  // the link cannot WhenReadable: ReadLink reads it
   bool link_closed_ = false;
   bool finished_ = false;        // Finish() ran
   bool executing_ = false;       // Execute() is on the stack

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/post.hpp>
 #include <fmt/format.h>
 
 #include "endpoint/endpoint_session.h"
@@ -59,6 +61,50 @@ asio::awaitable<void> Session::ReadLink() {
     core_->TakeClientBytes(in_);
     ReleaseIfLarge(in_);  // (it may now hold the core's old buffer)
     Execute(/*flush_link=*/true);
+  }
+}
+
+void Session::PumpLink() {
+  if (pumping_link_ || link_armed_ || link_coroutine_) return;
+  pumping_link_ = true;
+  auto self = shared_from_this();  // (Execute may end the session)
+  while (!finished_ && !core_->ending()) {
+    if (!MayReadLink()) {
+      link_blocked_ = true;  // LinkRoom calls again
+      break;
+    }
+    std::optional<absl::StatusOr<std::size_t>> n = link_->TryReceive(in_);
+    if (!n) {
+      link_armed_ = link_->WhenReadable(endpoint_->executor, [self] {
+        self->link_armed_ = false;
+        self->PumpLink();
+      });
+      if (!link_armed_) {
+        link_coroutine_ = true;
+        asio::co_spawn(endpoint_->executor, [self]() { return self->ReadLink(); }, asio::detached);
+      }
+      break;
+    }
+    if (!n->ok()) {
+      // As in ReadLink: the Client closed the link.
+      core_->OnClientGone();
+      Execute(/*flush_link=*/true);
+      break;
+    }
+    core_->TakeClientBytes(in_);
+    ReleaseIfLarge(in_);
+    Execute(/*flush_link=*/true);
+  }
+  pumping_link_ = false;
+}
+
+void Session::LinkRoom() {
+  if (!MayReadLink()) return;
+  client_wake_.Notify();
+  if (link_blocked_ && !pumping_link_) {
+    link_blocked_ = false;
+    // Posted, as the coroutine reader's wake-up was: not inside this event.
+    asio::post(endpoint_->executor, [self = shared_from_this()] { self->PumpLink(); });
   }
 }
 
@@ -153,7 +199,7 @@ void Session::Execute(bool flush_link) {
   // At once when the socket and the link take the bytes (the usual case:
   // no coroutine, no suspension); the rest by a writer of its own.
   if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) StartOriginWrite();
-  if (MayReadLink()) client_wake_.Notify();  // after the write above: it may have made room
+  LinkRoom();  // after the write above: it may have made room
   if (!link_out_.empty() && !link_sending_) {
     if (link_->TrySend(link_out_)) {
       link_out_.clear();
@@ -281,7 +327,7 @@ asio::awaitable<void> Session::WriteOrigin() {
     writing_ = nullptr;
     origin_writing_buf_.clear();
     ReleaseIfLarge(origin_writing_buf_);
-    if (MayReadLink()) client_wake_.Notify();  // room again for the app's bytes
+    LinkRoom();  // room again for the app's bytes
     if (!lease_ || &lease_.As<OriginConnection>() != c) {
       MaybeFinishRelease();  // released meanwhile: what was for it is moot
       continue;
