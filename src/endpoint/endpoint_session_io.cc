@@ -108,6 +108,68 @@ void Session::LinkRoom() {
   }
 }
 
+bool Session::OriginPumpWanted() const {
+  return !finished_ && lease_ && own_query_ == nullptr && core_->wants_origin() && origin_waiting_ == nullptr &&
+         !pumping_origin_ && link_out_.size() <= kMaxLinkBatch;
+}
+
+void Session::PumpOrigin() {
+  if (origin_reader_ || pumping_origin_ || origin_waiting_ != nullptr) return;
+  pumping_origin_ = true;
+  auto self = shared_from_this();  // (Execute may end the session)
+  // ReadOrigin's loop without a coroutine: the frames already buffered;
+  // when they are used up, another read if the last one filled all the
+  // space it had (a large result streaming in), else a readability wait
+  // whose callback reads and calls back here.
+  while (!finished_ && lease_ && own_query_ == nullptr && core_->wants_origin() &&
+         link_out_.size() <= kMaxLinkBatch) {
+    OriginConnection* c = &lease_.As<OriginConnection>();
+    absl::StatusOr<std::optional<protocol::Frame>> buffered = c->TakeBufferedFrame();
+    if (buffered.ok() && !*buffered) {
+      if (!c->SupportsTryFill()) {
+        // TLS: only a coroutine reads it (its records).
+        origin_reader_ = true;
+        asio::co_spawn(endpoint_->executor, [self]() { return self->ReadOrigin(); }, asio::detached);
+        break;
+      }
+      if (origin_read_full_) {
+        origin_read_full_ = false;
+        std::optional<absl::StatusOr<bool>> more = c->TryFill(&origin_read_full_);
+        if (more->ok() && **more) continue;
+        if (!more->ok()) buffered = more->status();
+      }
+    }
+    if (buffered.ok() && !*buffered) {
+      origin_waiting_ = c;
+      reading_ = c;
+      c->WaitReadable([self, c](std::error_code) {
+        self->origin_waiting_ = nullptr;
+        self->reading_ = nullptr;
+        if (!self->lease_ || &self->lease_.As<OriginConnection>() != c) {
+          self->MaybeFinishRelease();  // released (closed) while we waited: nothing more to do with it
+        } else if (std::optional<absl::StatusOr<bool>> got = c->TryFill(&self->origin_read_full_); !got->ok()) {
+          self->core_->OnOriginLost(got->status());
+          self->Execute(/*flush_link=*/true);
+        }
+        self->PumpOrigin();
+      });
+      break;
+    }
+    if (!buffered.ok()) {
+      core_->OnOriginLost(buffered.status());
+      Execute(/*flush_link=*/true);
+      continue;
+    }
+    if (!core_->OnOriginFrame(**buffered)) {
+      Execute(/*flush_link=*/true);  // held for the listener: sends what came before it
+      continue;
+    }
+    // As ReadOrigin: a burst of frames goes to the link in one send.
+    Execute(/*flush_link=*/!lease_ || !c->HasBufferedFrame());
+  }
+  pumping_origin_ = false;
+}
+
 asio::awaitable<void> Session::ReadOrigin() {
   for (;;) {
     while (!finished_ && lease_ && !(own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
@@ -190,11 +252,15 @@ void Session::Execute(bool flush_link) {
     }
   }
   executing_ = false;
-  if (lease_ && !origin_reader_ && !finished_) {
-    origin_reader_ = true;
-    asio::co_spawn(endpoint_->executor, [self]() { return self->ReadOrigin(); }, asio::detached);
-  } else if (core_->wants_origin() || !lease_) {
-    origin_wake_.Notify();  // (without a lease: the reader ends)
+  if (origin_reader_) {
+    if (core_->wants_origin() || !lease_) origin_wake_.Notify();  // (without a lease: the reader ends)
+  } else if (OriginPumpWanted() && !origin_pump_posted_) {
+    // Posted, as the reader coroutine's wake-up was: not inside this event.
+    origin_pump_posted_ = true;
+    asio::post(endpoint_->executor, [self] {
+      self->origin_pump_posted_ = false;
+      self->PumpOrigin();
+    });
   }
   // At once when the socket and the link take the bytes (the usual case:
   // no coroutine, no suspension); the rest by a writer of its own.
@@ -383,6 +449,9 @@ void Session::ReleaseNow(ReleaseDecision decision) {
   }
   if (decision == ReleaseDecision::kClose) c->CloseNow();  // a pending operation fails promptly
   origin_out_.clear();  // (anything still unwritten was for this connection)
+  // PumpOrigin's wait ends now (its callback gives the lease back); not
+  // while a write is pending: cancelling would cut it short.
+  if (origin_waiting_ == c && writing_ != c) c->CancelWaitReadable();
   if (Busy(c)) {
     releasing_.emplace_back(std::move(lease_), decision);
   } else {
