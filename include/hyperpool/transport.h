@@ -52,6 +52,27 @@ class Link {
   // kUnavailable when the peer closed the link.
   virtual asio::awaitable<absl::StatusOr<std::size_t>> Receive(std::string& buffer) = 0;
 
+  // Receive without suspending, for a reader that holds no coroutine while
+  // it waits (WhenReadable): appends what has arrived to `buffer` and returns
+  // how many bytes, or Receive's error once the link has ended; nullopt when
+  // nothing has arrived yet, and always from a link that cannot tell (the
+  // default). Not while a Receive of this end is pending.
+  virtual std::optional<absl::StatusOr<std::size_t>> TryReceive(std::string& buffer) {
+    (void)buffer;
+    return std::nullopt;
+  }
+
+  // Calls `ready` once, posted to `executor` (never inline), when TryReceive
+  // has something to return: bytes arrived, or the link ended (either end
+  // closed). True: armed; false: this link cannot (the default), use
+  // Receive. At most one at a time, and not while a Receive of this end is
+  // pending.
+  virtual bool WhenReadable(const asio::any_io_executor& executor, std::function<void()> ready) {
+    (void)executor;
+    (void)ready;
+    return false;
+  }
+
   // Closes both directions; pending and later operations on either end fail.
   virtual void Close() = 0;
 };

@@ -90,6 +90,39 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   co_await AppToLink();
 }
 
+void ClientSession::ParkApp() {
+  in_.ReleaseIfEmpty();
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](asio::error_code ec) {
+    self->OnAppReadable(ec);
+  });
+}
+
+void ClientSession::OnAppReadable(asio::error_code ec) {
+  // As AppToLink after a read: the idle timeout or a Kill ended the session
+  // (EndSession closes); a closed socket or a failed read ends forwarding.
+  if (reason_ == EndReason::kIdleTimeout || reason_ == EndReason::kKilled) return;
+  if (ec || reason_ != EndReason::kNone) {
+    AppReadEnded();
+    return;
+  }
+  // The read AppToLink's Fill would make, without a coroutine: most wake-ups
+  // carry a whole message, and only then does AppToLink start.
+  auto [space, space_size] = in_.Prepare(in_.ReadSize(1));
+  const size_t n = socket_.read_some(asio::buffer(space, space_size), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    in_.Commit(0);
+    ParkApp();
+    return;
+  }
+  if (ec || n == 0) {
+    AppReadEnded();
+    return;
+  }
+  received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  in_.Commit(n);
+  asio::co_spawn(executor(), [self = shared_from_this()]() { return self->AppToLink(); }, asio::detached);
+}
+
 void ClientSession::Shutdown() {
   if (reason_ == EndReason::kNone) reason_ = EndReason::kStopped;
   timed_out_ = true;

@@ -9,9 +9,13 @@
 // when the executor's io_context may run on several threads).
 // After the handshake two legs run concurrently on that strand:
 //   AppToLink: reads whole frontend frames from the socket, sends them on the
-//              link (one Send per read, many frames per Send);
+//              link (one Send per read, many frames per Send); with nothing
+//              buffered it parks (ParkApp): the coroutine returns and a
+//              readability wait on the socket starts it again;
 //   LinkToApp: the only writer to the socket: one write per received chunk,
-//              tracking ReadyForQuery for the transaction status.
+//              tracking ReadyForQuery for the transaction status; between
+//              chunks it parks (ParkLink) on a link callback when the link
+//              has one (the direct link of `serve`).
 // Each leg, when it ends, closes what the other is waiting on, so the session
 // unwinds without joins; the Session object lives as long as either leg.
 #include <atomic>
@@ -161,8 +165,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   bool CacheUsable() const;
 
   // The unit at the start of `bytes` if it may be cached (shape and text);
-  // `key` is its Client-tier key.
-  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key) const;
+  // `key` is its Client-tier key. `plain_select`: its text is one plain
+  // SELECT (cache::SqlText::plain_select), which changes no session state.
+  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key,
+                      bool& plain_select) const;
 
   // Whether the session's name resolution can key statement metadata.
   bool MetadataKeyable() const { return key_.keyable(); }
@@ -180,6 +186,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // candidate and did not find (candidate false: none).
   struct LocalMiss {
     bool candidate = false;
+    // The unit's text is one plain SELECT: forwarding its Query needs no
+    // NoteForwardedFrame (no second decode and scan of the same text).
+    bool plain_select = false;
     cache::CandidateUnit unit;
     std::string key;
   };
@@ -199,7 +208,43 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   asio::awaitable<void> AppToLink();
 
+  // AppToLink has nothing buffered: instead of a coroutine suspended in a
+  // read (its frames and a read buffer held for as long as the app stays
+  // idle), a readability wait on the socket whose completion reads and
+  // starts AppToLink again. The same syscalls as the read it replaces: Asio
+  // re-arms the socket for the wait (epoll_ctl) instead of trying a read
+  // that fails (EAGAIN).
+  void ParkApp();
+  // ParkApp's wait completed: reads what arrived and starts AppToLink, or
+  // parks again (nothing there), or ends forwarding (closed, failed).
+  void OnAppReadable(asio::error_code ec);
+
+  // The app's socket ended or failed while AppToLink read it: closes what
+  // the session's end needs closed.
+  void AppReadEnded();
+
+  // Link-ready, then ForwardFromLink.
   asio::awaitable<void> LinkToApp(std::shared_ptr<ClientSession> self);
+
+  // Sends `out` (bytes for the app not written yet) and then what arrives on
+  // the link to the app, waiting for the socket and for local answers being
+  // written; `malformed`: the link's stream was, after `out`. With nothing
+  // left it parks (ParkLink) and returns.
+  asio::awaitable<void> ForwardFromLink(std::shared_ptr<ClientSession> self, std::string out, bool malformed);
+
+  // Nothing from the link is pending: a WhenReadable callback instead of a
+  // coroutine suspended in Receive. False: the link cannot (a socket or
+  // channel link): keep receiving.
+  bool ParkLink(const std::shared_ptr<ClientSession>& self);
+
+  // ParkLink's callback: forwards what arrived with one non-blocking write
+  // per chunk and parks again; hands over to ForwardFromLink when something
+  // must wait (a partial write, a local answer being written) and to
+  // LinkEnded when the link ended.
+  void OnLinkReadable();
+
+  // Writing to the app failed: the session ends (a vanished client).
+  void AppWriteFailed();
 
   void OnReadyForQuery(char status);
 
@@ -250,6 +295,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   std::string session_id_;
   std::unique_ptr<Link> link_;
+  std::string link_in_;  // link bytes not yet forwarded (a partial frame); empty and freed while parked
   size_t passthrough_ = 0;  // bytes of a partly received DataRow still to forward as they come
   char last_tag_ = '\0';    // tag of the last frame forwarded to the app
 

@@ -101,7 +101,9 @@ bool ClientSession::CacheUsable() const {
          !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
 }
 
-bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key) const {
+bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key,
+                                   bool& plain_select) const {
+  plain_select = false;
   const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
                                                std::vector<uint32_t>* types) {
     const client::SessionStatement* st = ext_->Find(name);
@@ -114,8 +116,10 @@ bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit&
   // As on the Endpoint: longer queries are never cached (and a key would
   // copy the whole unit).
   if (unit.sql.size() > impl_->options.cache.max_query_bytes) return false;
-  cache::StatementEffects fx = cache::ClassifyStatements(unit.sql, nullptr);
+  const cache::SqlText text(unit.sql);
+  cache::StatementEffects fx = cache::ClassifyStatements(text, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) return false;
+  plain_select = text.plain_select();
   // Extended units always travel with a Describe(portal) (see
   // ExtendedContext::describe_portal): one key with or without the
   // driver's own.
@@ -175,7 +179,7 @@ asio::awaitable<bool> ClientSession::ServeLocalHits(LocalMiss& miss) {
     std::string& key = miss.key;
     unit = cache::CandidateUnit{};
     key.clear();
-    if (!LocalCandidate(in_.view(), unit, key)) co_return true;
+    if (!LocalCandidate(in_.view(), unit, key, miss.plain_select)) co_return true;
     // From here on a return leaves the unit at the front of in_ and says so:
     // the caller forwards it as a candidate without parsing it again.
     miss.candidate = true;
@@ -278,6 +282,15 @@ bool ClientSession::ProcessLinkBytes(const std::string& buf, std::string& out, s
   return true;
 }
 
+void ClientSession::AppReadEnded() {
+  if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+  CloseLink();
+  if (!link_) {
+    CloseSocket();
+    SetState(State::kClosed);
+  }
+}
+
 asio::awaitable<void> ClientSession::AppToLink() {
   const uint32_t max_length = static_cast<uint32_t>(
       std::min<size_t>(impl_->options.max_message_size, pr::kDefaultMaxMessageLength));
@@ -327,7 +340,12 @@ asio::awaitable<void> ClientSession::AppToLink() {
         break;
       }
       batch += r.frame().size();
-      NoteForwardedFrame(r.frame(), view.substr(batch));
+      // The candidate ServeLocalHits classified, when it is one plain
+      // SELECT in a Query: NoteForwardedFrame would decode and scan the same
+      // text again to find that it changes nothing.
+      const bool classified = first_candidate && miss.plain_select && units_in_batch == 0 && tag == 'Q' &&
+                              batch == first.frames.size();
+      if (!classified) NoteForwardedFrame(r.frame(), view.substr(batch));
       client::ExtendedContext ctx;
       ctx.keyable = MetadataKeyable();
       ctx.txn_status = txn_status_;
@@ -413,86 +431,44 @@ asio::awaitable<void> ClientSession::AppToLink() {
       }
       co_return;
     }
+    if (reason_ == EndReason::kNone && in_.size() == 0) {
+      ParkApp();  // nothing buffered: no coroutine waits for the app's next message
+      co_return;
+    }
     if (reason_ != EndReason::kNone || !co_await Fill(needed)) {
-      if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
-      CloseLink();
-      if (!link_) {
-        CloseSocket();
-        SetState(State::kClosed);
-      }
+      AppReadEnded();
       co_return;
     }
   }
 }
 
 asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> self) {
-  std::string buf;
+  std::string& buf = link_in_;
   // Link-ready: ParameterStatus... ReadyForQuery('I'). Not for the app
   // (it had its own from our handshake); refreshes the cached parameters.
-  {
-    client::LinkReadyReader ready;
-    for (;;) {
-      size_t consumed = 0;
-      const client::LinkReadyReader::Result r = ready.Read(buf, &consumed);
-      if (r == client::LinkReadyReader::Result::kReady) {
-        if (!ready.params().empty()) {
-          std::lock_guard lock(impl_->mu);
-          impl_->params = ready.TakeParams();
-        }
-        buf.erase(0, consumed);
-        break;
-      }
-      if (r == client::LinkReadyReader::Result::kRefused) {
-        // The Endpoint cannot serve: its error is the app's answer.
-        co_await Write(ready.error());
-        farewell_sent_ = true;
-        co_await LinkEnded();
-        co_return;
-      }
-      if (r == client::LinkReadyReader::Result::kMalformed) {
-        Log("malformed link-ready from the endpoint");
-        co_await LinkEnded();
-        co_return;
-      }
-      absl::StatusOr<size_t> n = co_await link_->Receive(buf);
-      if (!n.ok()) {
-        co_await LinkEnded();
-        co_return;
-      }
-    }
-  }
-  std::string out;  // reused: its capacity outlives each batch
+  client::LinkReadyReader ready;
   for (;;) {
-    if (!buf.empty()) {
-      out.clear();
-      size_t consumed = 0;
-      bool ok = ProcessLinkBytes(buf, out, consumed);
-      if (!out.empty()) {
-        // Claimed before waiting, so that local answers AppToLink makes
-        // meanwhile cannot overtake these bytes.
-        link_writing_ = true;
-        while (hit_writing_) co_await WaitWriteDone();
-        auto [ec, n] = co_await WriteApp(out);
-        CountSent(n);
-        link_writing_ = false;
-        write_done_.cancel();
-        if (ec) {
-          if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
-          CloseLink();
-          CloseSocket();
-          SetState(State::kClosed);
-          co_return;
-        }
-      }
-      if (!ok) {
-        Log("malformed backend stream from the endpoint");
-        co_await LinkEnded();
-        co_return;
+    size_t consumed = 0;
+    const client::LinkReadyReader::Result r = ready.Read(buf, &consumed);
+    if (r == client::LinkReadyReader::Result::kReady) {
+      if (!ready.params().empty()) {
+        std::lock_guard lock(impl_->mu);
+        impl_->params = ready.TakeParams();
       }
       buf.erase(0, consumed);
-      // A large chunk (a big result) is not kept for the session's life.
-      if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
-      if (out.capacity() > (256u << 10)) std::string().swap(out);
+      break;
+    }
+    if (r == client::LinkReadyReader::Result::kRefused) {
+      // The Endpoint cannot serve: its error is the app's answer.
+      co_await Write(ready.error());
+      farewell_sent_ = true;
+      co_await LinkEnded();
+      co_return;
+    }
+    if (r == client::LinkReadyReader::Result::kMalformed) {
+      Log("malformed link-ready from the endpoint");
+      co_await LinkEnded();
+      co_return;
     }
     absl::StatusOr<size_t> n = co_await link_->Receive(buf);
     if (!n.ok()) {
@@ -500,6 +476,105 @@ asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> se
       co_return;
     }
   }
+  co_await ForwardFromLink(std::move(self), std::string(), false);
+}
+
+asio::awaitable<void> ClientSession::ForwardFromLink(std::shared_ptr<ClientSession> self, std::string out,
+                                                     bool malformed) {
+  std::string& buf = link_in_;
+  for (;;) {
+    if (out.empty() && !malformed && !buf.empty()) {
+      size_t consumed = 0;
+      malformed = !ProcessLinkBytes(buf, out, consumed);
+      buf.erase(0, consumed);
+    }
+    if (!out.empty()) {
+      // Claimed before waiting, so that local answers AppToLink makes
+      // meanwhile cannot overtake these bytes.
+      link_writing_ = true;
+      while (hit_writing_) co_await WaitWriteDone();
+      auto [ec, n] = co_await WriteApp(out);
+      CountSent(n);
+      link_writing_ = false;
+      write_done_.cancel();
+      out.clear();
+      if (ec) {
+        AppWriteFailed();
+        co_return;
+      }
+    }
+    if (malformed) {
+      Log("malformed backend stream from the endpoint");
+      co_await LinkEnded();
+      co_return;
+    }
+    if (buf.empty() && ParkLink(self)) co_return;  // OnLinkReadable takes over
+    // A large chunk (a big result) is not kept for the session's life.
+    if (buf.empty() && buf.capacity() > (256u << 10)) std::string().swap(buf);
+    if (out.capacity() > (256u << 10)) std::string().swap(out);
+    absl::StatusOr<size_t> n = co_await link_->Receive(buf);
+    if (!n.ok()) {
+      co_await LinkEnded();
+      co_return;
+    }
+  }
+}
+
+bool ClientSession::ParkLink(const std::shared_ptr<ClientSession>& self) {
+  if (!link_->WhenReadable(executor(), [self] { self->OnLinkReadable(); })) return false;
+  std::string().swap(link_in_);  // (empty; the callback is posted) an idle session keeps no chunk
+  return true;
+}
+
+void ClientSession::OnLinkReadable() {
+  std::shared_ptr<ClientSession> self = shared_from_this();
+  for (;;) {
+    std::optional<absl::StatusOr<size_t>> n = link_->TryReceive(link_in_);
+    if (!n) {
+      if (!ParkLink(self)) {
+        asio::co_spawn(executor(), ForwardFromLink(self, std::string(), false), asio::detached);
+      }
+      return;
+    }
+    if (!n->ok()) {
+      asio::co_spawn(executor(), [self]() { return self->LinkEnded(); }, asio::detached);
+      return;
+    }
+    // ForwardFromLink's loop without a coroutine, as long as nothing has to
+    // wait: the answer goes to the app in one non-blocking write.
+    std::string out;
+    size_t consumed = 0;
+    const bool malformed = !ProcessLinkBytes(link_in_, out, consumed);
+    link_in_.erase(0, consumed);
+    size_t written = 0;
+    if (!out.empty() && !hit_writing_ && !malformed) {
+      asio::error_code ec;
+      written = socket_.write_some(asio::buffer(out.data(), out.size()), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ec.clear();
+        written = 0;
+      }
+      CountSent(written);
+      if (ec) {
+        AppWriteFailed();
+        return;
+      }
+    }
+    if (malformed || written < out.size()) {
+      // The rest waits for the socket, or for a local answer being written.
+      out.erase(0, written);
+      link_writing_ = true;
+      asio::co_spawn(executor(), ForwardFromLink(self, std::move(out), malformed), asio::detached);
+      return;
+    }
+  }
+}
+
+void ClientSession::AppWriteFailed() {
+  if (reason_ == EndReason::kNone) reason_ = EndReason::kAppGone;
+  CloseLink();
+  CloseSocket();
+  SetState(State::kClosed);
 }
 
 void ClientSession::OnReadyForQuery(char status) {

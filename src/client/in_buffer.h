@@ -92,6 +92,15 @@ class InBuffer {
     end_ += n;
   }
 
+  // An idle session parks with no buffer at all (ClientSession::ParkApp):
+  // frees the storage when nothing is buffered.
+  void ReleaseIfEmpty() {
+    if (size() == 0) {
+      Release();
+      begin_ = end_ = prepared_ = 0;
+    }
+  }
+
  private:
   void Reset() {
     begin_ = end_ = 0;

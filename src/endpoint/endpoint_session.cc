@@ -108,8 +108,6 @@ asio::awaitable<void> Session::Run() {
     registered_ = true;
     endpoint_->listen_sessions[listen_id_] = this;
     if (!session_id_.empty()) endpoint_->sessions_by_id[session_id_] = this;
-    asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->ReadOrigin(); },
-                   asio::detached);
     if (!link_out_.empty()) {
       core_->DeliverControl(link_out_);  // invalidations that came before link-ready went out
       link_out_.clear();
@@ -117,7 +115,7 @@ asio::awaitable<void> Session::Run() {
     // The frames that came with the hello (the link's first message).
     core_->TakeClientBytes(in_);
     Execute(/*flush_link=*/true);
-    co_await ReadLink();
+    PumpLink();  // (this coroutine ends: the link is read by callbacks from now on)
     co_return;
   }
   link_closed_ = true;

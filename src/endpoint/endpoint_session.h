@@ -7,9 +7,14 @@
 //
 // Every decision is SessionCore's (session_core.h, no I/O); this class only
 // moves bytes and runs what the core asks for:
-//  - ReadLink: link bytes -> core.OnClientBytes, while the core wants them;
-//  - ReadOrigin: the lent connection's frames -> core.OnOriginFrame, while
-//    the core wants them;
+//  - PumpLink: link bytes -> core.OnClientBytes, while the core wants them;
+//    between messages it waits with a callback (Link::WhenReadable), so an
+//    idle session holds no coroutine for it (ReadLink, a coroutine, serves
+//    links that cannot);
+//  - PumpOrigin: the lent connection's frames -> core.OnOriginFrame, while
+//    the core wants them, waiting for the socket with a callback (ReadOrigin,
+//    a coroutine, over TLS, only while the session holds a connection), so
+//    an idle session has no reader;
 //  - after every event, Execute(): the core's `to_origin` is written to the
 //    lent connection (at once when the socket takes it, else by one
 //    writer), `to_client` is sent on the link (one sender at a time; the
@@ -104,7 +109,20 @@ class Session : public std::enable_shared_from_this<Session> {
   bool Cancel();
 
   asio::awaitable<void> ReadLink();
+  // Takes what the link has for the core, as long as the core may take it;
+  // then arms a WhenReadable that calls it again (or, while MayReadLink is
+  // false, lets LinkRoom call it). Starts ReadLink for a link without
+  // WhenReadable.
+  void PumpLink();
+  // MayReadLink may have become true: wakes the link's reader.
+  void LinkRoom();
   asio::awaitable<void> ReadOrigin();
+  // ReadOrigin without a coroutine for plain sockets: takes the lent
+  // connection's frames while the core wants them, then waits for the socket
+  // with a callback (OriginConnection::WaitReadable). Starts ReadOrigin over
+  // TLS. Execute posts it when the core wants origin frames.
+  void PumpOrigin();
+  bool OriginPumpWanted() const;
   // The link may be read: the core wants client bytes and what it made for
   // the origin and is not written yet (the origin is busy) is within
   // EndpointOptions::max_pending_to_origin. Bytes still unparsed do not
@@ -176,6 +194,11 @@ class Session : public std::enable_shared_from_this<Session> {
   OriginConnection* writing_ = nullptr;    // WriteOrigin is inside its Write
   OriginConnection* own_query_ = nullptr;  // a replay, capture or UNLISTEN * runs on it
   bool origin_writer_ = false;   // WriteOrigin runs
+  bool origin_reader_ = false;   // ReadOrigin runs (TLS: while a lease is held, or it is still inside a read)
+  bool pumping_origin_ = false;  // PumpOrigin is on the stack
+  bool origin_pump_posted_ = false;
+  bool origin_read_full_ = false;  // PumpOrigin's last read used all its space: read again before waiting
+  OriginConnection* origin_waiting_ = nullptr;  // PumpOrigin's readability wait is on it
   std::string origin_out_;       // frontend bytes for the lent connection, not yet written
   std::string origin_writing_buf_;  // the bytes WriteOrigin is writing
   AcquireCancel acquire_cancel_;
@@ -186,6 +209,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::string link_out_;         // backend bytes for the link, not yet sent
   bool link_sending_ = false;    // SendLink is inside Send
+  bool link_armed_ = false;      // a WhenReadable of PumpLink is pending
+  bool link_blocked_ = false;    // PumpLink stopped because MayReadLink was false
+  bool pumping_link_ = false;    // PumpLink is on the stack
+  bool link_coroutine_ = false;  // the link cannot WhenReadable: ReadLink reads it
   bool link_closed_ = false;
   bool finished_ = false;        // Finish() ran
   bool executing_ = false;       // Execute() is on the stack

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/post.hpp>
 #include <fmt/format.h>
 
 #include "endpoint/endpoint_session.h"
@@ -62,10 +64,121 @@ asio::awaitable<void> Session::ReadLink() {
   }
 }
 
+void Session::PumpLink() {
+  if (pumping_link_ || link_armed_ || link_coroutine_) return;
+  pumping_link_ = true;
+  auto self = shared_from_this();  // (Execute may end the session)
+  while (!finished_ && !core_->ending()) {
+    if (!MayReadLink()) {
+      link_blocked_ = true;  // LinkRoom calls again
+      break;
+    }
+    std::optional<absl::StatusOr<std::size_t>> n = link_->TryReceive(in_);
+    if (!n) {
+      link_armed_ = link_->WhenReadable(endpoint_->executor, [self] {
+        self->link_armed_ = false;
+        self->PumpLink();
+      });
+      if (!link_armed_) {
+        link_coroutine_ = true;
+        asio::co_spawn(endpoint_->executor, [self]() { return self->ReadLink(); }, asio::detached);
+      }
+      break;
+    }
+    if (!n->ok()) {
+      // As in ReadLink: the Client closed the link.
+      core_->OnClientGone();
+      Execute(/*flush_link=*/true);
+      break;
+    }
+    core_->TakeClientBytes(in_);
+    ReleaseIfLarge(in_);
+    Execute(/*flush_link=*/true);
+  }
+  pumping_link_ = false;
+}
+
+void Session::LinkRoom() {
+  if (!MayReadLink()) return;
+  client_wake_.Notify();
+  if (link_blocked_ && !pumping_link_) {
+    link_blocked_ = false;
+    // Posted, as the coroutine reader's wake-up was: not inside this event.
+    asio::post(endpoint_->executor, [self = shared_from_this()] { self->PumpLink(); });
+  }
+}
+
+bool Session::OriginPumpWanted() const {
+  return !finished_ && lease_ && own_query_ == nullptr && core_->wants_origin() && origin_waiting_ == nullptr &&
+         !pumping_origin_ && link_out_.size() <= kMaxLinkBatch;
+}
+
+void Session::PumpOrigin() {
+  if (origin_reader_ || pumping_origin_ || origin_waiting_ != nullptr) return;
+  pumping_origin_ = true;
+  auto self = shared_from_this();  // (Execute may end the session)
+  // ReadOrigin's loop without a coroutine: the frames already buffered;
+  // when they are used up, another read if the last one filled all the
+  // space it had (a large result streaming in), else a readability wait
+  // whose callback reads and calls back here.
+  while (!finished_ && lease_ && own_query_ == nullptr && core_->wants_origin() &&
+         link_out_.size() <= kMaxLinkBatch) {
+    OriginConnection* c = &lease_.As<OriginConnection>();
+    absl::StatusOr<std::optional<protocol::Frame>> buffered = c->TakeBufferedFrame();
+    if (buffered.ok() && !*buffered) {
+      if (!c->SupportsTryFill()) {
+        // TLS: only a coroutine reads it (its records).
+        origin_reader_ = true;
+        asio::co_spawn(endpoint_->executor, [self]() { return self->ReadOrigin(); }, asio::detached);
+        break;
+      }
+      if (origin_read_full_) {
+        origin_read_full_ = false;
+        std::optional<absl::StatusOr<bool>> more = c->TryFill(&origin_read_full_);
+        if (more->ok() && **more) continue;
+        if (!more->ok()) buffered = more->status();
+      }
+    }
+    if (buffered.ok() && !*buffered) {
+      origin_waiting_ = c;
+      reading_ = c;
+      c->WaitReadable([self, c](std::error_code) {
+        self->origin_waiting_ = nullptr;
+        self->reading_ = nullptr;
+        if (!self->lease_ || &self->lease_.As<OriginConnection>() != c) {
+          self->MaybeFinishRelease();  // released (closed) while we waited: nothing more to do with it
+        } else if (std::optional<absl::StatusOr<bool>> got = c->TryFill(&self->origin_read_full_); !got->ok()) {
+          self->core_->OnOriginLost(got->status());
+          self->Execute(/*flush_link=*/true);
+        }
+        self->PumpOrigin();
+      });
+      break;
+    }
+    if (!buffered.ok()) {
+      core_->OnOriginLost(buffered.status());
+      Execute(/*flush_link=*/true);
+      continue;
+    }
+    if (!core_->OnOriginFrame(**buffered)) {
+      Execute(/*flush_link=*/true);  // held for the listener: sends what came before it
+      continue;
+    }
+    // As ReadOrigin: a burst of frames goes to the link in one send.
+    Execute(/*flush_link=*/!lease_ || !c->HasBufferedFrame());
+  }
+  pumping_origin_ = false;
+}
+
 asio::awaitable<void> Session::ReadOrigin() {
   for (;;) {
-    while (!finished_ && !(lease_ && own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
-    if (finished_) co_return;
+    while (!finished_ && lease_ && !(own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
+    if (finished_ || !lease_) {
+      // No connection to read: the reader ends, so an idle session holds
+      // no coroutine for it; Execute starts it again with the next lease.
+      origin_reader_ = false;
+      co_return;
+    }
     OriginConnection* c = &lease_.As<OriginConnection>();
     // A frame already buffered is taken without suspending (most of a
     // unit's answers arrive in one read); only an empty buffer waits.
@@ -139,11 +252,20 @@ void Session::Execute(bool flush_link) {
     }
   }
   executing_ = false;
-  if (core_->wants_origin()) origin_wake_.Notify();
+  if (origin_reader_) {
+    if (core_->wants_origin() || !lease_) origin_wake_.Notify();  // (without a lease: the reader ends)
+  } else if (OriginPumpWanted() && !origin_pump_posted_) {
+    // Posted, as the reader coroutine's wake-up was: not inside this event.
+    origin_pump_posted_ = true;
+    asio::post(endpoint_->executor, [self] {
+      self->origin_pump_posted_ = false;
+      self->PumpOrigin();
+    });
+  }
   // At once when the socket and the link take the bytes (the usual case:
   // no coroutine, no suspension); the rest by a writer of its own.
   if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) StartOriginWrite();
-  if (MayReadLink()) client_wake_.Notify();  // after the write above: it may have made room
+  LinkRoom();  // after the write above: it may have made room
   if (!link_out_.empty() && !link_sending_) {
     if (link_->TrySend(link_out_)) {
       link_out_.clear();
@@ -271,7 +393,7 @@ asio::awaitable<void> Session::WriteOrigin() {
     writing_ = nullptr;
     origin_writing_buf_.clear();
     ReleaseIfLarge(origin_writing_buf_);
-    if (MayReadLink()) client_wake_.Notify();  // room again for the app's bytes
+    LinkRoom();  // room again for the app's bytes
     if (!lease_ || &lease_.As<OriginConnection>() != c) {
       MaybeFinishRelease();  // released meanwhile: what was for it is moot
       continue;
@@ -327,6 +449,9 @@ void Session::ReleaseNow(ReleaseDecision decision) {
   }
   if (decision == ReleaseDecision::kClose) c->CloseNow();  // a pending operation fails promptly
   origin_out_.clear();  // (anything still unwritten was for this connection)
+  // PumpOrigin's wait ends now (its callback gives the lease back); not
+  // while a write is pending: cancelling would cut it short.
+  if (origin_waiting_ == c && writing_ != c) c->CancelWaitReadable();
   if (Busy(c)) {
     releasing_.emplace_back(std::move(lease_), decision);
   } else {

@@ -51,27 +51,60 @@ absl::StatusOr<std::optional<protocol::Frame>> OriginConnection::TakeBufferedFra
   return std::optional<protocol::Frame>();
 }
 
+std::size_t OriginConnection::PrepareRead(std::size_t bytes_needed) {
+  // Keep only the partial frame, then read after it.
+  if (consumed_ > 0) {
+    std::memmove(buffer_.data(), buffer_.data() + consumed_, end_ - consumed_);
+    end_ -= consumed_;
+    consumed_ = 0;
+    if (end_ == 0 && buffer_.size() > kKeepBufferCapacity) {
+      std::string().swap(buffer_);
+    }
+  }
+  const std::size_t have = end_;
+  const std::size_t missing = bytes_needed > have ? bytes_needed - have : 0;
+  const std::size_t want = std::clamp(missing, kReadChunk, std::max(kReadChunk, kMaxReadStep));
+  // buffer_ keeps its size between reads (end_ marks the data): resizing
+  // it to the data and back zero-filled 16 KiB per read (issue 11).
+  if (buffer_.size() < have + want) buffer_.resize(have + want);
+  return want;
+}
+
+bool OriginConnection::SupportsTryFill() const { return stream_ && stream_->tls() == nullptr; }
+
+std::optional<absl::StatusOr<bool>> OriginConnection::TryFill(bool* full) {
+  *full = false;
+  if (broken_ || !stream_) return absl::StatusOr<bool>(absl::UnavailableError("the origin connection is closed"));
+  if (stream_->tls() != nullptr) return std::nullopt;
+  const protocol::FrameReader::Result r = reader_.Read(std::string_view(buffer_.data() + consumed_, end_ - consumed_));
+  const std::size_t want = PrepareRead(r.is_need_more() ? r.bytes_needed() : 0);
+  const std::size_t have = end_;
+  std::optional<absl::StatusOr<std::size_t>> n = stream_->TryReadSome(asio::buffer(buffer_.data() + have, want));
+  if (!n->ok()) {
+    broken_ = true;
+    return absl::StatusOr<bool>(n->status());
+  }
+  end_ = have + **n;
+  *full = **n == want;
+  return absl::StatusOr<bool>(**n > 0);
+}
+
+void OriginConnection::WaitReadable(std::function<void(std::error_code)> ready) {
+  stream_->AsyncWaitReadable(std::move(ready));
+}
+
+void OriginConnection::CancelWaitReadable() {
+  if (stream_) stream_->CancelWait();
+}
+
 asio::awaitable<absl::StatusOr<protocol::Frame>> OriginConnection::ReadFrame() {
   if (broken_) co_return absl::UnavailableError("the origin connection is closed");
   for (;;) {
     protocol::FrameReader::Result r = NextBuffered();
     if (r.is_frame()) co_return r.frame();
     if (r.is_error()) co_return ViolationError(r);
-    // Need more: keep only the partial frame, then read after it.
-    if (consumed_ > 0) {
-      std::memmove(buffer_.data(), buffer_.data() + consumed_, end_ - consumed_);
-      end_ -= consumed_;
-      consumed_ = 0;
-      if (end_ == 0 && buffer_.size() > kKeepBufferCapacity) {
-        std::string().swap(buffer_);
-      }
-    }
+    const std::size_t want = PrepareRead(r.bytes_needed());
     const std::size_t have = end_;
-    const std::size_t missing = r.bytes_needed() > have ? r.bytes_needed() - have : 0;
-    const std::size_t want = std::clamp(missing, kReadChunk, std::max(kReadChunk, kMaxReadStep));
-    // buffer_ keeps its size between reads (end_ marks the data): resizing
-    // it to the data and back zero-filled 16 KiB per read (issue 11).
-    if (buffer_.size() < have + want) buffer_.resize(have + want);
     auto n = co_await stream_->ReadSome(asio::buffer(buffer_.data() + have, want));
     if (n.ok()) end_ = have + *n;
     if (!n.ok()) {

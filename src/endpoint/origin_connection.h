@@ -109,6 +109,18 @@ class OriginConnection final : public PooledConnection {
   // network. Errors as ReadFrame()'s. A reader takes the frames of a burst
   // this way and calls ReadFrame() only when it has to wait.
   absl::StatusOr<std::optional<protocol::Frame>> TakeBufferedFrame();
+  // For a reader that holds no coroutine (Session::PumpOrigin): reads what
+  // the socket has now into the buffer, after the partial frame, without
+  // suspending: true if bytes arrived, false if none yet. Errors as
+  // ReadFrame()'s (they mark the connection broken). `*full`: the read used
+  // all the space it had (more may be waiting). Not over TLS
+  // (SupportsTryFill), whose records only ReadFrame() reads.
+  std::optional<absl::StatusOr<bool>> TryFill(bool* full);
+  bool SupportsTryFill() const;
+  // Calls `ready(ec)` once the socket is readable (or the wait fails or is
+  // cancelled: CancelWaitReadable, CloseNow). Reads nothing.
+  void WaitReadable(std::function<void(std::error_code)> ready);
+  void CancelWaitReadable();
 
   // Writes all of `bytes` (whole frontend messages). An error marks the
   // connection broken. `bytes` must stay alive until it completes.
@@ -188,6 +200,9 @@ class OriginConnection final : public PooledConnection {
   // recorded by OnFrame) and a malformed one marking the connection broken:
   // the first step of TakeBufferedFrame and of ReadFrame.
   protocol::FrameReader::Result NextBuffered();
+  // Makes room to read after the partial frame (which `bytes_needed`, 0
+  // if unknown, completes): the bytes to ask for.
+  std::size_t PrepareRead(std::size_t bytes_needed);
   static absl::Status ViolationError(const protocol::FrameReader::Result& r);
   void OnFrame(const protocol::Frame& frame);
   void SetParameter(std::string_view name, std::string_view value);

@@ -133,6 +133,30 @@ class OriginConnection::Stream {
     return ec ? 0 : n;
   }
 
+  // Reads what a plain socket has now, without waiting: the bytes read, 0
+  // when none are there yet; nullopt for TLS (only ReadSome reads it).
+  // EOF and socket errors as ReadSome's.
+  std::optional<absl::StatusOr<std::size_t>> TryReadSome(asio::mutable_buffer buffer) {
+    std::error_code ec;
+    std::size_t n = 0;
+    if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) {
+      if (!s->non_blocking()) s->non_blocking(true, ec);
+      if (!ec) n = s->read_some(buffer, ec);
+    } else if (auto* u = std::get_if<asio::local::stream_protocol::socket>(&v_)) {
+      if (!u->non_blocking()) u->non_blocking(true, ec);
+      if (!ec) n = u->read_some(buffer, ec);
+    } else {
+      return std::nullopt;
+    }
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return absl::StatusOr<std::size_t>(0);
+    if (n > 0) return absl::StatusOr<std::size_t>(n);
+    if (ec == asio::error::eof || !ec) {
+      return absl::StatusOr<std::size_t>(absl::UnavailableError("the origin closed the connection"));
+    }
+    return absl::StatusOr<std::size_t>(
+        absl::UnavailableError(fmt::format("reading from the origin failed: {}", ec.message())));
+  }
+
   void Close() {
     std::error_code ignored;
     if (auto* t = std::get_if<tls::TlsStream>(&v_)) {

@@ -15,6 +15,7 @@
 //    executor (docs/architecture.md, "Threads").
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -139,6 +140,18 @@ class ParkedHandler final : public Parked {
   Handler handler_;
 };
 
+// A parked WhenReadable: a plain callback, posted to its executor.
+class ParkedCallback final : public Parked {
+ public:
+  ParkedCallback(const asio::any_io_executor& executor, std::function<void()> ready)
+      : executor_(executor), ready_(std::move(ready)) {}
+  void Complete(asio::error_code) override { asio::post(executor_, std::move(ready_)); }
+
+ private:
+  asio::any_io_executor executor_;
+  std::function<void()> ready_;
+};
+
 struct DirectPipe {
   struct Direction {
     std::string inbox;                // sent, not yet received
@@ -187,22 +200,37 @@ class DirectLink final : public Link {
 
   asio::awaitable<absl::StatusOr<std::size_t>> Receive(std::string& buffer) override {
     for (;;) {
-      if (closed_) co_return absl::UnavailableError("link closed");
-      if (!in_.inbox.empty()) {
-        const std::size_t n = in_.inbox.size();
-        if (buffer.empty()) {
-          buffer.swap(in_.inbox);  // keeps the chunk's allocation instead of copying
-        } else {
-          buffer.append(in_.inbox);
-        }
-        in_.inbox.clear();
-        Wake(in_.sender, {});
-        co_return n;
-      }
-      if (in_.writer_closed) co_return absl::UnavailableError("link closed by peer");
+      if (std::optional<absl::StatusOr<std::size_t>> r = TryReceive(buffer)) co_return *std::move(r);
       auto [ec] = co_await Park(in_.receiver);
       if (ec) co_return absl::UnavailableError("link closed");
     }
+  }
+
+  std::optional<absl::StatusOr<std::size_t>> TryReceive(std::string& buffer) override {
+    if (closed_) return absl::StatusOr<std::size_t>(absl::UnavailableError("link closed"));
+    if (!in_.inbox.empty()) {
+      const std::size_t n = in_.inbox.size();
+      if (buffer.empty()) {
+        buffer.swap(in_.inbox);  // keeps the chunk's allocation instead of copying
+      } else {
+        buffer.append(in_.inbox);
+      }
+      in_.inbox.clear();
+      Wake(in_.sender, {});
+      return absl::StatusOr<std::size_t>(n);
+    }
+    if (in_.writer_closed) return absl::StatusOr<std::size_t>(absl::UnavailableError("link closed by peer"));
+    return std::nullopt;
+  }
+
+  bool WhenReadable(const asio::any_io_executor& executor, std::function<void()> ready) override {
+    auto parked = std::make_unique<ParkedCallback>(executor, std::move(ready));
+    if (closed_ || !in_.inbox.empty() || in_.writer_closed) {
+      parked->Complete({});
+    } else {
+      in_.receiver = std::move(parked);
+    }
+    return true;
   }
 
   void Close() override {

@@ -213,6 +213,53 @@ TEST_CASE("direct link: first bytes larger than the limit wait in the pipe witho
   CHECK(got.size() == 1000);
 }
 
+TEST_CASE("direct link: TryReceive takes what arrived without suspending, WhenReadable calls back (posted) on bytes and on close") {
+  const bool peer_closes = GENERATE(false, true);
+  asio::io_context io;
+  LinkPair pair = MakeDirectLinkPair();
+  std::string buf;
+  CHECK_FALSE(pair.second->TryReceive(buf).has_value());  // nothing yet
+  int calls = 0;
+  REQUIRE(pair.second->WhenReadable(io.get_executor(), [&] { ++calls; }));
+  std::string bytes = "Q";
+  REQUIRE(pair.first->TrySend(bytes));
+  CHECK(calls == 0);  // posted, never inline
+  io.run();
+  CHECK(calls == 1);
+  std::optional<absl::StatusOr<std::size_t>> n = pair.second->TryReceive(buf);
+  REQUIRE(n.has_value());
+  REQUIRE(n->ok());
+  CHECK(**n == 1);
+  CHECK(buf == "Q");
+  CHECK_FALSE(pair.second->TryReceive(buf).has_value());
+  // Armed again, then the link ends: from the peer's side or our own.
+  REQUIRE(pair.second->WhenReadable(io.get_executor(), [&] { ++calls; }));
+  if (peer_closes) {
+    pair.first->Close();
+  } else {
+    pair.second->Close();
+  }
+  io.restart();
+  io.run();
+  CHECK(calls == 2);
+  n = pair.second->TryReceive(buf);
+  REQUIRE(n.has_value());
+  CHECK_FALSE(n->ok());
+  // Armed after the end: called at once (posted).
+  REQUIRE(pair.second->WhenReadable(io.get_executor(), [&] { ++calls; }));
+  io.restart();
+  io.run();
+  CHECK(calls == 3);
+}
+
+TEST_CASE("channel links cannot call back: WhenReadable and TryReceive say so") {
+  asio::io_context io;
+  LinkPair pair = MakeInProcessLinkPair(io.get_executor(), io.get_executor(), 8);
+  std::string buf;
+  CHECK_FALSE(pair.second->WhenReadable(io.get_executor(), [] {}));
+  CHECK_FALSE(pair.second->TryReceive(buf).has_value());
+}
+
 // An acceptor that answers each link's first bytes with "ok:" + them.
 class EchoAcceptor final : public LinkAcceptor {
  public:

@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""Idle clients hold no coroutine and no read buffer (issue 26), asyncpg
+through `hyperpool serve` with its defaults (cache on):
+
+- 40 clients give their sessions state first: a setting (SET
+  application_name), a named protocol-level prepared statement
+  (asyncpg's prepare) and a query that reaches the origin;
+- 1,000 clients then log in and run SELECT 1 (answered by the Client's
+  cache tier after the first), and are held idle: the pooler's resident
+  memory grows by at most 5 kB per held client (6.3-6.6 kB before idle
+  sessions parked; bench/idle_clients.py measures the same);
+- every held client then runs a query and gets its answer, and each of the
+  40 still has its setting and its prepared statement.
+
+Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
+"""
+import asyncio
+import os
+import resource
+import subprocess
+
+import asyncpg
+
+from pgtest_env import ERR, check, fail, origin_url  # beside this script
+
+N = 1000
+STATEFUL = 40
+MAX_KB_PER_CLIENT = 5.0
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def main(url, pid):
+    sem = asyncio.Semaphore(25)
+
+    async def connect():
+        async with sem:
+            return await asyncpg.connect(dsn=url, ssl=False, timeout=60, statement_cache_size=0)
+
+    stateful = []
+    for i in range(STATEFUL):
+        c = await connect()
+        await c.execute(f"SET application_name = 'idle_{i}'")
+        ps = await c.prepare("SELECT $1::int * 2 + 0 * length(now()::text)")
+        check_now = await c.fetchval("SELECT now() IS NOT NULL")
+        if not check_now:
+            fail("SELECT now() answered")
+        stateful.append((c, ps))
+    check(True, f"{STATEFUL} clients with a setting and a prepared statement")
+
+    before = rss_kb(pid)
+
+    async def one():
+        c = await connect()
+        await c.execute("SELECT 1")
+        return c
+    held = await asyncio.gather(*(one() for _ in range(N)))
+    after = rss_kb(pid)
+    per_client = (after - before) / N
+    check(per_client <= MAX_KB_PER_CLIENT,
+          f"{N} idle clients held: {per_client:.2f} kB of RSS each (at most {MAX_KB_PER_CLIENT})")
+
+    results = await asyncio.gather(*(c.fetchval("SELECT $1::int", i) for i, c in enumerate(held)))
+    check(results == list(range(N)), f"each of the {N} idle clients runs a query afterwards")
+    for i, (c, ps) in enumerate(stateful):
+        if await ps.fetchval(i) != 2 * i:
+            fail(f"client {i}: its prepared statement answers after being idle")
+        if await c.fetchval("SHOW application_name") != f"idle_{i}":
+            fail(f"client {i}: its setting survived being idle")
+    check(True, f"the {STATEFUL} stateful clients kept their prepared statements and settings")
+    await asyncio.gather(*(c.close() for c in held))
+    await asyncio.gather(*(c.close() for c, _ in stateful))
+
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if soft < 2 * N + 256:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * N), hard))
+proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(), "--pool-size", "4"],
+                        stdout=subprocess.PIPE, stderr=ERR, text=True)
+try:
+    url = proc.stdout.readline().strip()
+    if not url.startswith("postgresql://"):
+        fail("no connection string from serve")
+    asyncio.run(main(url, proc.pid))
+finally:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
