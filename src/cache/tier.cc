@@ -475,23 +475,11 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
   bool has_other = false;  // statements that are not SET/RESET
   bool setting_changes = false;  // plain session-level SET/RESET of ordinary settings
   bool keyed_changes = false;    // ...of settings a key depends on
-  // Statement kinds that change session state, from each statement's
-  // leading keyword where that decides it (LeadingStatementKind): the full
-  // analysis is needed only for the others (WITH, COPY, PREPARE) and for a
-  // possible set_config call.
-  bool kinds_known = true;
-  bool state_kind = false;
   size_t b = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
     if (i < t.size() && t[i].kind != TokenKind::kSemicolon) continue;
     if (i > b) {
       any = true;
-      std::optional<StatementKind> kind = LeadingStatementKind(std::span<const Token>(t).subspan(b, i - b));
-      if (!kind) {
-        kinds_known = false;
-      } else if (ChangesStateByKind(*kind)) {
-        state_kind = true;
-      }
       int c = ClassifySet(t, b, i, settings);
       if (c != 1) all_cache_settings = false;
       if (c == 3) fx.changes_session_state = true;
@@ -502,14 +490,9 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
     b = i + 1;
   }
   fx.only_cache_settings = any && all_cache_settings;
-  // set_config can be named only with those letters, or with a U&"..."
-  // escape (which needs '&').
-  const bool may_set_config = sql.find('&') != std::string_view::npos || ContainsCi(sql, "set_config");
-  if (has_other && kinds_known && !may_set_config) {
-    // What the analysis below would conclude, without it (its kinds are
-    // LeadingStatementKind's, and it finds no set_config).
-    if (state_kind) fx.changes_session_state = true;
-  } else if (has_other) {
+  if (has_other) {
+    // The statements' kinds and calls are the parser's (a lexer split
+    // would cut a BEGIN ATOMIC body or a rule's action list at its ';').
     const absl::StatusOr<StatementAnalysis>& a = text.analysis();
     if (!a.ok()) {
       fx.changes_session_state = true;
