@@ -295,6 +295,19 @@ TEST_CASE("startup parameters: keyed, ignored, or not safely keyable") {
   CHECK(bad);
   HelloFingerprint({{"options", "-c hyperpool.cache=off"}}, &bad);
   CHECK_FALSE(bad);
+  // A keyed setting given as a -c switch is keyed as one (pg_regress sends
+  // IntervalStyle so); an ignored one is ignored; any other switch is not keyable.
+  const std::string verbose = HelloFingerprint({{"options", "-c intervalstyle=postgres_verbose"}}, &bad);
+  CHECK_FALSE(bad);
+  CHECK(verbose != HelloFingerprint({{"options", "-c IntervalStyle=iso_8601"}}, &bad));
+  CHECK_FALSE(bad);
+  CHECK(verbose == HelloFingerprint({{"options", "  -cintervalstyle=postgres_verbose -c application_name=a\\ b"}}, &bad));
+  CHECK_FALSE(bad);
+  CHECK(verbose != HelloFingerprint({{"IntervalStyle", "postgres_verbose"}}, &bad));  // not confused with the parameter
+  HelloFingerprint({{"options", "-c intervalstyle=iso_8601 -c search_path=x"}}, &bad);
+  CHECK(bad);
+  HelloFingerprint({{"options", "-B 100"}}, &bad);
+  CHECK(bad);
   SessionCacheSettings s;
   ApplyStartupParameters({{"options", "-c hyperpool.cache=off"}}, s);
   CHECK_FALSE(s.enabled);
