@@ -9,7 +9,9 @@
 //     writes nothing (its operators may only be spelled with + - * / < > =);
 //   - SqlText::plain_select(): one SELECT that calls no set_config;
 //   - LeadingKeywordOfPlainText + StatementKindOfKeyword: one statement of
-//     that kind.
+//     that kind;
+//   - AnalyzeStatement's memo, keyed by the lexer's shape of the text
+//     (literals replaced): the analysis of the text itself.
 // A text the parser rejects is not held against anything: the server
 // rejects it too, so it runs nothing.
 
@@ -155,6 +157,17 @@ std::string SimpleReadDisagreement(const StatementAnalysis& a) {
   return "";
 }
 
+// The fields of an analysis the memo must reproduce (all but `normalized`
+// and `fingerprint`, which AnalyzeStatement fills from the lexer).
+bool SameAnalysis(const StatementAnalysis& a, const StatementAnalysis& b) {
+  return a.statement_count == b.statement_count && a.kind == b.kind && a.kinds == b.kinds &&
+         a.has_row_locks == b.has_row_locks && a.has_data_modifying_cte == b.has_data_modifying_cte &&
+         a.has_select_into == b.has_select_into && a.has_time_literal == b.has_time_literal &&
+         a.value_functions == b.value_functions && a.functions == b.functions && a.operators == b.operators &&
+         a.casts == b.casts && a.attribute_names == b.attribute_names && a.relations_read == b.relations_read &&
+         a.relations_written == b.relations_written;
+}
+
 TEST_CASE("the regression suite's SQL is there to be read") {
   const Corpus& c = LoadCorpus();
   INFO("corpus: " << CorpusDir() << " (set HYPERPOOL_REGRESS_SQL or run scripts/setup.sh)");
@@ -184,6 +197,11 @@ TEST_CASE("every shortcut agrees with PostgreSQL's parser on the regression suit
         disagree.push_back("plain_select, but the parser: " + std::string(StatementKindName(p->kind)) + " x" +
                            std::to_string(p->statement_count) + ": " + Excerpt(text));
       }
+    }
+    // The memo keyed by shape (literals replaced) gives this very text's
+    // analysis: no two texts of one shape that the parser tells apart.
+    if (const absl::StatusOr<StatementAnalysis> m = AnalyzeStatement(text); m.ok() && !SameAnalysis(*m, *p)) {
+      disagree.push_back("the memo's analysis of this shape is another text's: " + Excerpt(text));
     }
     if (std::optional<std::string> kw = LeadingKeywordOfPlainText(text)) {
       if (std::optional<StatementKind> k = StatementKindOfKeyword(*kw)) {
