@@ -106,6 +106,13 @@ run_target() {  # run_target NAME: leaves $OUT/NAME.out and NAME.diffs
   # Each test's own output, for bench/pg_regress_diff.sh to compare runs.
   rm -rf "$OUT/$name.results"; mkdir -p "$OUT/$name.results"
   cp "$TMP/out-$name"/results/*.out "$OUT/$name.results/" 2>/dev/null
+  # REGRESS_REPLAY=1: then the suite's one-line SELECTs, each twice, on one
+  # session (bench/pg_regress_replay.py), while the catalog stands still.
+  if [ "${REGRESS_REPLAY:-0}" = 1 ]; then
+    /usr/bin/python3 "$ROOT/bench/pg_regress_replay.py" run \
+      "postgresql://$user:$pw@$host:$port/regression?sslmode=disable" "$REGRESS_DIR/sql" "$OUT/$name.replay.jsonl" ||
+      echo "$name: replay failed"
+  fi
   if [ -n "$SERVE_PID" ]; then kill "$SERVE_PID" 2>/dev/null; wait "$SERVE_PID" 2>/dev/null; SERVE_PID=; fi
   local ok total
   ok=$(grep -cE '\.\.\. ok' "$OUT/$name.out")

@@ -28,6 +28,12 @@ EXCLUDE=$ROOT/bench/pg_regress_exclude.txt
 # plpgsql there, or guc itself, differ by the connection drawn.
 export REGRESS_OUT=$OUT REGRESS_SCHEDULE=${REGRESS_SCHEDULE:-serial} REGRESS_SKIP=${REGRESS_SKIP-guc}
 MIN_STORES=${REGRESS_MIN_STORES:-50}
+# REGRESS_REPLAY=1: after the suite, also its one-line SELECTs twice each on
+# one session (bench/pg_regress_replay.py). Off by default: its cache hits
+# went from 402 in one run to 10 in the next, and its exclusions come from
+# one pair of runs only (docs/architecture.md, "Query cache", "Replay").
+export REGRESS_REPLAY=${REGRESS_REPLAY:-0}
+REPLAY_EXCLUDE=$ROOT/bench/pg_regress_replay_exclude.txt
 
 case $MODE in
   compare) A=hyperpool-nocache; B=hyperpool-cache ;;
@@ -70,6 +76,11 @@ for f in "$OUT/$B.results"/*.out; do  # a test only the second run has
 done
 
 echo "pg_regress_diff ($A vs $B): ${#differ[@]} differ, $same identical, $skipped excluded"
+replay_status=0
+if [ "$REGRESS_REPLAY" = 1 ]; then
+  /usr/bin/python3 "$ROOT/bench/pg_regress_replay.py" compare "$OUT/$A.replay.jsonl" "$OUT/$B.replay.jsonl" \
+    "$REPLAY_EXCLUDE" || replay_status=1
+fi
 if [ "${#differ[@]}" -gt 0 ]; then
   for name in "${differ[@]}"; do
     echo "=== $name differs:"
@@ -79,3 +90,4 @@ if [ "${#differ[@]}" -gt 0 ]; then
   echo "DIFFERING: ${differ[*]}"
   exit 1
 fi
+exit $replay_status
