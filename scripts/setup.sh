@@ -16,7 +16,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   # integration tests and benchmarks
   postgresql-15 postgresql-client-15 postgresql-contrib libpq-dev pgbouncer openssl procps util-linux iproute2
-  postgresql-server-dev-15  # pg_regress and server headers: the regression suite (bench/pg_regress*.sh)
+  postgresql-server-dev-15 bzip2  # pg_regress, server headers, and unpacking the suite (bench/pg_regress*.sh)
   # drivers
   python3 python3-psycopg python3-asyncpg libpostgresql-jdbc-java default-jre-headless nodejs npm
   libbenchmark-dev
