@@ -5,14 +5,17 @@
 # keeps each target's regression.diffs.
 #
 #   bench/pg_regress.sh [TARGETS]      TARGETS: "direct hyperpool" (default);
-#                                      also "hyperpool-nocache"
+#                                      also hyperpool-nocache* (--no-cache) and
+#                                      hyperpool-cache* (--cache-max-age 3600)
+# Each target's per-test outputs are kept in $REGRESS_OUT/TARGET.results/
+# (bench/pg_regress_diff.sh compares them).
 # Env: HYPERPOOL_BINARY (default build/hyperpool), REGRESS_POOL_SIZE (20),
 #      REGRESS_SERVE_ARGS (more serve flags), REGRESS_OUT (default
-#      bench/results/regress), REGRESS_SCHEDULE (parallel_schedule).
+#      bench/results/regress), REGRESS_SCHEDULE (parallel_schedule, or
+#      "serial": its tests one at a time), REGRESS_SKIP (tests to leave out).
 #
-# Needs the suite's source: Debian's postgresql-15 source package (fetched
-# here with apt-get source through a deb-src list file of its own; the main
-# suite's version, since the security archive keeps no sources), Debian's
+# Needs the suite's source: Debian's postgresql-15 source package
+# (bench/pg_regress_source.sh fetches it, as scripts/setup.sh does), Debian's
 # pg_regress (postgresql-server-dev-15), and regress.so built from the
 # source's regress.c against the installed server headers.
 set -uo pipefail
@@ -22,31 +25,12 @@ HYPERPOOL_BINARY=${HYPERPOOL_BINARY:-$ROOT/build/hyperpool}
 POOL=${REGRESS_POOL_SIZE:-20}
 OUT=${REGRESS_OUT:-$ROOT/bench/results/regress}
 SCHEDULE=${REGRESS_SCHEDULE:-parallel_schedule}
-SRC_CACHE=${REGRESS_SRC:-/var/cache/hyperpool-pgsrc}
 PGREGRESS=/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress
 
 die() { echo "pg_regress.sh: $*" >&2; exit 2; }
 
-fetch_source() {
-  local dir
-  dir=$(ls -d "$SRC_CACHE"/postgresql-15.*/src/test/regress 2>/dev/null | head -1)
-  if [ -n "$dir" ]; then echo "$dir"; return; fi
-  if [ ! -f /etc/apt/sources.list.d/hyperpool-deb-src.sources ]; then
-    sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-      > /etc/apt/sources.list.d/hyperpool-deb-src.sources
-    apt-get update -qq >/dev/null
-  fi
-  mkdir -p "$SRC_CACHE"
-  local v
-  for v in $(apt-cache showsrc postgresql-15 | awk '/^Version:/{print $2}'); do
-    (cd "$SRC_CACHE" && apt-get source -qq --download-only "postgresql-15=$v" >/dev/null 2>&1) && break
-  done
-  (cd "$SRC_CACHE" && tar xjf postgresql-15_*.orig.tar.bz2) || die "no postgresql-15 source"
-  ls -d "$SRC_CACHE"/postgresql-15.*/src/test/regress | head -1
-}
-
 [ -x "$PGREGRESS" ] || apt-get install -y -qq --no-install-recommends postgresql-server-dev-15 >/dev/null
-REGRESS_DIR=$(fetch_source)
+REGRESS_DIR=$("$ROOT/bench/pg_regress_source.sh") || die "no regression suite"
 [ -d "$REGRESS_DIR/sql" ] || die "no regression suite under $REGRESS_DIR"
 
 TMP=$(mktemp -d /tmp/hp-regress.XXXXXX)
@@ -75,6 +59,16 @@ PGPASSWORD=$APW psql -q -h "$PGH" -p "$PGP" -U "$AU" -d postgres \
   -c "ALTER SYSTEM SET compute_query_id = off" -c "SELECT pg_reload_conf()" >/dev/null
 mkdir -p "$OUT"
 
+# The schedule: parallel_schedule as it is, or "serial" (its tests one at a
+# time, in its order); REGRESS_SKIP names tests to leave out of either.
+SCHEDULE_FILE=$TMP/schedule
+if [ "$SCHEDULE" = serial ]; then
+  sed -n 's/^test: *//p' "$REGRESS_DIR/parallel_schedule" | tr ' ' '\n' | sed '/^$/d;s/^/test: /' > "$SCHEDULE_FILE"
+else
+  cp "$REGRESS_DIR/$SCHEDULE" "$SCHEDULE_FILE"
+fi
+for t in ${REGRESS_SKIP:-}; do sed -i -E "/^test:/{s/ $t( |\$)/ /;}" "$SCHEDULE_FILE"; sed -i -E '/^test: *$/d' "$SCHEDULE_FILE"; done
+
 run_target() {  # run_target NAME: leaves $OUT/NAME.out and NAME.diffs
   local name=$1 host=$PGH port=$PGP user=$AU pw=$APW extra=()
   PGPASSWORD=$APW psql -q -h "$PGH" -p "$PGP" -U "$AU" -d postgres \
@@ -84,7 +78,10 @@ run_target() {  # run_target NAME: leaves $OUT/NAME.out and NAME.diffs
     -c "ALTER DATABASE regression SET bytea_output TO 'hex'" \
     -c "ALTER DATABASE regression SET timezone_abbreviations TO 'Default'" >/dev/null 2>&1 || return 1
   if [ "$name" != direct ]; then
-    [ "$name" = hyperpool-nocache ] && extra+=(--no-cache)
+    case $name in
+      hyperpool-nocache*) extra+=(--no-cache) ;;
+      hyperpool-cache*) extra+=(--cache-max-age 3600 --cache-swr 0) ;;  # nothing expires during the run
+    esac
     printf '%s\n' "$APW" > "$TMP/origin.pw"; chmod 600 "$TMP/origin.pw"
     "$HYPERPOOL_BINARY" serve --origin "postgresql://$AU@$PGH:$PGP/regression?sslmode=disable" \
       --origin-password-file "$TMP/origin.pw" --pool-size "$POOL" --database regression \
@@ -103,9 +100,19 @@ run_target() {  # run_target NAME: leaves $OUT/NAME.out and NAME.diffs
   if [ "$(id -u)" = 0 ]; then chown postgres "$TMP/out-$name"; as=(runuser -u postgres --); fi
   (cd "$REGRESS_DIR" && PGPASSWORD=$pw PGUSER=$user "${as[@]}" "$PGREGRESS" --use-existing --dbname=regression \
       --host="$host" --port="$port" --user="$user" --inputdir=. --outputdir="$TMP/out-$name" \
-      --dlpath="$TMP/lib" --schedule="$REGRESS_DIR/$SCHEDULE" --max-connections=20 \
+      --dlpath="$TMP/lib" --schedule="$SCHEDULE_FILE" --max-connections=20 \
       >"$OUT/$name.out" 2>&1)
   cp "$TMP/out-$name/regression.diffs" "$OUT/$name.diffs" 2>/dev/null || : > "$OUT/$name.diffs"
+  # Each test's own output, for bench/pg_regress_diff.sh to compare runs.
+  rm -rf "$OUT/$name.results"; mkdir -p "$OUT/$name.results"
+  cp "$TMP/out-$name"/results/*.out "$OUT/$name.results/" 2>/dev/null
+  # REGRESS_REPLAY=1: then the suite's one-line SELECTs, each twice, on one
+  # session (bench/pg_regress_replay.py), while the catalog stands still.
+  if [ "${REGRESS_REPLAY:-0}" = 1 ]; then
+    /usr/bin/python3 "$ROOT/bench/pg_regress_replay.py" run \
+      "postgresql://$user:$pw@$host:$port/regression?sslmode=disable" "$REGRESS_DIR/sql" "$OUT/$name.replay.jsonl" ||
+      echo "$name: replay failed"
+  fi
   if [ -n "$SERVE_PID" ]; then kill "$SERVE_PID" 2>/dev/null; wait "$SERVE_PID" 2>/dev/null; SERVE_PID=; fi
   local ok total
   ok=$(grep -cE '\.\.\. ok' "$OUT/$name.out")

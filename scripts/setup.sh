@@ -16,6 +16,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   # integration tests and benchmarks
   postgresql-15 postgresql-client-15 postgresql-contrib libpq-dev pgbouncer openssl procps util-linux iproute2
+  postgresql-server-dev-15 bzip2  # pg_regress, server headers, and unpacking the suite (bench/pg_regress*.sh)
   # drivers
   python3 python3-psycopg python3-asyncpg libpostgresql-jdbc-java default-jre-headless nodejs npm
   libbenchmark-dev
@@ -63,3 +64,9 @@ if [ -f tests/drivers/package.json ] && { [ ! -d tests/drivers/node_modules ] ||
   echo "setup: installing npm drivers"
   (cd tests/drivers && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# PostgreSQL 15's regression suite (Debian's postgresql-15 source package, via
+# a deb-src list file of its own) for the cache's differential test
+# (bench/pg_regress_diff.sh, ctest integration_cache_differential) and the
+# fast-path corpus test; fetched once, kept in /var/cache/hyperpool-pgsrc.
+bench/pg_regress_source.sh >/dev/null || { echo "setup: could not fetch the regression suite"; exit 1; }

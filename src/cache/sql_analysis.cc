@@ -21,7 +21,6 @@
 namespace hyperpool::cache {
 
 StatementKind KindOfKeyword(std::string_view kw);                    // sql_parse_tree.cc
-absl::StatusOr<StatementAnalysis> ParseAnalysis(std::string_view sql);  // sql_parse_tree.cc
 
 bool ContainsTimeWord(std::string_view value) {
   for (std::string_view w : {"now", "today", "tomorrow", "yesterday"}) {
@@ -175,14 +174,6 @@ std::string_view StatementKindName(StatementKind kind) {
     case StatementKind::kOther: return "other";
   }
   return "unknown";
-}
-
-std::optional<StatementKind> LeadingStatementKind(std::span<const Token> statement) {
-  // As Analyzer::Classify.
-  size_t i = 0;
-  while (i < statement.size() && statement[i].kind == TokenKind::kLParen) ++i;
-  if (i == statement.size() || statement[i].kind != TokenKind::kIdentifier) return StatementKind::kOther;
-  return StatementKindOfKeyword(statement[i].value);
 }
 
 std::optional<StatementKind> StatementKindOfKeyword(std::string_view kw) {

@@ -185,6 +185,11 @@ struct StatementAnalysis {
 // strings as with it on).
 absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOptions options = {});
 
+// PostgreSQL's parser alone on `sql`: no lexer, no memo (AnalyzeStatement
+// without `normalized` and `fingerprint`). The judge the shortcuts below
+// are held against (tests/unit/cache/corpus_test.cc).
+absl::StatusOr<StatementAnalysis> ParseAnalysis(std::string_view sql);
+
 // Whether a literal's text names a time word PostgreSQL's date/time input
 // reads as the current time ('now', 'today', 'tomorrow', 'yesterday'; any
 // case): such a literal's value depends on when it is read.
@@ -202,12 +207,10 @@ void ForEachStatement(const std::vector<Token>& tokens, Fn&& fn) {
   }
 }
 
-// The kind AnalyzeStatement reports for one statement's tokens (no
-// semicolon among them) when its leading keyword alone decides it (after
-// any opening parentheses); nullopt when more of it must be read (WITH,
-// COPY, PREPARE) — then only the full analysis knows.
-std::optional<StatementKind> LeadingStatementKind(std::span<const Token> statement);
-// The same for a statement's leading keyword (lowercase).
+// The kind AnalyzeStatement reports for a statement whose leading keyword
+// (lowercase) is `keyword`, when that keyword alone decides it; nullopt when
+// more of it must be read (WITH, COPY, PREPARE). Held against the parser on
+// the regression suite (tests/unit/cache/corpus_test.cc).
 std::optional<StatementKind> StatementKindOfKeyword(std::string_view keyword);
 // The leading keyword (lowercased) of `sql` when `sql` is one statement
 // that lexes without fail and whose first token is that keyword, told from
@@ -224,7 +227,7 @@ bool IsPlainSelect(std::string_view sql);
 
 // The first index at or after `from` (sql.size() if none) of a byte that
 // IsPlainSelect's scan must look at: one of ' " & \ ; / - $ ( s S h H i I
-// . : ~ ! @ # % ^ | ` ?.
+// k K z Z . : ~ ! @ # % ^ | ` ?.
 // The scan skips the rest in blocks (exposed for its tests).
 size_t NextScanStop(std::string_view sql, size_t from);
 

@@ -22,7 +22,7 @@ namespace hyperpool::cache {
 namespace {
 
 // The bytes ScanSelect must look at; the others (most of a query) it skips.
-constexpr std::string_view kScanStops = "'\"&\\;/-$(sShHiI.:~!@#%^|`?";
+constexpr std::string_view kScanStops = "'\"&\\;/-$(sShHiIkKzZ.:~!@#%^|`?";
 
 constexpr std::array<bool, 256> kIsScanStop = [] {
   std::array<bool, 256> t{};
@@ -72,6 +72,24 @@ bool WordChar(char c) {
          static_cast<unsigned char>(c) >= 0x80;
 }
 
+// Whether the opening quote at `at` follows a word (skipping blanks) that
+// is not one of the keywords a plain string literal may follow.
+bool TypedLiteralAt(std::string_view sql, size_t at) {
+  size_t end = at;
+  while (end > 0 && absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1]))) --end;
+  size_t begin = end;
+  while (begin > 0 && WordChar(sql[begin - 1])) --begin;
+  if (begin == end) return false;  // after an operator, a comma, a parenthesis or a quote
+  static constexpr std::string_view kPlainBefore[] = {"select", "where", "and",  "or",   "not",      "then", "else",
+                                                      "when",   "case",  "from", "on",   "between", "having", "all",
+                                                      "distinct"};
+  const std::string_view word = sql.substr(begin, end - begin);
+  for (std::string_view k : kPlainBefore) {
+    if (word.size() == k.size() && LoweredAt(sql, begin, k)) return false;
+  }
+  return true;
+}
+
 enum class SelectScan : uint8_t {
   kNotPlain,  // not IsPlainSelect
   kPlain,     // IsPlainSelect, but it has '(' or INTO
@@ -98,7 +116,27 @@ SelectScan ScanSelect(std::string_view sql) {
       const char next = j + 1 < sql.size() ? sql[j + 1] : '\0';
       switch (c) {
         case '\'':
+          // An opening quote after a word other than a few keywords is a
+          // typed literal (bool 't', date '...', E'...'): a cast, which runs
+          // the type's input function.
+          if (quotes % 2 == 0 && !calls_or_into && TypedLiteralAt(sql, j)) calls_or_into = true;
           ++quotes;
+          break;
+        // Operators and calls spelled with keywords: LIKE / ILIKE (~~, ~~*),
+        // AT TIME ZONE (timezone()), IS [form] NORMALIZED (is_normalized()).
+        case 'k':
+        case 'K':
+          if (j >= 3 && LoweredAt(sql, j - 3, "like") && (j + 1 == sql.size() || !WordChar(sql[j + 1]))) {
+            calls_or_into = true;
+          }
+          break;
+        case 'z':
+        case 'Z':
+          if ((LoweredAt(sql, j, "zone") && (j == 0 || !WordChar(sql[j - 1])) &&
+               (j + 4 == sql.size() || !WordChar(sql[j + 4]))) ||
+              (j >= 7 && LoweredAt(sql, j - 7, "normalized"))) {
+            calls_or_into = true;
+          }
           break;
         case '"':
         case '&':

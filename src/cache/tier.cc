@@ -475,23 +475,11 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
   bool has_other = false;  // statements that are not SET/RESET
   bool setting_changes = false;  // plain session-level SET/RESET of ordinary settings
   bool keyed_changes = false;    // ...of settings a key depends on
-  // Statement kinds that change session state, from each statement's
-  // leading keyword where that decides it (LeadingStatementKind): the full
-  // analysis is needed only for the others (WITH, COPY, PREPARE) and for a
-  // possible set_config call.
-  bool kinds_known = true;
-  bool state_kind = false;
   size_t b = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
     if (i < t.size() && t[i].kind != TokenKind::kSemicolon) continue;
     if (i > b) {
       any = true;
-      std::optional<StatementKind> kind = LeadingStatementKind(std::span<const Token>(t).subspan(b, i - b));
-      if (!kind) {
-        kinds_known = false;
-      } else if (ChangesStateByKind(*kind)) {
-        state_kind = true;
-      }
       int c = ClassifySet(t, b, i, settings);
       if (c != 1) all_cache_settings = false;
       if (c == 3) fx.changes_session_state = true;
@@ -502,14 +490,9 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
     b = i + 1;
   }
   fx.only_cache_settings = any && all_cache_settings;
-  // set_config can be named only with those letters, or with a U&"..."
-  // escape (which needs '&').
-  const bool may_set_config = sql.find('&') != std::string_view::npos || ContainsCi(sql, "set_config");
-  if (has_other && kinds_known && !may_set_config) {
-    // What the analysis below would conclude, without it (its kinds are
-    // LeadingStatementKind's, and it finds no set_config).
-    if (state_kind) fx.changes_session_state = true;
-  } else if (has_other) {
+  if (has_other) {
+    // The statements' kinds and calls are the parser's (a lexer split
+    // would cut a BEGIN ATOMIC body or a rule's action list at its ';').
     const absl::StatusOr<StatementAnalysis>& a = text.analysis();
     if (!a.ok()) {
       fx.changes_session_state = true;
@@ -529,6 +512,56 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
   return fx;
 }
 
+namespace {
+
+// The -c name=value and --name=value switches of a startup "options" value
+// (split at unescaped whitespace, a backslash escaping the next byte, as
+// PostgreSQL's pg_split_opts does), names lowercased with '-' read as '_';
+// nullopt when it holds anything else.
+std::optional<std::vector<std::pair<std::string, std::string>>> OptionSwitches(std::string_view options) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const char c = options[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      continue;
+    }
+    in_word = true;
+    if (c == '\\' && i + 1 < options.size()) {
+      word.push_back(options[++i]);
+    } else {
+      word.push_back(c);
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string_view w = words[i];
+    std::string_view setting;
+    if (w == "-c" && i + 1 < words.size()) {
+      setting = words[++i];
+    } else if (w.starts_with("-c") && w.size() > 2) {
+      setting = w.substr(2);
+    } else if (w.starts_with("--") && w.size() > 2) {
+      setting = w.substr(2);
+    } else {
+      return std::nullopt;
+    }
+    const size_t eq = setting.find('=');
+    if (eq == std::string_view::npos || eq == 0) return std::nullopt;
+    std::string name = Lower(setting.substr(0, eq));
+    std::replace(name.begin(), name.end(), '-', '_');
+    out.emplace_back(std::move(name), std::string(setting.substr(eq + 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string HelloFingerprint(const std::vector<std::pair<std::string, std::string>>& params, bool* unsupported) {
   static constexpr std::string_view kKeyed[] = {
       "client_encoding", "datestyle",   "timezone",    "intervalstyle", "extra_float_digits",
@@ -541,24 +574,23 @@ std::string HelloFingerprint(const std::vector<std::pair<std::string, std::strin
     if (n.rfind(link::kParamPrefix, 0) == 0) continue;
     if (IsUnkeyedSetting(n)) continue;
     if (n == "options") {
-      SessionCacheSettings probe;
-      // Allowed only if every switch is one of ours.
-      std::string_view v = value;
-      bool only_ours = true;
-      size_t pos = 0;
-      while ((pos = v.find("-c", pos)) != std::string_view::npos) {
-        size_t start = v.find_first_not_of(" \t", pos + 2);
-        if (start == std::string_view::npos || v.substr(start).rfind(link::kParamPrefix, 0) != 0) only_ours = false;
-        pos += 2;
+      // Each -c name=value switch is a setting like a startup parameter:
+      // hyperpool.* ones are ours, the others keyed or ignored as above
+      // (pg_regress sends "-c intervalstyle=postgres_verbose"). Anything
+      // else (another switch, a setting no key can hold) is not keyable.
+      std::optional<std::vector<std::pair<std::string, std::string>>> switches = OptionSwitches(value);
+      if (!switches) {
+        bad = true;
+        continue;
       }
-      if (v.find("--") != std::string_view::npos) {
-        size_t p2 = 0;
-        while ((p2 = v.find("--", p2)) != std::string_view::npos) {
-          if (v.substr(p2 + 2).rfind(link::kParamPrefix, 0) != 0) only_ours = false;
-          p2 += 2;
+      for (auto& [sn, sv] : *switches) {
+        if (sn.rfind(link::kParamPrefix, 0) == 0 || IsUnkeyedSetting(sn)) continue;
+        if (std::find(std::begin(kKeyed), std::end(kKeyed), sn) == std::end(kKeyed)) {
+          bad = true;
+          continue;
         }
+        keyed.emplace_back("-c " + sn, std::move(sv));  // apart from a startup parameter of that name
       }
-      if (!only_ours) bad = true;
       continue;
     }
     if (std::find(std::begin(kKeyed), std::end(kKeyed), n) != std::end(kKeyed)) {

@@ -130,6 +130,7 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     absl::Status written = co_await conn.Write(out);
     auto snapshot = std::make_unique<cache::CatalogSnapshot>();
     std::vector<std::string> path;
+    std::string why;  // the origin's error or the row that did not fit, for the log
     int result = -1;  // index of the current row set: 0 path, 1 functions, 2 relations, 3 view deps, 4 side
     bool failed = !written.ok();
     bool done = false;
@@ -163,11 +164,17 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
           } else if (result == 4) {
             st = snapshot->AddSideRow(cols);
           }
-          if (!st.ok()) failed = true;
+          if (!st.ok()) {
+            failed = true;
+            why = std::string(st.message());
+          }
           break;
         }
         case 'E':
           failed = true;  // keep reading to ReadyForQuery below
+          if (absl::StatusOr<protocol::ErrorResponse> e = protocol::DecodeErrorResponse(f->payload); e.ok()) {
+            why = fmt::format("{} ({})", e->message(), e->sqlstate());
+          }
           while (true) {
             absl::StatusOr<protocol::Frame> g = co_await conn.ReadFrame();
             if (!g.ok() || g->tag == 'Z') break;
@@ -183,7 +190,8 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     const bool healthy = !conn.broken() && conn.transaction_status() == 'I' && done;
     lease->Release(healthy ? ReleaseDecision::kReturn : ReleaseDecision::kClose);
     if (failed || result < 3) {
-      Log("could not read the origin's catalog; caching stays off until it can");
+      Log(fmt::format("could not read the origin's catalog ({}); caching stays off until it can",
+                      why.empty() ? "connection lost" : why));
       break;
     }
     if (epoch != catalog_epoch_) continue;  // DDL meanwhile: read it again

@@ -295,6 +295,19 @@ TEST_CASE("startup parameters: keyed, ignored, or not safely keyable") {
   CHECK(bad);
   HelloFingerprint({{"options", "-c hyperpool.cache=off"}}, &bad);
   CHECK_FALSE(bad);
+  // A keyed setting given as a -c switch is keyed as one (pg_regress sends
+  // IntervalStyle so); an ignored one is ignored; any other switch is not keyable.
+  const std::string verbose = HelloFingerprint({{"options", "-c intervalstyle=postgres_verbose"}}, &bad);
+  CHECK_FALSE(bad);
+  CHECK(verbose != HelloFingerprint({{"options", "-c IntervalStyle=iso_8601"}}, &bad));
+  CHECK_FALSE(bad);
+  CHECK(verbose == HelloFingerprint({{"options", "  -cintervalstyle=postgres_verbose -c application_name=a\\ b"}}, &bad));
+  CHECK_FALSE(bad);
+  CHECK(verbose != HelloFingerprint({{"IntervalStyle", "postgres_verbose"}}, &bad));  // not confused with the parameter
+  HelloFingerprint({{"options", "-c intervalstyle=iso_8601 -c search_path=x"}}, &bad);
+  CHECK(bad);
+  HelloFingerprint({{"options", "-B 100"}}, &bad);
+  CHECK(bad);
   SessionCacheSettings s;
   ApplyStartupParameters({{"options", "-c hyperpool.cache=off"}}, s);
   CHECK_FALSE(s.enabled);
@@ -398,7 +411,7 @@ TEST_CASE("the Client tier refuses results older than an invalidation, in either
 }
 
 TEST_CASE("the plain-SELECT scan stops at every byte it must look at, wherever it lies in a block") {
-  const std::string_view stops = "'\"&\\;/-$(sShHiI.:~!@#%^|`?";
+  const std::string_view stops = "'\"&\\;/-$(sShHiIkKzZ.:~!@#%^|`?";
   // Every stop byte at every offset of texts spanning several 16-byte
   // blocks, after any start, against a byte-by-byte reading.
   for (size_t len : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 47u}) {
@@ -420,6 +433,26 @@ TEST_CASE("the plain-SELECT scan stops at every byte it must look at, wherever i
     if (stops.find(static_cast<char>(b)) == std::string_view::npos) all.push_back(static_cast<char>(b));
   }
   CHECK(NextScanStop(all, 0) == all.size());
+}
+
+TEST_CASE("simple_read leaves typed literals and keyword-spelled operators to the parser") {
+  // Each of these runs a function the byte scan cannot name: a type's input
+  // function (a user type's may be volatile), the function behind LIKE's
+  // operator (~~, which a user type may define), timezone(), is_normalized().
+  for (std::string_view sql : {"SELECT money '12.50' FROM t", "SELECT * FROM t WHERE c = mytype 'x'",
+                               "SELECT E'tab' FROM t", "SELECT * FROM t WHERE name LIKE 'a'",
+                               "SELECT * FROM t WHERE name ilike 'a'", "SELECT ts AT TIME ZONE 'UTC' FROM t",
+                               "SELECT * FROM t WHERE v IS NFC NORMALIZED"}) {
+    CAPTURE(sql);
+    CHECK_FALSE(SqlText(sql).simple_read());
+    CHECK(SqlText(sql).plain_select());  // no effects ClassifyStatements reads either way
+  }
+  // Literals after keywords and operators stay on the fast path.
+  for (std::string_view sql : {"SELECT 'a' FROM t WHERE k = 'x' AND 'y' = z", "SELECT * FROM t WHERE c BETWEEN 'a' AND 'b'",
+                               "SELECT CASE WHEN a THEN 'y' ELSE 'n' END FROM bookings", "SELECT zoned, timezone FROM likes"}) {
+    CAPTURE(sql);
+    CHECK(SqlText(sql).simple_read());
+  }
 }
 
 TEST_CASE("plain SELECTs are classified without the lexer, anything doubtful with it") {

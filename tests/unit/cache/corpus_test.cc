@@ -1,0 +1,228 @@
+// The shortcuts that conclude something about a text without PostgreSQL's
+// parser, held against the parser on a corpus of real SQL: every statement
+// of PostgreSQL 15's regression suite (src/test/regress/sql/*.sql of
+// Debian's postgresql-15 source, which scripts/setup.sh fetches; psql's
+// meta-commands left out), one by one and as the multi-statement texts
+// between meta-commands. Where a shortcut concludes, the parser's analysis
+// (ParseAnalysis) must say the same:
+//   - SqlText::simple_read(): one SELECT that calls nothing, casts nothing,
+//     writes nothing (its operators may only be spelled with + - * / < > =);
+//   - SqlText::plain_select(): one SELECT that calls no set_config;
+//   - LeadingKeywordOfPlainText + StatementKindOfKeyword: one statement of
+//     that kind;
+//   - AnalyzeStatement's memo, keyed by the lexer's shape of the text
+//     (literals replaced): the analysis of the text itself.
+// A text the parser rejects is not held against anything: the server
+// rejects it too, so it runs nothing.
+
+#include <pg_query.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "cache/sql_analysis.h"
+
+namespace hyperpool::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+// $HYPERPOOL_REGRESS_SQL, else the suite scripts/setup.sh unpacks.
+fs::path CorpusDir() {
+  if (const char* env = std::getenv("HYPERPOOL_REGRESS_SQL"); env != nullptr && *env != '\0') return env;
+  const fs::path cache = "/var/cache/hyperpool-pgsrc";
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(cache, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("postgresql-15.", 0) == 0 && fs::is_directory(e.path() / "src/test/regress/sql")) {
+      return e.path() / "src/test/regress/sql";
+    }
+  }
+  return {};
+}
+
+// The SQL of one psql script in runs between meta-commands: a line whose
+// first non-blank byte is a backslash ends the run; a meta-command after
+// SQL on a line (`SELECT 1 \gset`) ends it too.
+std::vector<std::string> SqlRuns(const std::string& script) {
+  std::vector<std::string> runs(1);
+  std::istringstream in(script);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line[first] == '\\') {
+      runs.emplace_back();
+      continue;
+    }
+    const size_t meta = line.find(" \\g");
+    runs.back() += line.substr(0, meta);
+    runs.back() += '\n';
+    if (meta != std::string::npos) runs.emplace_back();
+  }
+  return runs;
+}
+
+// One run's statements: split by the parser when the run parses, else by
+// the scanner (the suite has many statements meant to fail).
+std::vector<std::string> Statements(const std::string& run) {
+  std::vector<std::string> out;
+  PgQuerySplitResult r = pg_query_split_with_parser(run.c_str());
+  if (r.error != nullptr) {
+    pg_query_free_split_result(r);
+    r = pg_query_split_with_scanner(run.c_str());
+  }
+  if (r.error == nullptr) {
+    for (int i = 0; i < r.n_stmts; ++i) {
+      std::string s = run.substr(static_cast<size_t>(r.stmts[i]->stmt_location),
+                                 static_cast<size_t>(r.stmts[i]->stmt_len));
+      if (s.find_first_not_of(" \t\n") != std::string::npos) out.push_back(std::move(s));
+    }
+  }
+  pg_query_free_split_result(r);
+  return out;
+}
+
+struct Corpus {
+  std::vector<std::string> texts;  // statements, then multi-statement runs
+  size_t statements = 0;
+  size_t files = 0;
+};
+
+const Corpus& LoadCorpus() {
+  static const Corpus corpus = [] {
+    Corpus c;
+    const fs::path dir = CorpusDir();
+    if (dir.empty()) return c;
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() == ".sql") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    std::vector<std::string> runs;
+    for (const fs::path& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      for (std::string& run : SqlRuns(ss.str())) {
+        for (std::string& s : Statements(run)) c.texts.push_back(std::move(s));
+        if (run.find_first_not_of(" \t\n") != std::string::npos && run.size() < (64u << 10)) {
+          runs.push_back(std::move(run));
+        }
+      }
+      ++c.files;
+    }
+    c.statements = c.texts.size();
+    for (std::string& r : runs) c.texts.push_back(std::move(r));
+    return c;
+  }();
+  return corpus;
+}
+
+std::string Excerpt(std::string_view text) {
+  std::string s(text.substr(0, 160));
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+bool OnlyArithmeticOrComparison(const QualifiedName& op) {
+  return op.schema.empty() && !op.name.empty() &&
+         op.name.find_first_not_of("+-*/<>=") == std::string::npos;
+}
+
+bool CallsSetConfig(const StatementAnalysis& a) {
+  return std::any_of(a.functions.begin(), a.functions.end(),
+                     [](const QualifiedName& f) { return f.name == "set_config"; });
+}
+
+// What the parser says is wrong with simple_read()'s claim on `a`, or "".
+std::string SimpleReadDisagreement(const StatementAnalysis& a) {
+  if (a.statement_count != 1 || a.kind != StatementKind::kSelect) return "not one SELECT";
+  if (!a.functions.empty()) return "calls " + a.functions.front().ToString();
+  if (!a.casts.empty()) return "casts to " + a.casts.front().ToString();
+  if (!a.attribute_names.empty()) return "names ." + a.attribute_names.front();
+  if (a.has_select_into) return "SELECT INTO";
+  if (a.has_data_modifying_cte) return "data-modifying CTE";
+  if (!a.relations_written.empty()) return "writes " + a.relations_written.front().ToString();
+  for (const QualifiedName& op : a.operators) {
+    if (!OnlyArithmeticOrComparison(op)) return "operator " + op.ToString();
+  }
+  return "";
+}
+
+// The fields of an analysis the memo must reproduce (all but `normalized`
+// and `fingerprint`, which AnalyzeStatement fills from the lexer).
+bool SameAnalysis(const StatementAnalysis& a, const StatementAnalysis& b) {
+  return a.statement_count == b.statement_count && a.kind == b.kind && a.kinds == b.kinds &&
+         a.has_row_locks == b.has_row_locks && a.has_data_modifying_cte == b.has_data_modifying_cte &&
+         a.has_select_into == b.has_select_into && a.has_time_literal == b.has_time_literal &&
+         a.value_functions == b.value_functions && a.functions == b.functions && a.operators == b.operators &&
+         a.casts == b.casts && a.attribute_names == b.attribute_names && a.relations_read == b.relations_read &&
+         a.relations_written == b.relations_written;
+}
+
+TEST_CASE("the regression suite's SQL is there to be read") {
+  const Corpus& c = LoadCorpus();
+  INFO("corpus: " << CorpusDir() << " (set HYPERPOOL_REGRESS_SQL or run scripts/setup.sh)");
+  REQUIRE(c.files >= 200);
+  REQUIRE(c.statements >= 20000);
+}
+
+TEST_CASE("every shortcut agrees with PostgreSQL's parser on the regression suite's SQL") {
+  const Corpus& c = LoadCorpus();
+  REQUIRE(!c.texts.empty());
+  std::vector<std::string> disagree;
+  size_t parsed = 0, simple = 0, plain = 0, keyword = 0;
+  for (const std::string& text : c.texts) {
+    const absl::StatusOr<StatementAnalysis> p = ParseAnalysis(text);
+    if (!p.ok()) continue;
+    ++parsed;
+    const SqlText st(text);
+    if (st.simple_read()) {
+      ++simple;
+      if (std::string why = SimpleReadDisagreement(*p); !why.empty()) {
+        disagree.push_back("simple_read, but the parser: " + why + ": " + Excerpt(text));
+      }
+    }
+    if (st.plain_select()) {
+      ++plain;
+      if (p->statement_count != 1 || p->kind != StatementKind::kSelect || CallsSetConfig(*p)) {
+        disagree.push_back("plain_select, but the parser: " + std::string(StatementKindName(p->kind)) + " x" +
+                           std::to_string(p->statement_count) + ": " + Excerpt(text));
+      }
+    }
+    // The memo keyed by shape (literals replaced) gives this very text's
+    // analysis: no two texts of one shape that the parser tells apart.
+    if (const absl::StatusOr<StatementAnalysis> m = AnalyzeStatement(text); m.ok() && !SameAnalysis(*m, *p)) {
+      disagree.push_back("the memo's analysis of this shape is another text's: " + Excerpt(text));
+    }
+    if (std::optional<std::string> kw = LeadingKeywordOfPlainText(text)) {
+      if (std::optional<StatementKind> k = StatementKindOfKeyword(*kw)) {
+        ++keyword;
+        if (p->statement_count != 1 || p->kind != *k) {
+          disagree.push_back("leading keyword says " + std::string(StatementKindName(*k)) + ", the parser " +
+                             std::string(StatementKindName(p->kind)) + " x" + std::to_string(p->statement_count) +
+                             ": " + Excerpt(text));
+        }
+      }
+    }
+  }
+  INFO(c.texts.size() << " texts (" << c.statements << " statements), " << parsed << " parsed; simple_read "
+                      << simple << ", plain_select " << plain << ", leading keyword " << keyword);
+  std::string shown;
+  for (size_t i = 0; i < disagree.size() && i < 40; ++i) shown += disagree[i] + "\n";
+  INFO(disagree.size() << " disagreements:\n" << shown);
+  CHECK(simple > 1000);
+  CHECK(keyword > 5000);
+  CHECK(disagree.empty());
+}
+
+}  // namespace
+}  // namespace hyperpool::cache
