@@ -93,6 +93,8 @@ struct EndpointStats {
   // Units answered past max age because the origin could not be reached
   // (CacheOptions::stale_if_error).
   std::size_t cache_stale_if_error = 0;
+  // Reads of the origin's catalog (five queries each) the cache started.
+  std::size_t cache_catalog_reads = 0;
   // The change feed (CacheOptions::wal_invalidation; docs/architecture.md,
   // "Invalidation from the origin's WAL"). `wal_state`: "off",
   // "connecting", "streaming", "unavailable".

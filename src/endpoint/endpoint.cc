@@ -370,6 +370,7 @@ EndpointStats Endpoint::Stats() const {
     s.shared_served = c.shared_served;
     s.shared_invalidations_received = c.shared.received;
     s.cache_stale_if_error = c.stale_if_error;
+    s.cache_catalog_reads = c.catalog_reads;
   }
   if (impl_->wal_feed) impl_->wal_feed->FillStats(s);
   return s;

@@ -23,6 +23,12 @@ constexpr std::chrono::seconds kRefreshRetry{5};
 // A name the catalog lacks refreshes it at most this often (a query on a
 // table that does not exist must not read the catalog on every call).
 constexpr std::chrono::seconds kUnknownNameRefreshEvery{1};
+// After the WAL feed reported a catalog change, the catalog is read again at
+// most this often (CatalogChanged).
+constexpr std::chrono::seconds kFeedCatalogReadEvery{1};
+// A catalog read that met an error (a relation dropped while it ran: "could
+// not open relation with OID") is tried again at once, this many times.
+constexpr int kCatalogReadAttempts = 3;
 
 void Log(std::string_view line) {
   std::string text = fmt::format("hyperpool endpoint cache: {}\n", line);
@@ -71,16 +77,21 @@ EndpointCache::~EndpointCache() {
 void EndpointCache::WantCatalog() {
   auto now = std::chrono::steady_clock::now();
   auto every = std::max<std::chrono::milliseconds>(options_.max_age, std::chrono::seconds(1));
-  if (!refreshing_ && (!snapshot_valid_ || now - loaded_at_ >= every) && now - last_failure_ >= kRefreshRetry) {
+  if (!refreshing_ && (!snapshot_valid_ || now - loaded_at_ >= every) && RefreshAllowed(now)) {
     StartRefresh();
   }
+}
+
+bool EndpointCache::RefreshAllowed(std::chrono::steady_clock::time_point now) const {
+  if (now - last_failure_ < kRefreshRetry) return false;
+  return !feed_changed_ || now - refresh_started_ >= kFeedCatalogReadEvery;
 }
 
 bool EndpointCache::NameUnknown() {
   const auto now = std::chrono::steady_clock::now();
   if (refreshing_) return true;
   const bool repeated = now - last_unknown_refresh_ < kUnknownNameRefreshEvery && loaded_at_ >= last_unknown_refresh_;
-  if (repeated || now - last_failure_ < kRefreshRetry) return false;
+  if (repeated || !RefreshAllowed(now)) return false;
   last_unknown_refresh_ = now;
   StartRefresh();
   return refreshing_;
@@ -103,21 +114,28 @@ void EndpointCache::EndRefresh() {
   }
 }
 
-void EndpointCache::CatalogChanged() {
+void EndpointCache::CatalogChanged(CatalogChange source) {
   ++catalog_epoch_;
   snapshot_valid_ = false;  // reloaded when a decision next needs it
+  if (source == CatalogChange::kFromFeed) {
+    feed_changed_ = true;
+    return;
+  }
+  feed_changed_ = false;
   last_failure_ = {};
 }
 
 void EndpointCache::StartRefresh() {
   if (refreshing_ || !acquire_) return;
   refreshing_ = true;
+  refresh_started_ = std::chrono::steady_clock::now();
   asio::co_spawn(executor_, Refresh(shared_from_this()), asio::detached);
 }
 
 asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  for (int attempt = 0; attempt < kCatalogReadAttempts; ++attempt) {
     const uint64_t epoch = catalog_epoch_;
+    ++counters_.catalog_reads;
     absl::StatusOr<Lease> lease = co_await acquire_();
     if (!lease.ok()) break;
     OriginConnection& conn = lease->As<OriginConnection>();
@@ -190,6 +208,9 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     const bool healthy = !conn.broken() && conn.transaction_status() == 'I' && done;
     lease->Release(healthy ? ReleaseDecision::kReturn : ReleaseDecision::kClose);
     if (failed || result < 3) {
+      // An error on a healthy connection is most often a relation dropped
+      // while the read ran (pg_get_viewdef opens each view): read again.
+      if (healthy && attempt + 1 < kCatalogReadAttempts) continue;
       Log(fmt::format("could not read the origin's catalog ({}); caching stays off until it can",
                       why.empty() ? "connection lost" : why));
       break;
@@ -198,6 +219,7 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     snapshot_ = std::move(snapshot);
     oracle_ = snapshot_->Oracle(std::move(path));
     snapshot_valid_ = true;
+    feed_changed_ = false;
     loaded_at_ = std::chrono::steady_clock::now();
     ++counters_.catalog_refreshes;
     EndRefresh();

@@ -68,6 +68,7 @@ struct EndpointCacheReport {
   uint64_t bypassed = 0;        // units not considered (disabled, session state, hint)
   uint64_t invalidations = 0;   // write invalidations (each bumps the generation)
   uint64_t catalog_refreshes = 0;
+  uint64_t catalog_reads = 0;  // reads of the origin's catalog started (each five queries)
   // The shared tier (shared_cache.h), when configured.
   bool shared_configured = false;
   cache::SharedCacheStats shared;
@@ -113,8 +114,15 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   // the loaded one is older than max_age (lazily, so that an origin that only
   // ever sees catalog-free statements is never asked).
   void WantCatalog();
-  // DDL (or something that may have run DDL) completed.
-  void CatalogChanged();
+  // DDL (or something that may have run DDL) completed. kThroughHyperpool:
+  // a session's own DDL, re-read at the next decision. kFromFeed: a commit
+  // the WAL feed saw change no table (DDL, GRANT, ANALYZE, a temporary
+  // table, a row lock elsewhere): the catalog counts as unknown at once, but
+  // it is re-read at most once per kFeedCatalogReadEvery, so an application
+  // committing such transactions straight to the origin never makes
+  // hyperpool scan the origin's catalog continuously.
+  enum class CatalogChange : uint8_t { kThroughHyperpool, kFromFeed };
+  void CatalogChanged(CatalogChange source = CatalogChange::kThroughHyperpool);
   // A decision met a relation or function the loaded catalog lacks (made
   // on the origin directly since): refreshes at once (single-flight), unless
   // a refresh it started less than a second ago has already ended (the
@@ -207,6 +215,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   void EndRefresh();  // refreshing_ = false, wakes refresh_waiters_
   std::chrono::steady_clock::time_point last_failure_{};
   std::chrono::steady_clock::time_point last_unknown_refresh_{};  // NameUnknown's rate limit
+  std::chrono::steady_clock::time_point refresh_started_{};
+  bool feed_changed_ = false;  // invalidated by the feed since the last read (CatalogChanged)
+  bool RefreshAllowed(std::chrono::steady_clock::time_point now) const;
 
   std::function<bool()> serve_gate_;
   std::function<std::chrono::milliseconds()> serve_budget_;

@@ -187,7 +187,7 @@ void WalFeed::Apply(const FeedChanges& changes) {
     }
   }
   if (effect.all) effect.tables.clear();
-  if (changes.catalog) cache_->CatalogChanged();
+  if (changes.catalog) cache_->CatalogChanged(EndpointCache::CatalogChange::kFromFeed);
   // The same path as a write through hyperpool: the Endpoint tier, the
   // shared tier (INCR + PUBLISH), then every Client tier.
   cache_->Broadcast(cache_->Invalidate(effect), std::string(), /*remote=*/true);

@@ -158,6 +158,9 @@ void WriteCache(ExpositionWriter& w, const ProcessMetrics& m) {
     w.Counter("hyperpool_cache_stale_if_error_total",
               "Units answered past max age because the origin could not be reached (--stale-if-error).",
               e->cache_stale_if_error, kEndpoint);
+    w.Counter("hyperpool_cache_catalog_reads_total",
+              "Reads of the origin's catalog the cache started (after DDL, an unknown name, max age).",
+              e->cache_catalog_reads, kEndpoint);
   }
   if (e && e->redis_configured) {
     // The shared tier on Redis (--redis-url): docs/architecture.md, "Shared cache tier".
