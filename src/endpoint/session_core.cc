@@ -302,7 +302,7 @@ SessionCore::Next SessionCore::StartUnit(const protocol::Frame& frame, std::size
   const char tag = frame.tag;
   if (conn_ == nullptr && !rewritten_pin_ &&
       (parse_only_unit_ ||
-       (tag == 'P' && StatementSession::IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
+       (tag == 'P' && statements_.IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
     // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
     if (tag == 'P') statements_.set_scope(StatementScope());
     parse_only_unit_ = statements_.AnswerParseOnly(frame, out_.to_client);
