@@ -231,6 +231,13 @@ void Endpoint::PausePool() {
 void Endpoint::ResumePool() {
   asio::post(impl_->executor, [impl = impl_] { impl->pool->Resume(); });
 }
+bool Endpoint::SignalAppSession(std::int32_t app_pid, bool terminate) {
+  std::shared_ptr<Session> target = Session::FindByAppPid(*impl_, app_pid);
+  if (!target) return false;
+  asio::post(impl_->executor, [target = std::move(target), terminate] { target->Signal(terminate); });
+  return true;
+}
+
 void Endpoint::ReconnectPool() {
   asio::post(impl_->executor, [impl = impl_] { impl->pool->Reconnect(); });
 }

@@ -61,6 +61,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // Endpoint::Stop(): ends the session as if the client vanished.
   void Shutdown();
 
+  // The live session of `endpoint` whose app pid is `app_pid`, or null.
+  static std::shared_ptr<Session> FindByAppPid(Endpoint::Impl& endpoint, std::int32_t app_pid);
+  // pg_terminate_backend (`terminate`) or pg_cancel_backend aimed at this
+  // session (its executor).
+  void Signal(bool terminate);
+
  private:
   // ----- The hello and the link kinds (endpoint_session.cc) ---------------
 

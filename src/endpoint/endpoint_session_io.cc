@@ -411,24 +411,34 @@ asio::awaitable<void> Session::WaitPin() {
   Execute(/*flush_link=*/true);
 }
 
-bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
-  std::shared_ptr<Session> target;
-  {
-    std::lock_guard<std::mutex> lock(endpoint_->mutex);
-    for (Session* s : endpoint_->sessions) {
-      if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
-        target = s->weak_from_this().lock();
-        break;
-      }
+std::shared_ptr<Session> Session::FindByAppPid(Endpoint::Impl& endpoint, std::int32_t app_pid) {
+  std::lock_guard<std::mutex> lock(endpoint.mutex);
+  for (Session* s : endpoint.sessions) {
+    if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
+      return s->weak_from_this().lock();
     }
   }
-  if (!target) return false;
+  return nullptr;
+}
+
+void Session::Signal(bool terminate) {
+  if (finished_ || !core_) return;
   if (terminate) {
-    target->core_->OnAdminTerminate();
-    target->Execute(/*flush_link=*/true);
+    core_->OnAdminTerminate();
+    Execute(/*flush_link=*/true);
   } else {
-    (void)target->Cancel();  // 't' whether or not a query was running, as PostgreSQL answers
+    (void)Cancel();  // 't' whether or not a query was running, as PostgreSQL answers
   }
+}
+
+bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
+  std::shared_ptr<Session> target = FindByAppPid(*endpoint_, app_pid);
+  if (!target) {
+    // A pid handed out for another database of this process (serve with several).
+    const auto& elsewhere = endpoint_->options.signal_elsewhere;
+    return elsewhere && elsewhere(app_pid, terminate);
+  }
+  target->Signal(terminate);
   return true;
 }
 
