@@ -411,14 +411,23 @@ asio::awaitable<void> Session::WaitPin() {
   Execute(/*flush_link=*/true);
 }
 
-std::shared_ptr<Session> Session::FindByAppPid(Endpoint::Impl& endpoint, std::int32_t app_pid) {
+std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller) {
   std::lock_guard<std::mutex> lock(endpoint.mutex);
-  for (Session* s : endpoint.sessions) {
-    if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
-      return s->weak_from_this().lock();
+  auto find = [&endpoint](std::int32_t app_pid) -> std::shared_ptr<Session> {
+    for (Session* s : endpoint.sessions) {
+      if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
+        return s->weak_from_this().lock();
+      }
     }
-  }
-  return nullptr;
+    return nullptr;
+  };
+  if (std::shared_ptr<Session> target = find(pid)) return target;
+  // An origin pid (pg_backend_pid()): the session that ran the latest unit
+  // on that backend, as directly the session whose backend it is. Not the
+  // caller itself: then the origin ends its own backend, as directly.
+  auto holder = endpoint.origin_holders.find(pid);
+  if (holder == endpoint.origin_holders.end() || holder->second == caller) return nullptr;
+  return find(holder->second);
 }
 
 void Session::Signal(bool terminate) {
@@ -432,7 +441,7 @@ void Session::Signal(bool terminate) {
 }
 
 bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
-  std::shared_ptr<Session> target = FindByAppPid(*endpoint_, app_pid);
+  std::shared_ptr<Session> target = FindSignalTarget(*endpoint_, app_pid, app_pid_);
   if (!target) {
     // A pid handed out for another database of this process (serve with several).
     const auto& elsewhere = endpoint_->options.signal_elsewhere;

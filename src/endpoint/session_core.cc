@@ -337,6 +337,10 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
   // now: the listener's copy of another session's NOTIFY may arrive after
   // this connection was lent again. A backend nobody used yet is this
   // session's from the start.
+  if (id_.app_pid != 0) {
+    std::lock_guard<std::mutex> lock(endpoint_.mutex);
+    endpoint_.origin_holders[conn_->backend_key().process_id] = id_.app_pid;
+  }
   if (may_notify_) {
     endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
   } else {

@@ -12,7 +12,8 @@
 - node-postgres (tests/drivers/terminate_pg.mjs, as its gh-issues/130): the
   terminated pooled client's error event, and the pool recovers;
 - from another database of the same `serve` (a "*" entry: one Endpoint per
-  database), as node-postgres's gh-issues/130 does from template1;
+  database), and with the origin pid a client read from pg_backend_pid(),
+  as node-postgres's gh-issues/130 does (from template1);
 - a pid hyperpool hands out is above 2^22, so it is never a real backend's,
   and a real origin pid (from pg_backend_pid()) still reaches the origin.
 
@@ -178,6 +179,19 @@ try:
           "pg_terminate_backend from template1 with A's pid answers t")
     terminated(a, "terminated from another database")
     check(other.execute("SELECT current_database()").fetchone()[0] == "template1", "the terminating client goes on")
+    # The pid of pg_backend_pid() (an origin backend's, gh-issues/130's way):
+    # the session that ran its latest unit there is the one ended, as
+    # directly the session whose backend it is, also once the backend is
+    # back in the pool.
+    for where in (db, "template1"):
+        a = psycopg.connect(dsn + db, autocommit=True)
+        origin_pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+        killer = psycopg.connect(dsn + where, autocommit=True)
+        check(killer.execute("SELECT pg_terminate_backend(%d)" % origin_pid).fetchone()[0] is True,
+              f"pg_terminate_backend(pg_backend_pid() of A) from {where} answers t")
+        terminated(a, f"A, by the origin pid it read, from {where}")
+        check(killer.execute("SELECT 4").fetchone()[0] == 4, "the terminating client goes on")
+        killer.close()
     other.close()
     print("PASS")
 finally:
