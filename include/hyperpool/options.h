@@ -158,6 +158,12 @@ struct EndpointOptions {
   // directly (node-postgres's gh-issues/130 does it from template1). True if
   // one of them holds it. Called on this Endpoint's executor.
   std::function<bool(std::int32_t app_pid, bool terminate)> signal_elsewhere;
+  // When the last app session has gone for this long, the idle origin
+  // connections are closed (0: never; they stay for PoolOptions::idle_timeout).
+  // Set for the databases of a "*" entry: a database an app created, used and
+  // now DROPs must not be held open by hyperpool (PostgreSQL's DROP DATABASE
+  // waits 5 s for other backends, then fails with 55006).
+  std::chrono::milliseconds close_idle_when_unused{0};
 };
 
 struct ClientOptions {

@@ -234,6 +234,7 @@ class ConnectionImpl final : public Connection {
           kSqlStateConfigurationLimitExceeded);
     }
     EndpointOptions options = *any_database_;
+    options.close_idle_when_unused = std::chrono::seconds(1);
     options.origin = client::OriginForDatabase(options.origin, name);
     if (absl::Status s = AddDatabaseLocked(name, std::move(options)); !s.ok()) return s;
     any_names_.insert(name);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/use_awaitable.hpp>
@@ -108,6 +109,9 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   // from pg_backend_pid() signals that session (Session::FindSignalTarget).
   // Guarded by `mutex` (other Endpoints' sessions read it).
   absl::flat_hash_map<std::int32_t, std::int32_t> origin_holders;
+  // EndpointOptions::close_idle_when_unused: armed when the last app
+  // session ends (Session::~Session).
+  std::unique_ptr<asio::steady_timer> unused_timer;
   // LISTEN/NOTIFY without pinning (listener.h): the listener connection and
   // the sessions it delivers to, by subscriber id.
   std::shared_ptr<endpoint::ListenerConnection> listener;
