@@ -471,6 +471,8 @@ TEST_CASE("a synthetic ParseComplete after an error in its Sync group is dropped
   // not made: the next Parse of S_2 makes it, with no 42P05.
   CHECK(h.Run(a, 0, Bind("nope") + Parse("S_2", "SELECT 1") + Sync()) == "E:26000 Z");
   CHECK(h.Run(a, 0, Parse("S_2", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Bind("nope") + Execute() + Parse("S_3", "SELECT 1") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 0, Bind("S_3") + Execute() + Sync()) == "E:26000 Z");
   // A name the client holds: the origin's own 42P05, and the statement stays.
   CHECK(h.Run(a, 0, Parse("S_2", "SELECT 2") + Bind("S_2") + Execute() + Sync()) == "E:42P05 Z");
   CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
