@@ -167,6 +167,13 @@ class Endpoint : public LinkAcceptor {
   // count (reason per fingerprint), as text lines (thread-safe).
   std::string CacheReport(std::size_t top = 10) const;
 
+  // pg_terminate_backend (`terminate`) or pg_cancel_backend of the app pid
+  // `app_pid`, asked by a session of another Endpoint of this process
+  // (EndpointOptions::signal_elsewhere). True if a session here holds that
+  // pid; the terminate or cancel then runs on this Endpoint's executor
+  // (thread-safe).
+  bool SignalAppSession(std::int32_t app_pid, bool terminate);
+
   struct Impl;
 
  private:

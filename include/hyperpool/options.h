@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -176,6 +177,19 @@ struct EndpointOptions {
   // origin backend's pid) under log_connections / log_disconnections, and
   // origin_connect_failed; null: Logger::Default().
   std::shared_ptr<const Logger> logger;
+  // Set by a host serving several databases (one Endpoint each): a
+  // pg_terminate_backend / pg_cancel_backend of an app pid no session of this
+  // Endpoint holds is offered to the others (Endpoint::SignalAppSession), so
+  // a pid handed out for one database can be signalled from another, as
+  // directly (node-postgres's gh-issues/130 does it from template1). True if
+  // one of them holds it. Called on this Endpoint's executor.
+  std::function<bool(std::int32_t app_pid, bool terminate)> signal_elsewhere;
+  // When the last app session has gone for this long, the idle origin
+  // connections are closed (0: never; they stay for PoolOptions::idle_timeout).
+  // Set for the databases of a "*" entry: a database an app created, used and
+  // now DROPs must not be held open by hyperpool (PostgreSQL's DROP DATABASE
+  // waits 5 s for other backends, then fails with 55006).
+  std::chrono::milliseconds close_idle_when_unused{0};
 };
 
 struct ClientOptions {

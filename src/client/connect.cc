@@ -238,6 +238,7 @@ class ConnectionImpl final : public Connection {
           kSqlStateConfigurationLimitExceeded);
     }
     EndpointOptions options = *any_database_;
+    options.close_idle_when_unused = std::chrono::seconds(1);
     options.origin = client::OriginForDatabase(options.origin, name);
     if (absl::Status s = AddDatabaseLocked(name, std::move(options)); !s.ok()) return s;
     any_names_.insert(name);
@@ -251,6 +252,18 @@ class ConnectionImpl final : public Connection {
     const asio::any_io_executor& base = executors_[next_database_executor_++ % executors_.size()];
     asio::any_io_executor executor = ios_.empty() ? asio::any_io_executor(asio::make_strand(base)) : base;
     PoolOptions pool = options.pool;
+    options.signal_elsewhere = [this, self = name](std::int32_t app_pid, bool terminate) {
+      // (Not while mu_ is held: Close() and reloads wait for Endpoints with it.)
+      std::unique_lock lock(mu_, std::try_to_lock);
+      if (!lock.owns_lock() || closed_) return false;
+      for (auto& [other, db] : databases_) {
+        if (other != self && db.endpoint->SignalAppSession(app_pid, terminate)) return true;
+      }
+      for (auto& retired : retired_) {
+        if (retired->SignalAppSession(app_pid, terminate)) return true;
+      }
+      return false;
+    };
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(std::move(executor), std::move(options));
     if (!endpoint.ok()) {
       return absl::Status(endpoint.status().code(),

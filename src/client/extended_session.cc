@@ -1,5 +1,6 @@
 #include "client/extended_session.h"
 
+#include <cctype>
 #include <utility>
 
 #include "protocol/codec.h"
@@ -38,6 +39,20 @@ std::optional<std::vector<uint32_t>> TypesOf(std::string_view param_desc) {
   auto d = pr::DecodeParameterDescription(f->payload);
   if (!d.ok()) return std::nullopt;
   return std::vector<uint32_t>(d->parameter_types.begin(), d->parameter_types.end());
+}
+
+// Whether `sql` starts with the keyword EXECUTE (SQL EXECUTE of a prepared statement).
+bool StartsWithExecute(std::string_view sql) {
+  constexpr std::string_view kWord = "execute";
+  std::size_t i = 0;
+  while (i < sql.size() && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r')) ++i;
+  if (sql.size() - i < kWord.size()) return false;
+  for (std::size_t j = 0; j < kWord.size(); ++j) {
+    if ((sql[i + j] | 0x20) != kWord[j]) return false;
+  }
+  if (sql.size() == i + kWord.size()) return true;
+  const unsigned char c = static_cast<unsigned char>(sql[i + kWord.size()]);
+  return !(std::isalnum(c) || c == '_' || c == '$');
 }
 
 }  // namespace
@@ -103,6 +118,15 @@ void ExtendedSession::Materialize(SessionStatement& st, std::string& to_link) {
   Push(std::move(p));
 }
 
+void ExtendedSession::MaterializeForExecute(std::string_view sql, std::string& to_link) {
+  // SQL EXECUTE names a statement by the driver's name: the Endpoint must
+  // know every statement answered here before the text reaches the origin.
+  if (!StartsWithExecute(sql)) return;
+  for (auto& [name, st] : statements_) {
+    if (!name.empty()) Materialize(st, to_link);
+  }
+}
+
 const SessionStatement* ExtendedSession::Find(std::string_view name) const {
   auto it = statements_.find(std::string(name));
   return it == statements_.end() ? nullptr : &it->second;
@@ -137,6 +161,7 @@ bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view res
   auto p = pr::DecodeParse(frame.payload);
   if (!p.ok()) return false;  // the origin reports it
   std::string name(p->statement);
+  MaterializeForExecute(p->query, to_link);
   auto old = statements_.find(name);
   if (old != statements_.end() && !old->second.deferred_parse.empty()) {
     if (name.empty()) {
@@ -370,6 +395,7 @@ ExtendedSession::FrontendResult ExtendedSession::Dispatch(const protocol::Frame&
       return result;
     case 'Q':
       statements_.erase(std::string());  // a simple Query replaces the unnamed statement
+      if (!frame.payload.empty()) MaterializeForExecute(frame.payload.substr(0, frame.payload.size() - 1), to_link);
       to_link += frame.raw;
       Push(Pending{Expect::kQuery});
       return result;

@@ -157,6 +157,8 @@ class ExtendedSession {
               std::string& local, FrontendResult& result);
   void Push(Pending p);
   void Materialize(SessionStatement& st, std::string& to_link);
+  // Materializes every named statement answered here if `sql` is a SQL EXECUTE.
+  void MaterializeForExecute(std::string_view sql, std::string& to_link);
   void OnError(std::string_view raw, std::string& out);
   void Lose(std::string_view raw, std::string& out);
   std::string KeyFor(std::string_view sql, const std::vector<uint32_t>& types, bool keyable) const;

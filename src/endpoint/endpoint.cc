@@ -267,6 +267,13 @@ void Endpoint::PausePool() {
 void Endpoint::ResumePool() {
   asio::post(impl_->executor, [impl = impl_] { impl->pool->Resume(); });
 }
+bool Endpoint::SignalAppSession(std::int32_t app_pid, bool terminate) {
+  std::shared_ptr<Session> target = Session::FindSignalTarget(*impl_, app_pid, /*caller=*/0);
+  if (!target) return false;
+  asio::post(impl_->executor, [target = std::move(target), terminate] { target->Signal(terminate); });
+  return true;
+}
+
 void Endpoint::ReconnectPool() {
   asio::post(impl_->executor, [impl = impl_] { impl->pool->Reconnect(); });
 }

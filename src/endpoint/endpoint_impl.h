@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/use_awaitable.hpp>
@@ -106,6 +107,14 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::uint64_t last_session_serial = 0;
   // Origin backend pid -> app pid of its last session (notification_pid.h).
   endpoint::NotifierPids notifier_pids;
+  // Origin backend pid -> app pid of the session that ran the latest unit
+  // on it: pg_terminate_backend / pg_cancel_backend of a pid a client read
+  // from pg_backend_pid() signals that session (Session::FindSignalTarget).
+  // Guarded by `mutex` (other Endpoints' sessions read it).
+  absl::flat_hash_map<std::int32_t, std::int32_t> origin_holders;
+  // EndpointOptions::close_idle_when_unused: armed when the last app
+  // session ends (Session::~Session).
+  std::unique_ptr<asio::steady_timer> unused_timer;
   // LISTEN/NOTIFY without pinning (listener.h): the listener connection and
   // the sessions it delivers to, by subscriber id.
   std::shared_ptr<endpoint::ListenerConnection> listener;

@@ -64,8 +64,17 @@ Session::~Session() {
   }
   std::lock_guard<std::mutex> lock(endpoint_->mutex);
   endpoint_->sessions.erase(this);
-  (watch_ ? endpoint_->watch_count : endpoint_->session_count).fetch_sub(1);
+  const std::size_t left = (watch_ ? endpoint_->watch_count : endpoint_->session_count).fetch_sub(1) - 1;
   endpoint_->sessions_done.notify_all();
+  if (!watch_ && left == 0 && endpoint_->options.close_idle_when_unused.count() > 0 && !endpoint_->stopped) {
+    if (!endpoint_->unused_timer) endpoint_->unused_timer = std::make_unique<asio::steady_timer>(endpoint_->executor);
+    endpoint_->unused_timer->expires_after(endpoint_->options.close_idle_when_unused);
+    endpoint_->unused_timer->async_wait([weak = std::weak_ptr<Endpoint::Impl>(endpoint_)](std::error_code ec) {
+      std::shared_ptr<Endpoint::Impl> ep = weak.lock();
+      if (ec || !ep || ep->stopped || ep->session_count.load() != 0) return;
+      ep->pool->Reconnect();  // the idle ones close now (min_idle 0: none reopens)
+    });
+  }
 }
 
 void Session::Start() {

@@ -66,6 +66,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // Endpoint::Stop(): ends the session as if the client vanished.
   void Shutdown();
 
+  // The live session of `endpoint` that pid `pid` names: its app pid, or an
+  // origin backend's whose latest unit was its (not `caller`'s); or null.
+  static std::shared_ptr<Session> FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller);
+  // pg_terminate_backend (`terminate`) or pg_cancel_backend aimed at this
+  // session (its executor).
+  void Signal(bool terminate);
+
  private:
   // ----- The hello and the link kinds (endpoint_session.cc) ---------------
 

@@ -536,24 +536,43 @@ asio::awaitable<void> Session::WaitPin() {
   Execute(/*flush_link=*/true);
 }
 
-bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
-  std::shared_ptr<Session> target;
-  {
-    std::lock_guard<std::mutex> lock(endpoint_->mutex);
-    for (Session* s : endpoint_->sessions) {
+std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller) {
+  std::lock_guard<std::mutex> lock(endpoint.mutex);
+  auto find = [&endpoint](std::int32_t app_pid) -> std::shared_ptr<Session> {
+    for (Session* s : endpoint.sessions) {
       if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
-        target = s->weak_from_this().lock();
-        break;
+        return s->weak_from_this().lock();
       }
     }
-  }
-  if (!target) return false;
+    return nullptr;
+  };
+  if (std::shared_ptr<Session> target = find(pid)) return target;
+  // An origin pid (pg_backend_pid()): the session that ran the latest unit
+  // on that backend, as directly the session whose backend it is. Not the
+  // caller itself: then the origin ends its own backend, as directly.
+  auto holder = endpoint.origin_holders.find(pid);
+  if (holder == endpoint.origin_holders.end() || holder->second == caller) return nullptr;
+  return find(holder->second);
+}
+
+void Session::Signal(bool terminate) {
+  if (finished_ || !core_) return;
   if (terminate) {
-    target->core_->OnAdminTerminate();
-    target->Execute(/*flush_link=*/true);
+    core_->OnAdminTerminate();
+    Execute(/*flush_link=*/true);
   } else {
-    (void)target->Cancel();  // 't' whether or not a query was running, as PostgreSQL answers
+    (void)Cancel();  // 't' whether or not a query was running, as PostgreSQL answers
   }
+}
+
+bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
+  std::shared_ptr<Session> target = FindSignalTarget(*endpoint_, app_pid, app_pid_);
+  if (!target) {
+    // A pid handed out for another database of this process (serve with several).
+    const auto& elsewhere = endpoint_->options.signal_elsewhere;
+    return elsewhere && elsewhere(app_pid, terminate);
+  }
+  target->Signal(terminate);
   return true;
 }
 

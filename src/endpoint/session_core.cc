@@ -302,7 +302,7 @@ SessionCore::Next SessionCore::StartUnit(const protocol::Frame& frame, std::size
   const char tag = frame.tag;
   if (conn_ == nullptr && !rewritten_pin_ &&
       (parse_only_unit_ ||
-       (tag == 'P' && StatementSession::IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
+       (tag == 'P' && statements_.IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
     // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
     if (tag == 'P') statements_.set_scope(StatementScope());
     parse_only_unit_ = statements_.AnswerParseOnly(frame, out_.to_client);
@@ -337,6 +337,10 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
   // now: the listener's copy of another session's NOTIFY may arrive after
   // this connection was lent again. A backend nobody used yet is this
   // session's from the start.
+  if (id_.app_pid != 0) {
+    std::lock_guard<std::mutex> lock(endpoint_.mutex);
+    endpoint_.origin_holders[conn_->backend_key().process_id] = id_.app_pid;
+  }
   if (may_notify_) {
     endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
   } else {

@@ -92,14 +92,19 @@ void StatementCatalog::PruneExpired() {
   prune_at_ = std::max<std::size_t>(64, 2 * by_key_.size());
 }
 
-void ClientStatements::Set(std::string_view name, StatementRef statement) {
+std::uint64_t ClientStatements::Set(std::string_view name, StatementRef statement) {
   auto it = named_.find(Absl(name));
   if (it != named_.end()) {
     if (it->second.statement != statement) it->second.order = ++next_order_;
     it->second.statement = std::move(statement);
-  } else {
-    named_.emplace(std::string(name), Named{std::move(statement), ++next_order_});
+    return it->second.order;
   }
+  named_.emplace(std::string(name), Named{std::move(statement), ++next_order_});
+  return next_order_;
+}
+
+void ClientStatements::EraseSetAt(std::uint64_t order) {
+  absl::erase_if(named_, [order](const auto& entry) { return entry.second.order == order; });
 }
 
 const StatementRef* ClientStatements::Find(std::string_view name) const {
@@ -166,17 +171,11 @@ void ConnectionStatements::Remove(const StatementInfo* statement) {
   index_.erase(it);
 }
 
-bool ParseDeallocate(std::string_view sql, std::string& name) {
-  std::string_view s = sql;
-  SkipSpace(s);
-  if (!TakeKeyword(s, "deallocate")) return false;
-  SkipSpace(s);
-  std::string_view after_prepare = s;
-  if (TakeKeyword(after_prepare, "prepare")) {
-    SkipSpace(after_prepare);
-    // "DEALLOCATE prepare" alone deallocates a statement called prepare.
-    if (!after_prepare.empty() && after_prepare.front() != ';') s = after_prepare;
-  }
+namespace {
+
+// A statement name as PostgreSQL reads it at the front of `s` (a quoted
+// identifier, or an unquoted one folded to lower case), taken off `s`.
+bool TakeStatementName(std::string_view& s, std::string& name) {
   name.clear();
   if (s.empty()) return false;
   if (s.front() == '"') {
@@ -195,24 +194,50 @@ bool ParseDeallocate(std::string_view sql, std::string& name) {
       }
       name.push_back(c);
     }
-    if (name.empty()) return false;
-  } else {
-    std::string_view word = s;
-    if (TakeKeyword(word, "all")) return false;
-    while (!s.empty()) {
-      const unsigned char c = static_cast<unsigned char>(s.front());
-      if (!(std::isalnum(c) || c == '_' || c == '$' || c >= 0x80)) break;
-      name.push_back(c < 0x80 ? static_cast<char>(std::tolower(c)) : static_cast<char>(c));
-      s.remove_prefix(1);
-    }
-    if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+    return !name.empty();
   }
+  while (!s.empty()) {
+    const unsigned char c = static_cast<unsigned char>(s.front());
+    if (!(std::isalnum(c) || c == '_' || c == '$' || c >= 0x80)) break;
+    name.push_back(c < 0x80 ? static_cast<char>(std::tolower(c)) : static_cast<char>(c));
+    s.remove_prefix(1);
+  }
+  return !name.empty() && !std::isdigit(static_cast<unsigned char>(name.front()));
+}
+
+}  // namespace
+
+bool ParseDeallocate(std::string_view sql, std::string& name) {
+  std::string_view s = sql;
+  SkipSpace(s);
+  if (!TakeKeyword(s, "deallocate")) return false;
+  SkipSpace(s);
+  std::string_view after_prepare = s;
+  if (TakeKeyword(after_prepare, "prepare")) {
+    SkipSpace(after_prepare);
+    // "DEALLOCATE prepare" alone deallocates a statement called prepare.
+    if (!after_prepare.empty() && after_prepare.front() != ';') s = after_prepare;
+  }
+  std::string_view word = s;
+  if (TakeKeyword(word, "all")) return false;
+  if (!TakeStatementName(s, name)) return false;
   SkipSpace(s);
   if (!s.empty() && s.front() == ';') {
     s.remove_prefix(1);
     SkipSpace(s);
   }
   return s.empty();
+}
+
+bool ParseExecute(std::string_view sql, std::string& name, std::size_t& name_pos, std::size_t& name_len) {
+  std::string_view s = sql;
+  SkipSpace(s);
+  if (!TakeKeyword(s, "execute")) return false;
+  SkipSpace(s);
+  name_pos = sql.size() - s.size();
+  if (!TakeStatementName(s, name)) return false;
+  name_len = sql.size() - s.size() - name_pos;
+  return true;
 }
 
 }  // namespace hyperpool::endpoint

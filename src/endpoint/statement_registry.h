@@ -66,6 +66,10 @@ struct StatementInfo {
   // Its text reads pg_prepared_statements (ReadsPreparedView): running it
   // first shows the client its own statements only (StatementSession).
   bool reads_prepared_view = false;
+  // Its text is "EXECUTE hp_<n> ...": the statement that runs it must exist
+  // on a connection before it does (StatementSession, SQL EXECUTE of a
+  // protocol-level name).
+  mutable std::shared_ptr<const StatementInfo> runs;
 
   std::string_view query() const;
 };
@@ -129,8 +133,12 @@ class StatementCatalog {
 // Per client session: the client's statement names and its unnamed statement.
 class ClientStatements {
  public:
-  // Records (or replaces) `name` -> `statement`. `name` is not "".
-  void Set(std::string_view name, StatementRef statement);
+  // Records (or replaces) `name` -> `statement`. `name` is not "". Returns
+  // the entry's order (EraseSetAt).
+  std::uint64_t Set(std::string_view name, StatementRef statement);
+  // Forgets the name whose statement was set with `order` (a Parse the
+  // origin skipped after an error never made it), if it is still that one.
+  void EraseSetAt(std::uint64_t order);
   // The statement the client calls `name`, or null.
   const StatementRef* Find(std::string_view name) const;
   // Forgets `name`; true if it was known.

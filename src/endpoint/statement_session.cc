@@ -159,6 +159,7 @@ void StatementSession::AddToConnection(const StatementRef& statement, Connection
 }
 
 void StatementSession::Replay(const StatementRef& statement, ConnectionStatements& conn, std::string& out) {
+  if (statement->runs != nullptr && !conn.Touch(statement->runs.get())) Replay(statement->runs, conn, out);
   AddToConnection(statement, conn, out);
   protocol::AppendRawFrame(out, statement->parse_frame);
   Push(Kind::kParse, Mode::kHidden, statement);
@@ -189,10 +190,7 @@ void StatementSession::ShowOwnStatements(ConnectionStatements& conn, std::string
     ops_.back().view_only = true;
   }
   own_.clear();
-  if (!sync) return;
-  protocol::AppendFrame(out, 'S', {});
-  Push(Kind::kSync, Mode::kHidden);
-  for (std::size_t i = head_ + first; i < ops_.size(); ++i) ops_[i].view_prep = true;
+  if (sync) EndOwnSyncGroup(first, out);
 }
 
 bool StatementSession::OwnsReady() const {
@@ -279,6 +277,8 @@ std::string_view StatementSession::Resolve(std::string_view name, ConnectionStat
       return kStaleStatement;
     }
     Replay(*ref, conn, out);
+  } else if ((*ref)->runs != nullptr && !conn.Touch((*ref)->runs.get())) {
+    Replay((*ref)->runs, conn, out);
   }
   *statement = *ref;
   return (*ref)->server_name;
@@ -295,8 +295,19 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
     return;
   }
   const std::string_view types_raw = rest;
+  // SQL EXECUTE of a name the client Parsed: the origin knows it as hp_<n>.
+  StatementRef runs;
+  query = RewriteExecute(query, conn, out, ReplayMode::kInline, &runs);
   if (name.empty()) {
-    if (ParseDeallocate(query, name_) && client_.Find(name_) != nullptr) {
+    if (runs != nullptr) {
+      const std::size_t start = out.size();
+      AppendHeader(out, 'P', 1 + query.size() + 1 + types_raw.size());
+      protocol::AppendByte(out, 0);
+      protocol::AppendCString(out, query);
+      out.append(types_raw);
+      client_.SetUnnamed(std::string_view(out).substr(start), catalog_.NextUnnamedId());
+      unnamed_is_dealloc_ = false;
+    } else if (ParseDeallocate(query, name_) && client_.Find(name_) != nullptr) {
       // psycopg's "DEALLOCATE _pg3_N" (sent as an unnamed Parse): forget the
       // mapping; an empty statement stands in for it.
       client_.Erase(name_);
@@ -317,18 +328,36 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
     ops_.back().unnamed = true;
     return;
   }
+  if (client_.Find(name) != nullptr) {
+    // The name is taken: PostgreSQL answers 42P05 "prepared statement ...
+    // already exists" and skips to Sync. The origin says it itself: an
+    // empty statement of that name first (hidden, closed later), then this
+    // Parse as sent. The client's statement stays as it was.
+    AppendHeader(out, 'P', name.size() + 1 + 1 + 2);
+    protocol::AppendCString(out, name);
+    protocol::AppendByte(out, 0);
+    protocol::AppendInt16(out, 0);
+    Push(Kind::kParse, Mode::kHidden);
+    protocol::AppendRawFrame(out, frame.raw);
+    Push(Kind::kParse, Mode::kForwarded);
+    conn.pending_close.emplace_back(name);
+    return;
+  }
   BuildStatementKey(query, types_raw, key_);
   AppendScope();
   StatementRef statement = catalog_.Intern(key_, query, types_raw);
-  client_.Set(name, statement);
+  if (runs != nullptr) statement->runs = std::move(runs);
+  const std::uint64_t order = client_.Set(name, statement);
   if (conn.Touch(statement.get())) {
     Push(Kind::kParse, Mode::kSynthetic);
+    ops_.back().client_order = order;
     return;
   }
   AddToConnection(statement, conn, out);
   protocol::AppendRawFrame(out, statement->parse_frame);
   const bool record = !statement->shape_known;
   Push(Kind::kParse, Mode::kForwarded, statement);
+  ops_.back().client_order = order;
   if (record) {
     // Remember the shape it is made with (the client may never Describe
     // it); later replays elsewhere are compared with it.
@@ -338,6 +367,7 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
 }
 
 void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out) {
+  const bool at_start = AtUnitStart();  // (before the hidden Closes)
   EmitPendingCloses(conn, out);
   conn.unnamed_id = 0;  // a simple Query drops the unnamed statement
   std::string_view rest = frame.payload;
@@ -346,8 +376,13 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   const bool read = TakeCString(rest, sql);
   // (Only in a Sync group of its own: an error in it would make the origin
   // skip this Query until a Sync that never comes.)
-  if (read && ReadsPreparedView(sql) && AtUnitStart()) ShowOwnStatements(conn, out, /*sync=*/true);
-  if (read && ParseDeallocate(sql, name_) && client_.Find(name_) != nullptr) {
+  if (read && ReadsPreparedView(sql) && at_start) ShowOwnStatements(conn, out, /*sync=*/true);
+  StatementRef runs;
+  if (read) sql = RewriteExecute(sql, conn, out, at_start ? ReplayMode::kOwnSync : ReplayMode::kNone, &runs);
+  if (runs != nullptr) {
+    AppendHeader(out, 'Q', sql.size() + 1);
+    protocol::AppendCString(out, sql);
+  } else if (read && ParseDeallocate(sql, name_) && client_.Find(name_) != nullptr) {
     // psql's or psycopg's DEALLOCATE of a protocol-level name: forget the
     // mapping; an empty query stands in for it.
     client_.Erase(name_);
@@ -361,7 +396,7 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   ops_.back().translate_dealloc = dealloc;
 }
 
-bool StatementSession::IsParseOnlyUnit(std::string_view frames) {
+bool StatementSession::IsParseOnlyUnit(std::string_view frames) const {
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   for (int n = 0; n < 1000; ++n) {
     auto r = reader.Read(frames);
@@ -369,6 +404,8 @@ bool StatementSession::IsParseOnlyUnit(std::string_view frames) {
     const protocol::Frame f = r.frame();
     if (f.tag == 'S') return n > 0;
     if (f.tag != 'P' || f.payload.empty() || f.payload[0] == '\0') return false;  // named Parses only
+    // A name the client holds already: the origin answers 42P05 (OnParse).
+    if (client_.Find(std::string_view(f.payload.data())) != nullptr) return false;
     frames.remove_prefix(f.size());
   }
   return false;
@@ -552,6 +589,7 @@ bool StatementSession::OnCommandComplete(std::string_view tag, ConnectionStateme
 void StatementSession::UndoSkipped(const Op& op, ConnectionStatements& conn) {
   switch (op.kind) {
     case Kind::kParse:
+      if (op.client_order != 0) client_.EraseSetAt(op.client_order);  // skipped: never made
       if (op.mode == Mode::kSynthetic) break;
       if (op.unnamed) conn.unnamed_id = 0;
       if (op.statement) conn.Remove(op.statement.get());

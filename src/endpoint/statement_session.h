@@ -71,6 +71,9 @@ namespace hyperpool::endpoint {
 // PostgreSQL resolves it (unquoted: folded to lower case), written to
 // `name`; else false.
 bool ParseDeallocate(std::string_view sql, std::string& name);
+// If `sql` starts with "EXECUTE name", that name as PostgreSQL resolves it,
+// and where it is spelled in `sql` ([name_pos, name_pos + name_len)); else false.
+bool ParseExecute(std::string_view sql, std::string& name, std::size_t& name_pos, std::size_t& name_len);
 
 class StatementSession {
  public:
@@ -120,8 +123,8 @@ class StatementSession {
   // prepares synchronously, in one thread for several clients, some of them
   // mid-transaction). A statement the origin rejects reports its error at
   // that Bind instead. True if `frames` (starting at a Parse) holds such a
-  // unit completely.
-  static bool IsParseOnlyUnit(std::string_view frames);
+  // unit completely, and none of its names is one the client holds already.
+  bool IsParseOnlyUnit(std::string_view frames) const;
   // Answers one message of such a unit into `out`: ParseComplete for a
   // Parse (recording it), ReadyForQuery 'I' for the Sync. Returns true
   // while the unit goes on (false after the Sync).
@@ -181,6 +184,7 @@ class StatementSession {
     bool view_only = false;         // ...of ShowOwnStatements: a changed shape retires, discards nothing
     bool view_prep = false;         // ShowOwnStatements' own Sync group: its errors are swallowed
     StatementRef statement;         // the server statement concerned, if any
+    std::uint64_t client_order = 0; // a named Parse: the client name's entry it set (undone if skipped)
     std::string close_name;         // hidden Close of a pending_close name
   };
 
@@ -210,6 +214,20 @@ class StatementSession {
   // of its own, hidden, errors included (a statement of the client's that no
   // longer parses is then simply missing from the view).
   void ShowOwnStatements(ConnectionStatements& conn, std::string& out, bool sync);
+  // Ends a Sync group of our own begun at pending index `first`: its
+  // answers, errors included, go to nobody.
+  void EndOwnSyncGroup(std::size_t first, std::string& out);
+  // SQL "EXECUTE name" of a statement the client Parsed (asyncpg's
+  // `prepare(name=...)` then `EXECUTE name`): the text with hyperpool's
+  // server name instead, after a replay of the statement if `conn` lacks it;
+  // `*runs` is then that statement. Otherwise `sql` unchanged.
+  enum class ReplayMode : std::uint8_t {
+    kInline,   // in the flight (a Parse: an error skips to the client's Sync)
+    kOwnSync,  // in a Sync group of its own (a Query at a unit's start)
+    kNone,     // not at all (a Query inside a unit: an error would skip it)
+  };
+  std::string_view RewriteExecute(std::string_view sql, ConnectionStatements& conn, std::string& out,
+                                  ReplayMode mode, StatementRef* runs);
   // Nothing of the client's is outstanding before the next message.
   bool AtUnitStart() const;
   // Sends `statement`'s Parse (hidden) and a hidden Describe('S') of it that
@@ -231,7 +249,8 @@ class StatementSession {
   std::size_t sql_prepared_ = 0;     // SQL-level PREPAREd statements the client holds
   std::string key_;                  // scratch: statement key
   std::string scope_;                // set_scope()
-  std::string name_;                 // scratch: DEALLOCATE name
+  std::string name_;                 // scratch: DEALLOCATE / EXECUTE name
+  std::string exec_text_;            // scratch: RewriteExecute's text
   std::vector<StatementRef> evicted_;  // scratch
   std::vector<StatementRef> own_;      // scratch (ShowOwnStatements)
 };

@@ -2,7 +2,8 @@
 # run.sh DRIVER URL — runs one driver program of this directory against URL
 # (postgresql://USER:PASS@HOST:PORT/DB?sslmode=disable). DRIVER is one of:
 #   asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema
-#   postgresjs_listen python_listen named_concurrency named_concurrency_py
+#   postgresjs_listen python_listen named_concurrency named_concurrency_py sql_execute_py
+#   named_concurrency_jdbc
 # Exit status is the driver program's (0 = every check held, no errors).
 # Overrides: DRV_PYTHON (a python3 that has Debian's python3-asyncpg and
 # python3-psycopg; default /usr/bin/python3, so that a pyenv shim earlier in PATH
@@ -36,6 +37,11 @@ case $1 in
   # Named statements shared by concurrent clients, cache on (issue 28 item 1).
   named_concurrency) node_deps pg; node_deps postgres; exec node named_concurrency_test.mjs "$2" ;;
   named_concurrency_py) need "$PYTHON"; exec "$PYTHON" named_concurrency_test.py "$2" ;;
+  # SQL EXECUTE / DEALLOCATE of protocol-level names, duplicate names (issue 28).
+  sql_execute_py) need "$PYTHON"; exec "$PYTHON" sql_execute_test.py "$2" ;;
+  # The same named-statement workload with PgJDBC (prepareThreshold=1: S_N), DDL beside it.
+  named_concurrency_jdbc) need java; [ -f "$JAR" ] || { echo "run.sh: $JAR missing (libpostgresql-jdbc-java)" >&2; exit 3; }
+        exec java -Xshare:auto -XX:TieredStopAtLevel=1 -cp "$JAR" NamedConcurrency.java "$2" ;;
   # Single-file source launch: javac-compiles JdbcTest.java in memory, no build dir.
   jdbc) need java; [ -f "$JAR" ] || { echo "run.sh: $JAR missing (libpostgresql-jdbc-java)" >&2; exit 3; }
         exec java -Xshare:auto -XX:TieredStopAtLevel=1 -cp "$JAR" JdbcTest.java "$2" ;;

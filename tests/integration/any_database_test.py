@@ -7,6 +7,8 @@ at first use:
   (current_database() is its name);
 - the cap (max_databases = 1) refuses one more at once with FATAL 53400,
   and frees the place of an idle one;
+- a "*" database the app used and left can be dropped (its idle origin
+  connections close a second after its last session);
 - per-user permissions still apply (42501 for a name not in the user's
   list);
 - without the "*" entry the same name gets 3D000 at login, as before.
@@ -140,6 +142,15 @@ def main():
         check(state == "42501", "a user limited to %s: SQLSTATE %s (want 42501)" % (DB_MAIN, state))
         with psycopg.connect(dsn(port, DB_MAIN), autocommit=True) as c:
             check(c.execute("SELECT current_database()").fetchone()[0] == DB_MAIN, "the named database still works")
+            # An app drops a "*" database it used and left (asyncpg's suite
+            # does): hyperpool's idle origin connections to it must not hold
+            # it open (PostgreSQL waits 5 s for other backends, then 55006).
+            try:
+                c.execute("DROP DATABASE %s" % DB_NEW[1])
+                dropped = None
+            except psycopg.Error as e:
+                dropped = "%s %s" % (e.sqlstate, e)
+            check(dropped is None, "DROP DATABASE of a \"*\" database the app used and left (%s)" % dropped)
         proc.terminate()
         proc.wait(15)
         proc, port = serve(write_config(False))

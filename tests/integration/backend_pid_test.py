@@ -11,6 +11,9 @@
 - pg_cancel_backend(A's pid) cancels A's running query (57014) and A goes on;
 - node-postgres (tests/drivers/terminate_pg.mjs, as its gh-issues/130): the
   terminated pooled client's error event, and the pool recovers;
+- from another database of the same `serve` (a "*" entry: one Endpoint per
+  database), and with the origin pid a client read from pg_backend_pid(),
+  as node-postgres's gh-issues/130 does (from template1);
 - a pid hyperpool hands out is above 2^22, so it is never a real backend's,
   and a real origin pid (from pg_backend_pid()) still reaches the origin.
 
@@ -19,12 +22,14 @@ Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.parse
 
 import psycopg
 
-from pgtest_env import ERR, check, fail, origin_url  # beside this script
+from pgtest_env import ERR, check, env_get, fail, origin_url  # beside this script
 
 
 
@@ -40,6 +45,14 @@ def run_in_thread(conn, sql):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, errors
+
+
+def stop(served):
+    served.terminate()
+    try:
+        served.wait(10)
+    except subprocess.TimeoutExpired:
+        served.kill()
 
 
 def terminated(conn, what):
@@ -119,10 +132,67 @@ try:
                           capture_output=True, text=True, timeout=60)
     check(node.returncode == 0, f"node-postgres: terminated clients get 57P01, the pool recovers ({node.stdout.strip()} "
                                 f"{node.stderr.strip()[-500:]})")
+finally:
+    stop(proc)
+
+
+def serve_with_any_database():
+    """serve with hp's database and a "*" entry: one Endpoint per database."""
+    tmp = tempfile.mkdtemp(prefix="hp-pid-")
+    pw_file = os.path.join(tmp, "origin-pw")
+    with open(pw_file, "w") as f:
+        f.write(env_get("ADMIN_PASSWORD") + "\n")
+    os.chmod(pw_file, 0o600)
+    origin = "postgresql://%s@%s:%s/%%s?sslmode=disable" % (env_get("ADMIN_USER"), env_get("PGHOST"), env_get("PGPORT"))
+    db = env_get("PGDATABASE")
+    config = os.path.join(tmp, "hp.toml")
+    with open(config, "w") as f:
+        f.write('[client]\nuser = "app"\npassword = "app-pw"\ndatabase = "%s"\n' % db)
+        f.write('[databases.%s]\nurl = "%s"\npassword_file = "%s"\npool_size = 2\n' % (db, origin % db, pw_file))
+        f.write('[databases."*"]\nurl = "%s"\npassword_file = "%s"\npool_size = 2\n' % (origin % "postgres", pw_file))
+    os.chmod(config, 0o600)
+    served = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--config", config],
+                              stdout=subprocess.PIPE, stderr=ERR, text=True)
+    port = urllib.parse.urlparse(served.stdout.readline().strip()).port
+    if port is None:
+        fail("no connection string from serve --config")
+    return served, "host=127.0.0.1 port=%d user=app password=app-pw sslmode=disable dbname=" % port, db
+
+
+# 6. From another database of the same serve (node-postgres's gh-issues/130
+# runs psql on template1 with the pid of a pool client on its own database).
+proc, dsn, db = serve_with_any_database()
+try:
+    other = psycopg.connect(dsn + "template1", autocommit=True)
+    a = psycopg.connect(dsn + db, autocommit=True)
+    pid = a.info.backend_pid
+    t, errors = run_in_thread(a, "SELECT pg_sleep(20)")
+    deadline = time.monotonic() + 15
+    answers = set()
+    while t.is_alive() and time.monotonic() < deadline:
+        answers.add(other.execute("SELECT pg_cancel_backend(%d)" % pid).fetchone()[0])
+        t.join(0.2)
+    check(True in answers and errors and isinstance(errors[0], psycopg.errors.QueryCanceled),
+          f"pg_cancel_backend from template1 cancels A's query on {db} with 57014 ({answers}, {errors!r})")
+    check(a.execute("SELECT 2").fetchone()[0] == 2, "A goes on after the cancel")
+    check(other.execute("SELECT pg_terminate_backend(%d)" % pid).fetchone()[0] is True,
+          "pg_terminate_backend from template1 with A's pid answers t")
+    terminated(a, "terminated from another database")
+    check(other.execute("SELECT current_database()").fetchone()[0] == "template1", "the terminating client goes on")
+    # The pid of pg_backend_pid() (an origin backend's, gh-issues/130's way):
+    # the session that ran its latest unit there is the one ended, as
+    # directly the session whose backend it is, also once the backend is
+    # back in the pool.
+    for where in (db, "template1"):
+        a = psycopg.connect(dsn + db, autocommit=True)
+        origin_pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+        killer = psycopg.connect(dsn + where, autocommit=True)
+        check(killer.execute("SELECT pg_terminate_backend(%d)" % origin_pid).fetchone()[0] is True,
+              f"pg_terminate_backend(pg_backend_pid() of A) from {where} answers t")
+        terminated(a, f"A, by the origin pid it read, from {where}")
+        check(killer.execute("SELECT 4").fetchone()[0] == 4, "the terminating client goes on")
+        killer.close()
+    other.close()
     print("PASS")
 finally:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)

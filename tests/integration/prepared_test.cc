@@ -148,7 +148,7 @@ TEST_CASE("an error mid-pipeline with several Syncs affects only its own Sync gr
   CHECK(Send1(io, *a, Parse("S_ok", "SELECT 'ok'") + DescribeS("S_ok") + Sync()).sqlstate.empty());
   std::string flight = Parse("S_1", "SELECT 1") + BindExec("S_1") +                 // group 1: fine
                        Parse("S_bad", "SELECT * FROM no_such_table") + BindExec("S_bad") +  // group 2: fails
-                       Parse("S_ok", "SELECT 'ok'") + Parse("S_2", "SELECT 2") + BindExec("S_2") +  // group 3
+                       Parse("S_ok2", "SELECT 'ok'") + Parse("S_2", "SELECT 2") + BindExec("S_2") +  // group 3
                        BindExec("S_ok");                                              // group 4
   std::vector<Result> r = Send(io, *a, flight, 4);
   CHECK(Tags(r[0]) == "1 2 D C Z");
@@ -157,8 +157,12 @@ TEST_CASE("an error mid-pipeline with several Syncs affects only its own Sync gr
   CHECK(r[2].Cell() == "2");
   CHECK(r[3].Cell() == "ok");
   // In one Sync group: the error skips the rest, including a synthetic ParseComplete.
-  std::string group = Bind("S_missing") + Execute() + Parse("S_ok", "SELECT 'ok'") + Sync();
+  std::string group = Bind("S_missing") + Execute() + Parse("S_ok3", "SELECT 'ok'") + Sync();
   CHECK(Tags(Send1(io, *a, group)) == "E:26000 Z");
+  CHECK(Send1(io, *a, BindExec("S_ok")).Cell() == "ok");
+  // A name the client holds: 42P05 "prepared statement ... already exists",
+  // and the statement stays as it was.
+  CHECK(Tags(Send1(io, *a, Parse("S_ok", "SELECT 'other'") + BindExec("S_ok"))) == "E:42P05 Z");
   CHECK(Send1(io, *a, BindExec("S_ok")).Cell() == "ok");
   ep->Stop();
 }
@@ -182,7 +186,7 @@ TEST_CASE("after DDL, cached plan must not change result type until the client p
     CHECK(stale.sqlstate == "0A000");
     CHECK(stale.status == 'I');
   }
-  Result fresh = Send1(io, *a, Parse("S_1", "SELECT * FROM hp_prep_ddl") + BindExec("S_1"));
+  Result fresh = Send1(io, *a, CloseS("S_1") + Parse("S_1", "SELECT * FROM hp_prep_ddl") + BindExec("S_1"));
   CHECK(fresh.sqlstate.empty());
   REQUIRE(fresh.rows.size() == 1);
   CHECK(fresh.rows[0].size() == 2);

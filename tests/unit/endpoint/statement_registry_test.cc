@@ -122,6 +122,22 @@ TEST_CASE("ParseDeallocate recognises DEALLOCATE of one name as PostgreSQL resol
   CHECK_FALSE(ParseDeallocate("DEALLOCATEx a", name));
 }
 
+TEST_CASE("ParseExecute finds the name an EXECUTE runs and where the text spells it") {
+  std::string name;
+  std::size_t pos = 0;
+  std::size_t len = 0;
+  CHECK(ParseExecute("EXECUTE foobar", name, pos, len));
+  CHECK((name == "foobar" && pos == 8 && len == 6));
+  CHECK(ParseExecute("  execute FooBar(1, 'x');", name, pos, len));
+  CHECK((name == "foobar" && pos == 10 && len == 6));
+  CHECK(ParseExecute("EXECUTE \"Foo\"\"Bar\" (2)", name, pos, len));
+  CHECK((name == "Foo\"Bar" && pos == 8 && len == 10));
+  CHECK_FALSE(ParseExecute("EXECUTE", name, pos, len));
+  CHECK_FALSE(ParseExecute("EXECUTE 1x", name, pos, len));
+  CHECK_FALSE(ParseExecute("EXECUTEx a", name, pos, len));
+  CHECK_FALSE(ParseExecute("SELECT 1", name, pos, len));
+}
+
 // ---------------------------------------------------------------------------
 // A model backend
 // ---------------------------------------------------------------------------
@@ -401,7 +417,7 @@ TEST_CASE("synthetic answers keep their place in the response stream") {
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
   h.conns[0]->backend.received.clear();
-  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 2") + Parse("S_1", "SELECT 1") + CloseS("S_1") + Parse("S_3", "SELECT 3") +
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 2") + Parse("S_4", "SELECT 1") + CloseS("S_4") + Parse("S_3", "SELECT 3") +
                         Sync()) == "1 1 3 1 Z");
   CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "P hp_3", "D hp_3", "S"});
 }
@@ -411,9 +427,9 @@ TEST_CASE("a Flush behind synthetic answers carries them out through a hidden no
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
   h.conns[0]->backend.received.clear();
-  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Flush()) == "1");
+  CHECK(h.Run(a, 0, Parse("S_4", "SELECT 1") + Flush()) == "1");
   CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_noop", "H"});
-  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Bind("S_4") + Execute() + Sync()) == "2 C:SELECT 1 Z");
   CHECK(a.pending() == 0);
 }
 
@@ -442,17 +458,25 @@ TEST_CASE("an error mid-pipeline skips its own Sync group only, and undoes the s
                        Parse("S_3", "SELECT 3") + Bind("S_3") + Execute() + Sync();
   CHECK(h.Run(a, 0, flight) == "E:42601 Z 1 2 C:SELECT 1 Z");
   CHECK(a.pending() == 0);
-  // S_2 was skipped by the backend: it is prepared on its next use, not assumed.
-  CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
-  CHECK(h.conns[0]->backend.statements == std::set<std::string>{"hp_2", "hp_3"});
+  // S_2 was skipped by the backend: it does not exist, as directly.
+  CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "E:26000 Z");
+  CHECK(h.conns[0]->backend.statements == std::set<std::string>{"hp_3"});
 }
 
 TEST_CASE("a synthetic ParseComplete after an error in its Sync group is dropped") {
   Harness h(1);
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
-  CHECK(h.Run(a, 0, Bind("nope") + Parse("S_1", "SELECT 1") + Sync() + Parse("S_1", "SELECT 1") + Sync()) ==
-        "E:26000 Z 1 Z");
+  // S_2 (the same text: answered here) is skipped by the origin, so it is
+  // not made: the next Parse of S_2 makes it, with no 42P05.
+  CHECK(h.Run(a, 0, Bind("nope") + Parse("S_2", "SELECT 1") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Bind("nope") + Execute() + Parse("S_3", "SELECT 1") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 0, Bind("S_3") + Execute() + Sync()) == "E:26000 Z");
+  // A name the client holds: the origin's own 42P05, and the statement stays.
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 2") + Bind("S_2") + Execute() + Sync()) == "E:42P05 Z");
+  CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
 }
 
 TEST_CASE("an injected Parse that fails reports its error in place of the Bind's answer") {
@@ -479,7 +503,8 @@ TEST_CASE("cached plan must not change result type: the stale statement is close
   CHECK(h.conns[0]->backend.received ==
         std::vector<std::string>{"C hp_1", "P hp_1", "D hp_1", "H", "C hp_1", "B hp_stale", "skipped E", "S"});
   h.conns[0]->backend.received.clear();
-  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, CloseS("S_1") + Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) ==
+        "3 1 2 C:SELECT 1 Z");
   CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "B hp_2", "E", "S"});
 }
 
