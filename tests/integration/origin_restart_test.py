@@ -16,7 +16,6 @@ Needs HYPERPOOL_BINARY (ctest sets it).
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time

@@ -4,12 +4,56 @@ import os
 import subprocess
 import sys
 import tempfile
+import re
 import time
 import urllib.parse
+import urllib.request
 
 # Where a test sends the stderr of the `hyperpool serve` it starts; fail()
 # prints its tail.
 ERR = tempfile.TemporaryFile()
+PGCLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "pgcluster.sh")
+
+
+def err_text():
+    """Everything the serves of this test wrote to ERR so far."""
+    ERR.seek(0)
+    return ERR.read().decode(errors="replace")
+
+
+def fetch_metrics(url):
+    """The samples of a /metrics page (url: http://host:port) as {name{labels}: value}."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and " " in line:
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def serve_metrics(index=0):
+    """The /metrics of the index-th serve that logged its metrics listener to ERR."""
+    return fetch_metrics(re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text())[index])
+
+
+def start_cluster(base, extra_conf=""):
+    """A PostgreSQL of the test's own in `base` (pgcluster.sh, postgresql.conf
+    lines `extra_conf` added); returns its env dict and the admin's
+    plaintext URL. stop_cluster(base) stops it."""
+    subprocess.run(["bash", PGCLUSTER, "start", base], check=True, stdout=subprocess.DEVNULL, timeout=120,
+                   env=dict(os.environ, PGCLUSTER_EXTRA_CONF=extra_conf))
+    env = read_env(os.path.join(base, "env"))
+    url = "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
+        env["ADMIN_USER"], urllib.parse.quote(env["ADMIN_PASSWORD"], safe=""), env["PGHOST"], env["PGPORT"],
+        env["PGDATABASE"])
+    return env, url
+
+
+def stop_cluster(base):
+    subprocess.run(["bash", PGCLUSTER, "stop", base], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=120)
 
 
 def env_get(name):

@@ -16,43 +16,20 @@ Runs against a PostgreSQL of its own (pgcluster.sh, wal_level = logical),
 stopped even when the test fails. Needs HYPERPOOL_BINARY (ctest sets it).
 """
 import os
-import re
 import subprocess
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
 
 import psycopg
 
-from pgtest_env import ERR, check, fail, read_env, wait_for  # beside this script
+from pgtest_env import ERR, check, fail, serve_metrics, start_cluster, stop_cluster, wait_for  # beside this script
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PGCLUSTER = os.path.join(HERE, "..", "support", "pgcluster.sh")
 WINDOW = 3.0  # seconds of churn
 
 
-def err_text():
-    ERR.seek(0)
-    return ERR.read().decode(errors="replace")
-
-
-def metrics():
-    urls = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text())
-    if not urls:
-        return {}
-    with urllib.request.urlopen(urls[0] + "/metrics", timeout=5) as r:
-        out = {}
-        for line in r.read().decode().splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
-
-
 def catalog_reads():
-    return metrics().get('hyperpool_cache_catalog_reads_total{tier="endpoint"}', 0)
+    return serve_metrics().get('hyperpool_cache_catalog_reads_total{tier="endpoint"}', 0)
 
 
 def main():
@@ -60,13 +37,7 @@ def main():
     serve = None
     binary = os.environ["HYPERPOOL_BINARY"]
     try:
-        env_vars = dict(os.environ, PGCLUSTER_EXTRA_CONF="wal_level = logical")
-        subprocess.run(["bash", PGCLUSTER, "start", base], check=True, stdout=subprocess.DEVNULL, timeout=120,
-                       env=env_vars)
-        env = read_env(os.path.join(base, "env"))
-        direct = "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
-            env["ADMIN_USER"], urllib.parse.quote(env["ADMIN_PASSWORD"], safe=""), env["PGHOST"], env["PGPORT"],
-            env["PGDATABASE"])
+        _, direct = start_cluster(base, "wal_level = logical")
         with psycopg.connect(direct, autocommit=True) as c:
             c.execute("CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL)")
             c.execute("INSERT INTO kv VALUES (1, 7), (2, 0)")
@@ -76,7 +47,7 @@ def main():
         url = serve.stdout.readline().strip()
         if not url.startswith("postgresql://"):
             fail("no connection string from serve")
-        wait_for(lambda: metrics().get("hyperpool_wal_feed_serving", 0) == 1, "the feed streaming", 15)
+        wait_for(lambda: serve_metrics().get("hyperpool_wal_feed_serving", 0) == 1, "the feed streaming", 15)
 
         stop = threading.Event()
         locks = [0]
@@ -105,7 +76,7 @@ def main():
         stop.set()
         t.join(10)
         n = after - before
-        m = metrics()
+        m = serve_metrics()
         print({k: v for k, v in m.items() if "wal_feed" in k or "cache_hits" in k or "catalog" in k})
         check(m.get("hyperpool_wal_feed_transactions_total", 0) > 10, "the feed saw the empty commits")
         print(f"{locks[0]} temporary-table transactions straight to the origin, {reads} reads through serve, "
@@ -119,8 +90,7 @@ def main():
         if serve:
             serve.kill()
             serve.wait(10)
-        subprocess.run(["bash", PGCLUSTER, "stop", base], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=120)
+        stop_cluster(base)
 
 
 if __name__ == "__main__":

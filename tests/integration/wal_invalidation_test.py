@@ -21,33 +21,30 @@ synchronous_commit = on), stopped even when the test fails. Every wait has a
 deadline. Needs HYPERPOOL_BINARY (ctest sets it).
 """
 import os
-import re
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
 
 import psycopg
 
-from pgtest_env import ERR, as_pg, check, fail, read_env, wait_for  # beside this script
+from pgtest_env import (ERR, as_pg, check, err_text, fail, serve_metrics, start_cluster, stop_cluster,  # beside this script
+                        wait_for)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PGCLUSTER = os.path.join(HERE, "..", "support", "pgcluster.sh")
 BOUND = 0.100  # --wal-max-lag, seconds
 READERS = 3
 STOP = threading.Event()
 
 
-class Writer(threading.Thread):
-    """UPDATE kv SET v = v + 1 straight to the origin; records (ack time, v)."""
+class Loop(threading.Thread):
+    """Runs step(conn) until STOP, reconnecting after an error (counted)."""
+    connect_timeout = 5
+    pause = 0.0
 
     def __init__(self, url):
         super().__init__(daemon=True)
         self.url = url
-        self.acks = []  # (monotonic time the commit was acknowledged, value)
         self.errors = 0
 
     def run(self):
@@ -55,38 +52,40 @@ class Writer(threading.Thread):
         while not STOP.is_set():
             try:
                 if conn is None:
-                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
-                v = conn.execute("UPDATE kv SET v = v + 1 WHERE id = 1 RETURNING v").fetchone()[0]
-                self.acks.append((time.monotonic(), v))
+                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
+                self.step(conn)
             except psycopg.Error:
                 self.errors += 1
                 conn = None
                 time.sleep(0.02)
-            time.sleep(0.003)
+            time.sleep(self.pause)
 
 
-class Reader(threading.Thread):
+class Writer(Loop):
+    """UPDATE kv SET v = v + 1 straight to the origin; records (ack time, v)."""
+    connect_timeout = 2
+    pause = 0.003
+
+    def __init__(self, url):
+        super().__init__(url)
+        self.acks = []  # (monotonic time the commit was acknowledged, value)
+
+    def step(self, conn):
+        v = conn.execute("UPDATE kv SET v = v + 1 WHERE id = 1 RETURNING v").fetchone()[0]
+        self.acks.append((time.monotonic(), v))
+
+
+class Reader(Loop):
     """SELECT v through hyperpool; records (send time, value)."""
 
     def __init__(self, url):
-        super().__init__(daemon=True)
-        self.url = url
+        super().__init__(url)
         self.reads = []
-        self.errors = 0
 
-    def run(self):
-        conn = None
-        while not STOP.is_set():
-            try:
-                if conn is None:
-                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-                t0 = time.monotonic()
-                v = conn.execute("SELECT v FROM kv WHERE id = %s", (1,)).fetchone()[0]
-                self.reads.append((t0, v))
-            except psycopg.Error:
-                self.errors += 1
-                conn = None
-                time.sleep(0.02)
+    def step(self, conn):
+        t0 = time.monotonic()
+        v = conn.execute("SELECT v FROM kv WHERE id = %s", (1,)).fetchone()[0]
+        self.reads.append((t0, v))
 
 
 def staleness(acks, reads):
@@ -103,25 +102,6 @@ def staleness(acks, reads):
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p / 100))] if xs else 0.0
-
-
-def metrics(err_text, port_index):
-    """The /metrics of the port_index-th serve that logged one."""
-    urls = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text)
-    with urllib.request.urlopen(urls[port_index] + "/metrics", timeout=5) as r:
-        text = r.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        name, _, value = line.rpartition(" ")
-        values[name] = float(value)
-    return values
-
-
-def err_text():
-    ERR.seek(0)
-    return ERR.read().decode(errors="replace")
 
 
 def serve(binary, origin, mode):
@@ -154,19 +134,13 @@ def main():
     procs = []
     binary = os.environ["HYPERPOOL_BINARY"]
     try:
-        env_vars = dict(os.environ, PGCLUSTER_EXTRA_CONF="wal_level = logical\nsynchronous_commit = on")
-        subprocess.run(["bash", PGCLUSTER, "start", base], check=True, stdout=subprocess.DEVNULL, timeout=120,
-                       env=env_vars)
-        env = read_env(os.path.join(base, "env"))
-        direct = "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
-            env["ADMIN_USER"], urllib.parse.quote(env["ADMIN_PASSWORD"], safe=""), env["PGHOST"], env["PGPORT"],
-            env["PGDATABASE"])
+        env, direct = start_cluster(base, "wal_level = logical\nsynchronous_commit = on")
         with psycopg.connect(direct, autocommit=True) as c:
             c.execute("CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL)")
             c.execute("INSERT INTO kv VALUES (1, 0), (2, 0)")
         on, on_url = serve(binary, direct, "on")
         procs.append(on)
-        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+        wait_for(lambda: serve_metrics(0).get("hyperpool_wal_feed_serving", 0) == 1,
                  "the feed streaming and within the bound", 15)
         off, off_url = serve(binary, direct, "off")
         procs.append(off)
@@ -176,7 +150,7 @@ def main():
             with psycopg.connect(url, autocommit=True) as c:
                 def hit():
                     c.execute("SELECT v FROM kv WHERE id = %s", (1,)).fetchone()
-                    return hits(metrics(err_text(), index)) > 0
+                    return hits(serve_metrics(index)) > 0
                 wait_for(hit, f"a cache hit through serve #{index}", 15)
 
         writer = Writer(direct)
@@ -193,55 +167,55 @@ def main():
             t.start()
         time.sleep(4)  # the steady phase (a measurement window, not a wait for a condition)
         pgbench.wait(30)
-        m_off = metrics(err_text(), 1)
+        m_off = serve_metrics(1)
         for t in today:
             t.reads_done = list(t.reads)
         off.terminate()
 
         # The walsender terminated: a new slot, and no stale read meanwhile.
-        before = metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0)
+        before = serve_metrics(0).get("hyperpool_wal_feed_reconnects_total", 0)
         terminated = time.monotonic()
         with psycopg.connect(direct, autocommit=True) as c:
             n = c.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                           "WHERE application_name = 'hyperpool wal feed'").fetchone()[0]
         check(n == 1, "the feed's walsender was terminated")
-        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
-                 metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+        wait_for(lambda: serve_metrics(0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
+                 serve_metrics(0).get("hyperpool_wal_feed_serving", 0) == 1,
                  "the feed streaming again after pg_terminate_backend", 15)
         time.sleep(1)
 
         # The origin restarted.
-        before = metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0)
+        before = serve_metrics(0).get("hyperpool_wal_feed_reconnects_total", 0)
         restarted = time.monotonic()
         as_pg([os.path.join(env["PGBIN"], "pg_ctl"), "restart", "-D", env["PGDATA"], "-m", "fast", "-w", "-t", "60"])
-        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
-                 metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+        wait_for(lambda: serve_metrics(0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
+                 serve_metrics(0).get("hyperpool_wal_feed_serving", 0) == 1,
                  "the feed streaming again after the origin restarted", 20)
         time.sleep(1)
 
         # The feed lags: its walsender stopped (SIGSTOP) while the writer
         # goes on. The gate shuts within the bound; past --wal-hard-lag the
         # feed drops the slot and starts a fresh one.
-        before = metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0)
+        before = serve_metrics(0).get("hyperpool_wal_feed_reconnects_total", 0)
         with psycopg.connect(direct, autocommit=True) as c:
             walsender = c.execute("SELECT pid FROM pg_stat_activity "
                                   "WHERE application_name = 'hyperpool wal feed'").fetchone()[0]
         stopped = time.monotonic()
         os.kill(walsender, signal.SIGSTOP)
         try:
-            wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 1) == 0,
+            wait_for(lambda: serve_metrics(0).get("hyperpool_wal_feed_serving", 1) == 0,
                      "the gate shut while the walsender is stopped", 5)
             wait_for(lambda: "event=wal_feed_hard_lag" in err_text(), "the hard lag limit dropping the slot", 10)
         finally:
             os.kill(walsender, signal.SIGCONT)
-        wait_for(lambda: metrics(err_text(), 0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
-                 metrics(err_text(), 0).get("hyperpool_wal_feed_serving", 0) == 1,
+        wait_for(lambda: serve_metrics(0).get("hyperpool_wal_feed_reconnects_total", 0) > before and
+                 serve_metrics(0).get("hyperpool_wal_feed_serving", 0) == 1,
                  "a fresh slot streaming after the hard lag limit", 15)
         time.sleep(0.5)
         STOP.set()
         for t in [writer] + readers + today:
             t.join(10)
-        m_on = metrics(err_text(), 0)
+        m_on = serve_metrics(0)
 
         acks = sorted(writer.acks)
         reads_on = [r for t in readers for r in t.reads]
@@ -279,7 +253,7 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
-        subprocess.run(["bash", PGCLUSTER, "stop", base], timeout=120)
+        stop_cluster(base)
 
 
 main()

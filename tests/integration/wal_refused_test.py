@@ -19,21 +19,9 @@ import urllib.request
 
 import psycopg
 
-from pgtest_env import ERR, check, env_get, fail, origin_url, wait_for
+from pgtest_env import ERR, check, env_get, err_text, fail, fetch_metrics, origin_url, wait_for
 
 BINARY = os.environ["HYPERPOOL_BINARY"]
-
-
-def err_text():
-    ERR.seek(0)
-    return ERR.read().decode(errors="replace")
-
-
-def metrics(url):
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
-            for line in text.splitlines() if line and not line.startswith("#")}
 
 
 def run(origin, mode, event_pattern):
@@ -49,10 +37,10 @@ def run(origin, mode, event_pattern):
         if not re.search(event_pattern, err_text()[start:]):
             fail(f"the log line does not match /{event_pattern}/")
         murl = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text()[start:])[0]
-        wait_for(lambda: metrics(murl).get('hyperpool_wal_feed_state{state="unavailable"}') == 1,
+        wait_for(lambda: fetch_metrics(murl).get('hyperpool_wal_feed_state{state="unavailable"}') == 1,
                  "the feed reported unavailable", 10)
         def hits():
-            m = metrics(murl)
+            m = fetch_metrics(murl)
             return (m.get('hyperpool_cache_hits_total{tier="client"}', 0) +
                     m.get('hyperpool_cache_hits_total{tier="endpoint"}', 0))
         with psycopg.connect(url, autocommit=True) as c:
@@ -65,7 +53,7 @@ def run(origin, mode, event_pattern):
                 wait_for(lambda: read() or hits() > 0, "a cache hit (auto works by max age)", 15)
             for _ in range(20):
                 read()
-        m = metrics(murl)
+        m = fetch_metrics(murl)
         return hits(), m.get("hyperpool_wal_feed_serving"), m.get('hyperpool_cache_bypassed_total{tier="endpoint"}', 0)
     finally:
         proc.terminate()

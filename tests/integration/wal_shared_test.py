@@ -19,15 +19,11 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 
 import psycopg
 
-from pgtest_env import ERR, check, fail, read_env, wait_for  # beside this script
+from pgtest_env import ERR, check, err_text, fail, serve_metrics, start_cluster, stop_cluster, wait_for  # beside this script
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PGCLUSTER = os.path.join(HERE, "..", "support", "pgcluster.sh")
 WRITES = 5
 
 
@@ -39,20 +35,9 @@ def free_port():
     return port
 
 
-def err_text():
-    ERR.seek(0)
-    return ERR.read().decode(errors="replace")
-
-
 def hits(index):
-    url = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text())[index]
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-        text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("hyperpool_cache_hits_total") or line.startswith("hyperpool_cache_shared_hits_total"):
-            total += float(line.rpartition(" ")[2])
-    return total
+    return sum(v for k, v in serve_metrics(index).items()
+               if k.startswith("hyperpool_cache_hits_total") or k.startswith("hyperpool_cache_shared_hits_total"))
 
 
 def main():
@@ -61,13 +46,7 @@ def main():
     procs = []
     binary = os.environ["HYPERPOOL_BINARY"]
     try:
-        env_vars = dict(os.environ, PGCLUSTER_EXTRA_CONF="wal_level = logical\nsynchronous_commit = on")
-        subprocess.run(["bash", PGCLUSTER, "start", base], check=True, stdout=subprocess.DEVNULL,
-                       timeout=120, env=env_vars)
-        env = read_env(os.path.join(base, "env"))
-        direct = "postgresql://{}:{}@{}:{}/{}?sslmode=disable".format(
-            env["ADMIN_USER"], urllib.parse.quote(env["ADMIN_PASSWORD"], safe=""), env["PGHOST"], env["PGPORT"],
-            env["PGDATABASE"])
+        env, direct = start_cluster(base, "wal_level = logical\nsynchronous_commit = on")
         redis_port = free_port()
         redis = subprocess.Popen(["/usr/bin/redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save",
                                   "", "--appendonly", "no", "--dir", redis_dir], stdout=subprocess.DEVNULL,
@@ -123,7 +102,7 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
-        subprocess.run(["bash", PGCLUSTER, "stop", base], timeout=120)
+        stop_cluster(base)
         shutil.rmtree(redis_dir, ignore_errors=True)
 
 
