@@ -277,8 +277,7 @@ asio::awaitable<void> WalFeed::RunStream(std::shared_ptr<WalFeed> self) {
     // A new slot starts where the origin is now: commits made while no
     // stream ran are not in it, so nothing cached before counts.
     DropAll(/*clients_only=*/false);
-    if (ever_streamed_) reconnects_.fetch_add(1);
-    ever_streamed_ = true;
+    if (core_.EverStreamed()) reconnects_.fetch_add(1);
     last_failure_.clear();
     backoff = options_.min_backoff;
     Transition(WalFeedState::kStreaming);

@@ -107,7 +107,6 @@ class WalFeed : public std::enable_shared_from_this<WalFeed> {
   std::string pending_writes_;
   bool writing_ = false;
   bool gate_open_ = false;         // as the Client tiers were last told
-  bool ever_streamed_ = false;
   std::string last_failure_;       // logged once per distinct failure
   std::string last_probe_failure_;
   asio::steady_timer stream_timer_;

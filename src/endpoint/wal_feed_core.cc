@@ -41,7 +41,6 @@ WalFeedCore::WalFeedCore(Options options) : options_(options) {
 void WalFeedCore::Transition(WalFeedState next, Clock::time_point now) {
   if (options_.mode == WalInvalidation::kOff) return;  // stays kOff
   if (next == WalFeedState::kStreaming) {
-    ever_streamed_ = true;
     // A new slot: nothing before it is known (the driver invalidates all).
     streaming_since_ = now;
     fresh_as_of_ = {};
@@ -182,32 +181,25 @@ std::chrono::milliseconds WalFeedCore::Lag(Clock::time_point now) const {
 
 bool WalFeedCore::ServeCached(Clock::time_point now) const { return WillServe(now, std::chrono::milliseconds(0)); }
 
+bool WalFeedCore::ByMaxAge() const {
+  if (state_ == WalFeedState::kOff) return true;
+  if (options_.mode != WalInvalidation::kAuto) return false;  // on: the feed is required
+  // auto: the origin does not allow the feed (kUnavailable), or no stream
+  // has started yet, so it is not known whether it does (or the origin is
+  // down): max age as without the feed; whatever is cached then is dropped
+  // when the first stream starts. After one, a break (kConnecting) serves
+  // nothing until the feed is back and fresh.
+  return state_ == WalFeedState::kUnavailable || (state_ == WalFeedState::kConnecting && !EverStreamed());
+}
+
 bool WalFeedCore::WillServe(Clock::time_point now, std::chrono::milliseconds ahead) const {
-  switch (state_) {
-    case WalFeedState::kOff:
-      return true;
-    case WalFeedState::kUnavailable:
-      // auto: the origin does not allow the feed, the cache works by max
-      // age as without it. on: the feed is required.
-      return options_.mode == WalInvalidation::kAuto;
-    case WalFeedState::kConnecting:
-      // auto before any stream: not yet known whether the origin allows the
-      // feed (or the origin is down), so max age as without it; whatever is
-      // cached then is dropped when the first stream starts. After one: a
-      // break, nothing is served until the feed is back and fresh.
-      return options_.mode == WalInvalidation::kAuto && !ever_streamed_;
-    case WalFeedState::kStreaming:
-      return fresh_as_of_ != Clock::time_point{} && now + ahead - fresh_as_of_ < options_.bound;
-  }
-  return false;
+  if (ByMaxAge()) return true;
+  return state_ == WalFeedState::kStreaming && fresh_as_of_ != Clock::time_point{} &&
+         now + ahead - fresh_as_of_ < options_.bound;
 }
 
 std::chrono::milliseconds WalFeedCore::Budget(Clock::time_point now) const {
-  const bool by_max_age = options_.mode == WalInvalidation::kAuto &&
-                          (state_ == WalFeedState::kUnavailable || (state_ == WalFeedState::kConnecting && !ever_streamed_));
-  if (state_ == WalFeedState::kOff || by_max_age) {
-    return std::chrono::milliseconds::max();
-  }
+  if (ByMaxAge()) return std::chrono::milliseconds::max();
   if (!ServeCached(now)) return std::chrono::milliseconds(0);
   return std::chrono::duration_cast<std::chrono::milliseconds>(fresh_as_of_ + options_.bound - now);
 }

@@ -64,6 +64,8 @@ class WalFeedCore {
 
   const Options& options() const { return options_; }
   WalFeedState state() const { return state_; }
+  // A stream has started at least once (the origin allows the feed).
+  bool EverStreamed() const { return streaming_since_ != Clock::time_point{}; }
 
   // --- connection lifecycle (the one transition function) ---
   // Each returns nothing; the driver logs. kStreaming resets positions and
@@ -124,6 +126,8 @@ class WalFeedCore {
 
  private:
   void OnLine(std::string_view line);
+  // The cache works by max age, as without the feed (WillServe, Budget).
+  bool ByMaxAge() const;
 
   Options options_;
   WalFeedState state_ = WalFeedState::kOff;
@@ -131,9 +135,6 @@ class WalFeedCore {
   Clock::time_point fresh_as_of_{};
   Clock::time_point last_ack_{};
   bool reply_due_ = false;           // the server asked for a status update
-  // auto: until a stream has started, the origin's support is unknown and
-  // the cache works by max age (the first stream drops everything cached).
-  bool ever_streamed_ = false;
   protocol::Lsn seen_ = 0;           // the highest position the stream has shown
   // The open transaction (BEGIN seen, COMMIT not yet).
   bool in_transaction_ = false;
