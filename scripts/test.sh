@@ -58,7 +58,27 @@ else
   record "fuzz build" 1
 fi
 
+# The output of each failed test again, at the end where a CI summary shows
+# it: ctest's LastTest.log keeps every test's output.
+failed_output() {  # failed_output LASTTEST_LOG
+  [ -f "$1" ] || return 0
+  awk '
+    /^[0-9]+\/[0-9]+ Test: / { name = $3; n = 0; keep = 0; next }
+    /^Output:$/ { keep = 1; next }
+    /^<end of output>$/ { keep = 0; next }
+    keep { lines[++n] = $0; next }
+    /^Test (Failed|Timeout|Not Run)/ || /^Test .*\*\*\*/ {
+      printf "--- output of %s (its last 40 lines)\n", name
+      for (i = (n > 40 ? n - 39 : 1); i <= n; i++) print lines[i]
+    }
+  ' "$1"
+}
+
 echo
-if [ "$failed" != 0 ]; then printf 'FAILED: %s\n' "${failures[@]}"; fi
+if [ "$failed" != 0 ]; then
+  failed_output build/Testing/Temporary/LastTest.log
+  failed_output build-asan/Testing/Temporary/LastTest.log
+  printf 'FAILED: %s\n' "${failures[@]}"
+fi
 echo "${passed} passed, ${failed} failed"
 [ "$failed" = 0 ]

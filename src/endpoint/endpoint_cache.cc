@@ -121,6 +121,7 @@ void EndpointCache::CatalogChanged(CatalogChange source) {
     feed_changed_ = true;
     return;
   }
+  ++own_catalog_epoch_;
   feed_changed_ = false;
   last_failure_ = {};
 }
@@ -135,6 +136,7 @@ void EndpointCache::StartRefresh() {
 asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self) {
   for (int attempt = 0; attempt < kCatalogReadAttempts; ++attempt) {
     const uint64_t epoch = catalog_epoch_;
+    const uint64_t own_epoch = own_catalog_epoch_;
     ++counters_.catalog_reads;
     absl::StatusOr<Lease> lease = co_await acquire_();
     if (!lease.ok()) break;
@@ -215,7 +217,16 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
                       why.empty() ? "connection lost" : why));
       break;
     }
-    if (epoch != catalog_epoch_) continue;  // DDL meanwhile: read it again
+    if (epoch != catalog_epoch_) {
+      // A session's own DDL meanwhile: read it again at once. Only the
+      // feed's commits: which of them this read saw is unknown, so it is
+      // not used, and the next read waits its turn (kFeedCatalogReadEvery)
+      // — under DDL elsewhere without pause the cache decides nothing
+      // rather than reading the catalog in a loop.
+      if (own_epoch != own_catalog_epoch_) continue;
+      EndRefresh();
+      co_return;
+    }
     snapshot_ = std::move(snapshot);
     oracle_ = snapshot_->Oracle(std::move(path));
     snapshot_valid_ = true;

@@ -210,6 +210,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   bool snapshot_valid_ = false;
   bool refreshing_ = false;
   uint64_t catalog_epoch_ = 0;
+  uint64_t own_catalog_epoch_ = 0;  // the part of catalog_epoch_ made through hyperpool (kThroughHyperpool)
   std::chrono::steady_clock::time_point loaded_at_{};
   std::vector<std::weak_ptr<asio::steady_timer>> refresh_waiters_;  // OnRefreshEnd
   void EndRefresh();  // refreshing_ = false, wakes refresh_waiters_

@@ -33,7 +33,10 @@ def run(origin, mode, event_pattern):
         url = proc.stdout.readline().strip()
         if not url.startswith("postgresql://"):
             fail(f"no connection string from serve --wal-invalidation {mode}")
-        wait_for(lambda: "event=wal_feed_unavailable" in err_text()[start:], "the feed's wal_feed_unavailable line", 20)
+        # serve logs its metrics address after it started the Endpoint, so
+        # the feed's line may come first: wait for both.
+        wait_for(lambda: "event=wal_feed_unavailable" in err_text()[start:] and "metrics on http" in err_text()[start:],
+                 "the feed's wal_feed_unavailable line and the metrics address", 20)
         if not re.search(event_pattern, err_text()[start:]):
             fail(f"the log line does not match /{event_pattern}/")
         murl = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text()[start:])[0]
