@@ -1,6 +1,5 @@
 #include "endpoint/notification_pid.h"
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/numbers.h"
 
 namespace hyperpool::endpoint {
@@ -28,17 +27,27 @@ std::optional<std::int32_t> ParseBackendPid(std::string_view value) {
   return pid;
 }
 
-void NotifierPids::Forget(std::int32_t app_pid) {
-  absl::InlinedVector<std::int32_t, 4> gone;
-  for (const auto& [origin, app] : map_) {
-    if (app == app_pid) gone.push_back(origin);
+void NotifierPids::Forget(std::int32_t app_pid, Clock::time_point now) {
+  // First the sessions whose time is up (their backends show their own pid
+  // again unless lent since), then this one's backends are marked ended.
+  while (!ended_.empty() && now - ended_.front().first >= kKeepAfterEnd) {
+    const std::int32_t gone = ended_.front().second;
+    ended_.pop_front();
+    absl::erase_if(map_, [gone](const auto& e) { return e.second.ended && e.second.app_pid == gone; });
   }
-  for (std::int32_t origin : gone) map_.erase(origin);
+  bool held = false;
+  for (auto& [origin, holder] : map_) {
+    if (holder.app_pid == app_pid) {
+      holder.ended = true;
+      held = true;
+    }
+  }
+  if (held) ended_.emplace_back(now, app_pid);
 }
 
 std::int32_t NotifierPids::Translate(std::int32_t origin_pid) const {
   auto it = map_.find(origin_pid);
-  return it == map_.end() ? origin_pid : it->second;
+  return it == map_.end() ? origin_pid : it->second.app_pid;
 }
 
 void AppendTranslatedNotification(std::string& out, std::string_view raw, const NotifierPids& pids) {

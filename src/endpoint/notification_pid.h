@@ -17,10 +17,13 @@
 // Notifications from outside hyperpool keep the origin pid. The listener
 // fan-out (src/endpoint/listener*) uses the same map and function.
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "protocol/link_protocol.h"
@@ -37,28 +40,42 @@ std::optional<std::int32_t> ParseBackendPid(std::string_view value);
 // Origin backend pid -> app pid of the session that holds or last held it.
 class NotifierPids {
  public:
+  using Clock = std::chrono::steady_clock;
+  // How long a session that ended still names the backends it was last on:
+  // the listener's copy of its last NOTIFY may arrive after it closed
+  // (psycopg's test_notifies notifies and closes at once).
+  static constexpr std::chrono::seconds kKeepAfterEnd{2};
+
   // Session with app pid `app_pid` (0: it gave none) now holds origin
   // backend `origin_pid`.
   void Lend(std::int32_t origin_pid, std::int32_t app_pid) {
     if (app_pid == 0) {
       map_.erase(origin_pid);
     } else {
-      map_[origin_pid] = app_pid;
+      map_[origin_pid] = Holder{app_pid, false};
     }
   }
-  // Lend() unless `origin_pid` already has a session.
+  // Lend() unless `origin_pid` already has a session that has not ended.
   void LendIfUnknown(std::int32_t origin_pid, std::int32_t app_pid) {
-    if (!map_.contains(origin_pid)) Lend(origin_pid, app_pid);
+    auto it = map_.find(origin_pid);
+    if (it == map_.end() || it->second.ended) Lend(origin_pid, app_pid);
   }
-  // The session with `app_pid` ended: forget the backends it was last on.
-  void Forget(std::int32_t app_pid);
+  // The session with `app_pid` ended: the backends it was last on keep its
+  // pid for kKeepAfterEnd (until lent again), then show their own. Entries
+  // of sessions that ended earlier than that are dropped here.
+  void Forget(std::int32_t app_pid, Clock::time_point now = Clock::now());
   // The app pid for `origin_pid`, or `origin_pid` itself when no session
   // of this Endpoint is known to have used that backend.
   std::int32_t Translate(std::int32_t origin_pid) const;
   std::size_t size() const { return map_.size(); }
 
  private:
-  absl::flat_hash_map<std::int32_t, std::int32_t> map_;
+  struct Holder {
+    std::int32_t app_pid;
+    bool ended;  // its session ended (Forget); replaced by LendIfUnknown too
+  };
+  absl::flat_hash_map<std::int32_t, Holder> map_;
+  std::deque<std::pair<Clock::time_point, std::int32_t>> ended_;  // (when, app pid), oldest first
 };
 
 // Whether a Query or Parse payload may send a notification: it mentions

@@ -1,5 +1,6 @@
 // NotificationResponse sender pids as the apps know them
 // (src/endpoint/notification_pid.h).
+#include <chrono>
 #include <string>
 
 #include <catch2/catch_test_macros.hpp>
@@ -44,7 +45,13 @@ TEST_CASE("a notification's pid becomes the app pid of the session on that backe
   pids.Lend(1002, 0);  // a session without an app pid: the origin pid shows
   CHECK(pids.Translate(1002) == 1002);
   pids.Lend(1002, 88);
-  pids.Forget(99);
+  const auto t0 = NotifierPids::Clock::time_point{} + std::chrono::hours(1);
+  pids.Forget(99, t0);
+  // The listener's copy of an ended session's last NOTIFY may come after it
+  // closed: its backend still names it for a while...
+  CHECK(pids.Translate(1001) == 99);
+  // ...then shows its own pid (swept by a later session's end).
+  pids.Forget(12345, t0 + NotifierPids::kKeepAfterEnd);
   CHECK(pids.Translate(1001) == 1001);
   CHECK(pids.size() == 1);
 
@@ -67,6 +74,22 @@ TEST_CASE("a notification's pid becomes the app pid of the session on that backe
 
 namespace hyperpool::endpoint {
 namespace {
+
+TEST_CASE("a backend an ended session was on goes to the next session that may notify on it") {
+  NotifierPids pids;
+  const auto t0 = NotifierPids::Clock::time_point{} + std::chrono::hours(1);
+  pids.Lend(2001, 7);
+  pids.Forget(7, t0);
+  CHECK(pids.Translate(2001) == 7);
+  pids.LendIfUnknown(2001, 8);  // the ended session no longer holds it
+  CHECK(pids.Translate(2001) == 8);
+  pids.LendIfUnknown(2001, 9);  // a live holder is kept
+  CHECK(pids.Translate(2001) == 8);
+  pids.Forget(8, t0 + std::chrono::seconds(1));
+  pids.Lend(2001, 10);  // lent again before the sweep: the sweep leaves it
+  pids.Forget(11, t0 + std::chrono::seconds(10));
+  CHECK(pids.Translate(2001) == 10);
+}
 
 TEST_CASE("MayNotify finds NOTIFY and pg_notify in any case, nothing else") {
   CHECK(MayNotify("NOTIFY chan, 'x'"));
