@@ -538,21 +538,24 @@ asio::awaitable<void> Session::WaitPin() {
 
 std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller) {
   std::lock_guard<std::mutex> lock(endpoint.mutex);
-  auto find = [&endpoint](std::int32_t app_pid) -> std::shared_ptr<Session> {
-    for (Session* s : endpoint.sessions) {
-      if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
-        return s->weak_from_this().lock();
-      }
+  // An origin pid (pg_backend_pid()): the session other than the caller
+  // that used that backend most recently, as directly the session whose
+  // backend it is (the caller may have been lent it since, as asyncpg's
+  // test_pool_remote_close is).
+  Session* by_origin = nullptr;
+  std::uint32_t newest = 0;
+  for (Session* s : endpoint.sessions) {
+    if (!s->core_ || s->finished_ || s->watch_ || s->probe_) continue;
+    if (s->app_pid_ == pid) return s->weak_from_this().lock();  // the pid it was handed
+    if (s->app_pid_ == caller) continue;
+    const endpoint::SessionCore::OriginLease lease = s->core_->origin_lease();
+    if (lease.pid != pid || lease.serial == 0) continue;
+    if (by_origin == nullptr || static_cast<std::int32_t>(lease.serial - newest) > 0) {
+      by_origin = s;
+      newest = lease.serial;
     }
-    return nullptr;
-  };
-  if (std::shared_ptr<Session> target = find(pid)) return target;
-  // An origin pid (pg_backend_pid()): the session that ran the latest unit
-  // on that backend, as directly the session whose backend it is. Not the
-  // caller itself: then the origin ends its own backend, as directly.
-  auto holder = endpoint.origin_holders.find(pid);
-  if (holder == endpoint.origin_holders.end() || holder->second == caller) return nullptr;
-  return find(holder->second);
+  }
+  return by_origin != nullptr ? by_origin->weak_from_this().lock() : nullptr;
 }
 
 void Session::Signal(bool terminate) {
