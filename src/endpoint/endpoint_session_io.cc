@@ -536,12 +536,14 @@ asio::awaitable<void> Session::WaitPin() {
   Execute(/*flush_link=*/true);
 }
 
-std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller) {
+std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller,
+                                                   endpoint::SessionCore::OriginLease caller_lease) {
   std::lock_guard<std::mutex> lock(endpoint.mutex);
-  // An origin pid (pg_backend_pid()): the session other than the caller
-  // that used that backend most recently, as directly the session whose
-  // backend it is (the caller may have been lent it since, as asyncpg's
-  // test_pool_remote_close is).
+  // An origin pid (pg_backend_pid()): the session that used that backend
+  // most recently, as directly the session whose backend it is. The caller
+  // counts with the lend before its current unit's (SignalLease: asyncpg's
+  // test_pool_remote_close is lent the very backend it names); when that is
+  // the newest, the origin ends the caller's own backend, as directly.
   Session* by_origin = nullptr;
   std::uint32_t newest = 0;
   for (Session* s : endpoint.sessions) {
@@ -555,7 +557,12 @@ std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std
       newest = lease.serial;
     }
   }
-  return by_origin != nullptr ? by_origin->weak_from_this().lock() : nullptr;
+  if (by_origin == nullptr) return nullptr;
+  if (caller_lease.pid == pid && caller_lease.serial != 0 &&
+      static_cast<std::int32_t>(caller_lease.serial - newest) > 0) {
+    return nullptr;
+  }
+  return by_origin->weak_from_this().lock();
 }
 
 void Session::Signal(bool terminate) {
@@ -569,7 +576,7 @@ void Session::Signal(bool terminate) {
 }
 
 bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
-  std::shared_ptr<Session> target = FindSignalTarget(*endpoint_, app_pid, app_pid_);
+  std::shared_ptr<Session> target = FindSignalTarget(*endpoint_, app_pid, app_pid_, core_->SignalLease());
   if (!target) {
     // A pid handed out for another database of this process (serve with several).
     const auto& elsewhere = endpoint_->options.signal_elsewhere;

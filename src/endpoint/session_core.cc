@@ -339,6 +339,7 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
   if (id_.app_pid != 0) {
     // No lock: FindSignalTarget, rare, compares every session's word.
     if (++endpoint_.lease_serial == 0) ++endpoint_.lease_serial;  // 0 means none
+    previous_lease_ = origin_lease_.load(std::memory_order_relaxed);
     origin_lease_.store(static_cast<std::uint64_t>(endpoint_.lease_serial) << 32 |
                             static_cast<std::uint32_t>(conn_->backend_key().process_id),
                         std::memory_order_relaxed);
@@ -632,12 +633,20 @@ std::optional<BackendSignal> SessionCore::HeadSignal(const protocol::Frame& fram
   // directly. (A connection lent for the current unit only is the pool's
   // choice: asyncpg's Parse + Describe + Flush may have been lent the very
   // backend another session read.)
-  if (signal && conn_ != nullptr && conn_->backend_key().process_id == signal->pid &&
-      (conn_->transaction_status() == 'T' || CurrentPin() != PinReason::kNone ||
-       endpoint_.options.pool.mode == PoolMode::kSession)) {
+  if (signal && conn_ != nullptr && conn_->backend_key().process_id == signal->pid && OwnsConnection()) {
     return std::nullopt;
   }
   return signal;
+}
+
+bool SessionCore::OwnsConnection() const {
+  return conn_ != nullptr && (conn_->transaction_status() == 'T' || CurrentPin() != PinReason::kNone ||
+                              endpoint_.options.pool.mode == PoolMode::kSession);
+}
+
+SessionCore::OriginLease SessionCore::SignalLease() const {
+  if (conn_ != nullptr && in_unit_ && !OwnsConnection()) return Unpack(previous_lease_);
+  return origin_lease();
 }
 
 bool SessionCore::MidUnitAnswered() const {

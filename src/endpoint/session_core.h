@@ -170,11 +170,11 @@ class SessionCore {
     std::int32_t pid = 0;
     std::uint32_t serial = 0;
   };
-  OriginLease origin_lease() const {
-    const std::uint64_t word = origin_lease_.load(std::memory_order_relaxed);
-    return OriginLease{static_cast<std::int32_t>(static_cast<std::uint32_t>(word)),
-                       static_cast<std::uint32_t>(word >> 32)};
-  }
+  OriginLease origin_lease() const { return Unpack(origin_lease_.load(std::memory_order_relaxed)); }
+  // The lend whose backend counts as this session's when it names an origin
+  // pid (executor only): origin_lease(), or the lend before it while the
+  // current unit runs on a connection lent for that unit only.
+  OriginLease SignalLease() const;
   // Another session's pg_terminate_backend named this session's app pid:
   // FATAL 57P01, as PostgreSQL's administrator command, and the session ends.
   void OnAdminTerminate();
@@ -290,6 +290,13 @@ class SessionCore {
   // it start in in_.
   std::optional<BackendSignal> HeadSignal(const protocol::Frame& frame, const cache::SqlText* sql,
                                           std::size_t offset) const;
+  static OriginLease Unpack(std::uint64_t word) {
+    return OriginLease{static_cast<std::int32_t>(static_cast<std::uint32_t>(word)),
+                       static_cast<std::uint32_t>(word >> 32)};
+  }
+  // The lent connection is the session's own beyond the current unit: a
+  // transaction block, a pin, session mode.
+  bool OwnsConnection() const;
   // Inside a unit (no Sync yet) whose every message sent so far is
   // answered, with no error: a signal Bind's batch can be answered here but
   // its Sync, which goes to the origin.
@@ -393,6 +400,7 @@ class SessionCore {
   char signal_status_ = 'I';
   BackendSignal signal_;  // what kSignalSession asked for
   std::atomic<std::uint64_t> origin_lease_{0};  // origin_lease(): serial << 32 | pid
+  std::uint64_t previous_lease_ = 0;             // the word before the latest lend
   bool discard_after_unit_ = false;
   bool idle_watch_started_ = false;
   std::chrono::steady_clock::time_point last_activity_{};

@@ -1578,6 +1578,9 @@ TEST_CASE("SessionCore: asyncpg's Parse + Describe + Flush, then Bind + Execute 
   const SessionCommand* c = asked.Find(Kind::kSignalSession);
   REQUIRE(c != nullptr);
   CHECK(c->signal_pid == kBackendPid);
+  // Nor does the caller count as that backend's user for this unit's lend.
+  CHECK(h.core().origin_lease().pid == kBackendPid);
+  CHECK(h.core().SignalLease().serial == 0);
   h.core().OnSignalled(true);
   Out answered = h.Take();
   CHECK(Tags(answered.to_client) == "2TDC");
@@ -1621,6 +1624,7 @@ TEST_CASE("SessionCore: each lend records the backend and a newer lease serial",
   CHECK(first.serial != 0);
   h.Origin(SelectAnswer());
   (void)h.Take();
+  CHECK(h.core().SignalLease().serial == first.serial);  // at rest: its latest lend counts
   h.StartUnit(QueryBytes("SELECT 1"));
   CHECK(static_cast<std::int32_t>(h.core().origin_lease().serial - first.serial) > 0);
 }
