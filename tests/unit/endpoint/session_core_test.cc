@@ -1615,6 +1615,29 @@ TEST_CASE("SessionCore: a named pg_terminate_backend($1) parsed and bound in one
   CHECK(h.Take().Commands() == "acquire");
 }
 
+TEST_CASE("SessionCore: a closed or re-parsed signal statement is no longer one", "[endpoint][session_core]") {
+  Harness h;
+  const std::string bind_execute = Bind("s1", {"5000123"}) + Execute() + Sync();
+  const bool close = GENERATE(true, false);
+  CAPTURE(close);
+  h.Client(Parse("s1", "SELECT pg_cancel_backend($1)") + Sync());
+  REQUIRE(Tags(h.Take().to_client) == "1Z");
+  // Close, or a Parse of the name with another text (after Close: PostgreSQL
+  // refuses a name in use), each in a unit of its own on the origin.
+  OriginConnection* conn = nullptr;
+  h.StartUnit(testing::CloseS("s1") + Sync(), &conn);
+  h.Origin(Ready('I'));
+  (void)h.Take();
+  if (!close) {
+    h.Client(Parse("s1", "SELECT $1::int") + Sync());
+    (void)h.Take();
+  }
+  h.Client(bind_execute);
+  Out out = h.Take();
+  CHECK(out.Find(Kind::kSignalSession) == nullptr);
+  CHECK(out.Commands() == "acquire");
+}
+
 TEST_CASE("SessionCore: each lend records the backend and a newer lease serial", "[endpoint][session_core]") {
   Harness h;
   CHECK(h.core().origin_lease().serial == 0);
