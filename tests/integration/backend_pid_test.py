@@ -10,7 +10,9 @@
   argument;
 - pg_cancel_backend(A's pid) cancels A's running query (57014) and A goes on;
 - node-postgres (tests/drivers/terminate_pg.mjs, as its gh-issues/130): the
-  terminated pooled client's error event, and the pool recovers;
+  terminated pooled client's error event, and the pool recovers; a named
+  statement terminates the client it names also when bound alone (its
+  second execution);
 - from another database of the same `serve` (a "*" entry: one Endpoint per
   database), and with the origin pid a client read from pg_backend_pid(),
   as node-postgres's gh-issues/130 does (from template1);
