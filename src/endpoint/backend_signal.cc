@@ -142,6 +142,80 @@ std::optional<std::int64_t> BoundPid(const protocol::Bind& bind) {
   return value;
 }
 
+// The signal's one column: boolean, named after the function, in `format`.
+void AppendSignalRowDescription(std::string& out, const BackendSignal& signal, std::int16_t format) {
+  protocol::RowDescription rd;
+  rd.fields.push_back(protocol::FieldDescription{.name = signal.terminate ? "pg_terminate_backend" : "pg_cancel_backend",
+                                                 .type_oid = kBoolOid,
+                                                 .type_size = 1,
+                                                 .format = format});
+  protocol::Encode(rd, out);
+}
+
+// Its one row: `result` as text ('t'/'f') or binary (one byte 1/0).
+void AppendSignalDataRow(std::string& out, bool result, std::int16_t format) {
+  const char value = format == protocol::kFormatBinary ? static_cast<char>(result ? 1 : 0) : (result ? 't' : 'f');
+  const char row[] = {0, 0, 0, 1, value};
+  protocol::Encode(protocol::DataRow{1, std::string_view(row, sizeof row)}, out);
+}
+
+// Walks a batch that starts at a Bind of the signal statement: the Bind
+// (unnamed portal), then only Describe / Execute of the unnamed portal and
+// Flush, up to and including a Sync. Its length in bytes, or 0 if the batch
+// is anything else or not complete. With `out`, appends the answers
+// PostgreSQL gives to each message but the Sync.
+std::size_t WalkSignalBatch(std::string_view batch, const BackendSignal& signal, std::string* out) {
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  std::string_view rest = batch;
+  std::int16_t format = protocol::kFormatText;
+  bool row_left = true;  // the portal's one row is not fetched yet
+  for (bool first = true;; first = false) {
+    auto r = reader.Read(rest);
+    if (!r.is_frame()) return 0;
+    const protocol::Frame f = r.frame();
+    rest.remove_prefix(f.size());
+    if (first) {
+      auto bind = protocol::DecodeBind(f.payload);
+      if (f.tag != 'B' || !bind.ok() || !bind->portal.empty() || bind->result_formats.size() > 1) return 0;
+      if (!bind->result_formats.empty()) format = bind->result_formats[0];
+      if (format != protocol::kFormatText && format != protocol::kFormatBinary) return 0;
+      if (out != nullptr) protocol::Encode(protocol::BindComplete{}, *out);
+      continue;
+    }
+    switch (f.tag) {
+      case 'D': {
+        auto d = protocol::DecodeDescribe(f.payload);
+        if (!d.ok() || d->kind != protocol::ObjectKind::kPortal || !d->name.empty()) return 0;
+        if (out != nullptr) AppendSignalRowDescription(*out, signal, format);
+        break;
+      }
+      case 'E': {
+        auto e = protocol::DecodeExecute(f.payload);
+        if (!e.ok() || !e->portal.empty()) return 0;
+        if (out == nullptr) break;
+        if (!row_left) {
+          protocol::Encode(protocol::CommandComplete{"SELECT 0"}, *out);
+          break;
+        }
+        row_left = false;
+        AppendSignalDataRow(*out, true, format);
+        if (e->max_rows == 1) {
+          protocol::Encode(protocol::PortalSuspended{}, *out);  // the limit reached: not known to be done
+        } else {
+          protocol::Encode(protocol::CommandComplete{"SELECT 1"}, *out);
+        }
+        break;
+      }
+      case 'H':
+        break;
+      case 'S':
+        return batch.size() - rest.size();
+      default:
+        return 0;
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<BackendSignal> ParseBackendSignal(std::string_view sql) {
@@ -169,6 +243,34 @@ std::optional<BackendSignal> ParseBackendSignalUnit(std::string_view parse_paylo
   return BackendSignal{call->terminate, static_cast<std::int32_t>(*pid)};
 }
 
+std::optional<BackendSignal> ParseBackendSignalBind(std::string_view parse_payload, std::string_view batch) {
+  // The text first, without decoding: this runs for every Bind that starts
+  // a unit, and almost none is of such a statement.
+  const std::size_t name_end = parse_payload.find('\0');
+  if (name_end == std::string_view::npos) return std::nullopt;
+  std::string_view text = parse_payload.substr(name_end + 1);
+  text = text.substr(0, text.find('\0'));
+  std::optional<Call> call = ParseCall(text, /*allow_param=*/true);
+  if (!call || call->param.empty()) return std::nullopt;
+  auto parse = protocol::DecodeParse(parse_payload);
+  if (!parse.ok() || parse->parameter_types.size() > 1) return std::nullopt;
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  auto r = reader.Read(batch);
+  if (!r.is_frame() || r.frame().tag != 'B') return std::nullopt;
+  auto bind = protocol::DecodeBind(r.frame().payload);
+  if (!bind.ok()) return std::nullopt;
+  std::optional<std::int64_t> pid = BoundPid(*bind);
+  if (!pid || *pid == 0) return std::nullopt;
+  const BackendSignal signal{call->terminate, static_cast<std::int32_t>(*pid)};
+  if (WalkSignalBatch(batch, signal, nullptr) == 0) return std::nullopt;
+  return signal;
+}
+
+std::size_t AppendBackendSignalBatchAnswer(std::string_view batch, const BackendSignal& signal, std::string& out) {
+  if (WalkSignalBatch(batch, signal, nullptr) == 0) return 0;  // nothing appended
+  return WalkSignalBatch(batch, signal, &out);
+}
+
 std::string BackendSignalStandIn(std::string_view parse_payload) {
   auto parse = protocol::DecodeParse(parse_payload);
   if (!parse.ok()) return {};
@@ -184,13 +286,8 @@ std::string BackendSignalStandIn(std::string_view parse_payload) {
 }
 
 void AppendBackendSignalAnswer(std::string& out, const BackendSignal& signal, bool result) {
-  protocol::RowDescription rd;
-  rd.fields.push_back(protocol::FieldDescription{
-      .name = signal.terminate ? "pg_terminate_backend" : "pg_cancel_backend", .type_oid = kBoolOid, .type_size = 1});
-  protocol::Encode(rd, out);
-  static constexpr char kTrue[] = {0, 0, 0, 1, 't'};
-  static constexpr char kFalse[] = {0, 0, 0, 1, 'f'};
-  protocol::Encode(protocol::DataRow{1, std::string_view(result ? kTrue : kFalse, 5)}, out);
+  AppendSignalRowDescription(out, signal, protocol::kFormatText);
+  AppendSignalDataRow(out, result, protocol::kFormatText);
   protocol::Encode(protocol::CommandComplete{"SELECT 1"}, out);
 }
 

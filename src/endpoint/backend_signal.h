@@ -9,7 +9,9 @@
 // is recognised here; the session acts on the hyperpool session that holds
 // pid N and answers as PostgreSQL would, or sends it on unchanged when no
 // session holds N (then N is an origin pid the app read from
-// pg_backend_pid() or pg_stat_activity).
+// pg_backend_pid() or pg_stat_activity). So are the extended-protocol forms
+// below: the statement parsed with its Bind in one batch, or bound in a
+// later batch.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -32,6 +34,25 @@ std::optional<BackendSignal> ParseBackendSignal(std::string_view sql);
 // or `$1` (with optional `::type` casts) followed in the same batch (`rest`)
 // by a Bind of that statement with one parameter, a text or binary integer.
 std::optional<BackendSignal> ParseBackendSignalUnit(std::string_view parse_payload, std::string_view rest);
+
+// A Bind in a later batch than the Parse of its statement (asyncpg prepares
+// with Parse + Describe + Flush, then sends Bind + Execute + Sync):
+// `parse_payload` is the Parse the client made the Bind's statement with
+// (the session remembers it by name, forgotten on Close, DEALLOCATE and
+// re-Parse), `batch` starts at the Bind. The signal if that Parse is such a
+// SELECT with `$1`, the Bind carries one integer pid, and the batch up to
+// its Sync is only the Bind (unnamed portal), Describe / Execute of the
+// unnamed portal and Flush: what AppendBackendSignalBatchAnswer answers.
+std::optional<BackendSignal> ParseBackendSignalBind(std::string_view parse_payload, std::string_view batch);
+
+// Answers such a batch (the Bind and what follows; also the Bind after a
+// named Parse of such a statement) as PostgreSQL would, into `out`, up to (not
+// including) the Sync's ReadyForQuery: BindComplete; for a Describe of the
+// portal the column in the Bind's result format; for an Execute the row `t`
+// (binary: the byte 1) and SELECT 1, or PortalSuspended with a row limit of
+// 1 (then SELECT 0). Returns the batch's length in bytes (Sync included),
+// or 0 with nothing appended if `batch` is not such a batch (whole).
+std::size_t AppendBackendSignalBatchAnswer(std::string_view batch, const BackendSignal& signal, std::string& out);
 
 // The Parse that stands in for such a Parse once its session has been
 // signalled: the same name and parameter types, its text

@@ -107,11 +107,9 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::uint64_t last_session_serial = 0;
   // Origin backend pid -> app pid of its last session (notification_pid.h).
   endpoint::NotifierPids notifier_pids;
-  // Origin backend pid -> app pid of the session that ran the latest unit
-  // on it: pg_terminate_backend / pg_cancel_backend of a pid a client read
-  // from pg_backend_pid() signals that session (Session::FindSignalTarget).
-  // Guarded by `mutex` (other Endpoints' sessions read it).
-  absl::flat_hash_map<std::int32_t, std::int32_t> origin_holders;
+  // The last lease serial given out (SessionCore::origin_lease: which
+  // session used an origin backend most recently); wraps, 0 skipped.
+  std::uint32_t lease_serial = 0;
   // EndpointOptions::close_idle_when_unused: armed when the last app
   // session ends (Session::~Session).
   std::unique_ptr<asio::steady_timer> unused_timer;

@@ -67,8 +67,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void Shutdown();
 
   // The live session of `endpoint` that pid `pid` names: its app pid, or an
-  // origin backend's whose latest unit was its (not `caller`'s); or null.
-  static std::shared_ptr<Session> FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller);
+  // origin backend's that it used most recently, unless the caller (app pid
+  // `caller`, its lend `caller_lease`: SessionCore::SignalLease) did so
+  // later; or null.
+  static std::shared_ptr<Session> FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller,
+                                                   endpoint::SessionCore::OriginLease caller_lease = {});
   // pg_terminate_backend (`terminate`) or pg_cancel_backend aimed at this
   // session (its executor).
   void Signal(bool terminate);

@@ -536,23 +536,33 @@ asio::awaitable<void> Session::WaitPin() {
   Execute(/*flush_link=*/true);
 }
 
-std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller) {
+std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller,
+                                                   endpoint::SessionCore::OriginLease caller_lease) {
   std::lock_guard<std::mutex> lock(endpoint.mutex);
-  auto find = [&endpoint](std::int32_t app_pid) -> std::shared_ptr<Session> {
-    for (Session* s : endpoint.sessions) {
-      if (s->app_pid_ == app_pid && s->core_ && !s->finished_ && !s->watch_ && !s->probe_) {
-        return s->weak_from_this().lock();
-      }
+  // An origin pid (pg_backend_pid()): the session that used that backend
+  // most recently, as directly the session whose backend it is. The caller
+  // counts with the lend before its current unit's (SignalLease: asyncpg's
+  // test_pool_remote_close is lent the very backend it names); when that is
+  // the newest, the origin ends the caller's own backend, as directly.
+  Session* by_origin = nullptr;
+  std::uint32_t newest = 0;
+  for (Session* s : endpoint.sessions) {
+    if (!s->core_ || s->finished_ || s->watch_ || s->probe_) continue;
+    if (s->app_pid_ == pid) return s->weak_from_this().lock();  // the pid it was handed
+    if (s->app_pid_ == caller) continue;
+    const endpoint::SessionCore::OriginLease lease = s->core_->origin_lease();
+    if (lease.pid != pid || lease.serial == 0) continue;
+    if (by_origin == nullptr || static_cast<std::int32_t>(lease.serial - newest) > 0) {
+      by_origin = s;
+      newest = lease.serial;
     }
+  }
+  if (by_origin == nullptr) return nullptr;
+  if (caller_lease.pid == pid && caller_lease.serial != 0 &&
+      static_cast<std::int32_t>(caller_lease.serial - newest) > 0) {
     return nullptr;
-  };
-  if (std::shared_ptr<Session> target = find(pid)) return target;
-  // An origin pid (pg_backend_pid()): the session that ran the latest unit
-  // on that backend, as directly the session whose backend it is. Not the
-  // caller itself: then the origin ends its own backend, as directly.
-  auto holder = endpoint.origin_holders.find(pid);
-  if (holder == endpoint.origin_holders.end() || holder->second == caller) return nullptr;
-  return find(holder->second);
+  }
+  return by_origin->weak_from_this().lock();
 }
 
 void Session::Signal(bool terminate) {
@@ -566,7 +576,7 @@ void Session::Signal(bool terminate) {
 }
 
 bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
-  std::shared_ptr<Session> target = FindSignalTarget(*endpoint_, app_pid, app_pid_);
+  std::shared_ptr<Session> target = FindSignalTarget(*endpoint_, app_pid, app_pid_, core_->SignalLease());
   if (!target) {
     // A pid handed out for another database of this process (serve with several).
     const auto& elsewhere = endpoint_->options.signal_elsewhere;

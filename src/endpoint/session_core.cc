@@ -19,6 +19,11 @@
 #include "protocol/sqlstate.h"
 
 namespace hyperpool::endpoint {
+namespace {
+
+constexpr std::size_t kSyncFrameSize = 5;  // 'S' and its length
+
+}  // namespace
 
 std::string_view SessionCore::StateName(State state) {
   switch (state) {
@@ -229,24 +234,18 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
     if (GateClosed()) return Next::kWait;
     if (stopping_) return Next::kEnd;
     if (pin_refusal_) return HandleRefusedPin(frame, offset);  // its wait for the budget failed
-    if ((tag == 'Q' || tag == 'P') && !signal_checked_ && sql != nullptr && outstanding_ == 0 && !in_unit_ &&
-        out_.to_origin.empty() &&
-        (conn_ == nullptr || conn_->transaction_status() == 'I' || conn_->transaction_status() == 'T')) {
-      std::optional<BackendSignal> signal =
-          tag == 'Q' ? ParseBackendSignal(sql->sql())
-                     : ParseBackendSignalUnit(frame.payload, std::string_view(in_).substr(offset));
-      if (signal) {
-        // pg_cancel/terminate_backend of a pid we may have handed out
-        // (backend_signal.h): the driver looks for its session.
-        signal_pending_ = true;
-        signal_status_ = conn_ != nullptr ? conn_->transaction_status() : 'I';
-        SessionCommand c;
-        c.kind = SessionCommand::Kind::kSignalSession;
-        c.signal_pid = signal->pid;
-        c.signal_terminate = signal->terminate;
-        Command(std::move(c));
-        return Next::kWait;
-      }
+    if (std::optional<BackendSignal> signal = HeadSignal(frame, sql, offset)) {
+      // pg_cancel/terminate_backend of a pid we may have handed out
+      // (backend_signal.h): the driver looks for its session.
+      signal_pending_ = true;
+      signal_ = *signal;
+      signal_status_ = conn_ != nullptr ? conn_->transaction_status() : 'I';
+      SessionCommand c;
+      c.kind = SessionCommand::Kind::kSignalSession;
+      c.signal_pid = signal->pid;
+      c.signal_terminate = signal->terminate;
+      Command(std::move(c));
+      return Next::kWait;
     }
     if (!rewritten_pin_ && !pin_noted_) {
       pin_noted_ = true;
@@ -338,8 +337,12 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
   // this connection was lent again. A backend nobody used yet is this
   // session's from the start.
   if (id_.app_pid != 0) {
-    std::lock_guard<std::mutex> lock(endpoint_.mutex);
-    endpoint_.origin_holders[conn_->backend_key().process_id] = id_.app_pid;
+    // No lock: FindSignalTarget, rare, compares every session's word.
+    if (++endpoint_.lease_serial == 0) ++endpoint_.lease_serial;  // 0 means none
+    previous_lease_ = origin_lease_.load(std::memory_order_relaxed);
+    origin_lease_.store(static_cast<std::uint64_t>(endpoint_.lease_serial) << 32 |
+                            static_cast<std::uint32_t>(conn_->backend_key().process_id),
+                        std::memory_order_relaxed);
   }
   if (may_notify_) {
     endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
@@ -542,28 +545,132 @@ void SessionCore::OnPinWaitFailed(const absl::Status& status) {
 void SessionCore::OnSignalled(bool found) {
   if (!signal_pending_) return;
   signal_pending_ = false;
-  signal_checked_ = true;  // not found: the head Query goes to the origin as it is
+  signal_checked_ = true;  // not found: the head frame goes to the origin as it is
   if (session_done_ || stopping_ || ending()) return;
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   auto r = reader.Read(in_);
-  if (found && r.is_frame() && r.frame().tag == 'P') {
-    // The origin answers the unit with a stand-in that yields the same
-    // column and 't' (backend_signal.h).
-    rewritten_ = BackendSignalStandIn(r.frame().payload);
-    rewritten_pin_ = !rewritten_.empty();
-  } else if (found) {
-    if (r.is_frame()) {
-      if (auto q = protocol::DecodeQuery(r.frame().payload); q.ok()) {
-        if (auto signal = ParseBackendSignal(q->query)) AppendBackendSignalAnswer(out_.to_client, *signal, true);
-      }
-      in_.erase(0, r.frame().size());
-    }
-    QueueReadyForQuery(signal_status_);
-    out_.flush_client = true;
-    head_step_ = Step::kStart;
-    signal_checked_ = false;
+  if (!found || !r.is_frame()) {
+    AfterProgress();
+    return;
   }
+  const protocol::Frame head = r.frame();
+  std::size_t answered = 0;  // bytes of in_ answered here (a batch: up to its Sync)
+  if (head.tag == 'B') {
+    // A statement prepared in an earlier batch: HeadSignal checked that
+    // its batch can be answered here.
+    answered = AppendBackendSignalBatchAnswer(in_, signal_, out_.to_client);
+    if (answered == 0) {  // (cannot happen: in_ only grew meanwhile) to the origin
+      AfterProgress();
+      return;
+    }
+    if (in_unit_) {
+      // The unit began on the origin (asyncpg's Parse + Describe + Flush):
+      // its Sync goes there and ends the implicit transaction; the origin's
+      // ReadyForQuery is the client's.
+      in_.erase(0, answered - kSyncFrameSize);
+      head_step_ = Step::kStart;
+      signal_checked_ = false;
+      AfterProgress();
+      return;
+    }
+  } else if (head.tag == 'P') {
+    answered = AnswerSignalParse(head);
+    if (answered == 0) {
+      // The origin answers the unit with a stand-in that yields the same
+      // column and 't' (backend_signal.h).
+      rewritten_ = BackendSignalStandIn(head.payload);
+      rewritten_pin_ = !rewritten_.empty();
+      AfterProgress();
+      return;
+    }
+  } else {
+    AppendBackendSignalAnswer(out_.to_client, signal_, true);
+    answered = head.size();
+  }
+  in_.erase(0, answered);
+  QueueReadyForQuery(signal_status_);
+  out_.flush_client = true;
+  head_step_ = Step::kStart;
+  signal_checked_ = false;
   AfterProgress();
+}
+
+std::size_t SessionCore::AnswerSignalParse(const protocol::Frame& parse) {
+  // Unnamed: the stand-in (a later Bind of it is rare). A name the client
+  // holds: the origin reports 42P05.
+  if (parse.payload.empty() || parse.payload[0] == '\0') return 0;
+  if (statements_.client().Find(std::string_view(parse.payload.data())) != nullptr) return 0;
+  std::string answers;
+  const std::size_t batch =
+      AppendBackendSignalBatchAnswer(std::string_view(in_).substr(parse.size()), signal_, answers);
+  if (batch == 0) return 0;
+  // Recorded as a parse-only unit's Parse is: replayed before a Bind that
+  // needs it on a connection, recognised by a later Bind (HeadSignal).
+  statements_.set_scope(StatementScope());
+  (void)statements_.AnswerParseOnly(parse, out_.to_client);  // and its ParseComplete
+  out_.to_client += answers;
+  return parse.size() + batch;
+}
+
+std::optional<BackendSignal> SessionCore::HeadSignal(const protocol::Frame& frame, const cache::SqlText* sql,
+                                                     std::size_t offset) const {
+  if (signal_checked_ || outstanding_ != 0 || !out_.to_origin.empty()) return std::nullopt;
+  if (conn_ != nullptr && conn_->transaction_status() != 'I' && conn_->transaction_status() != 'T') {
+    return std::nullopt;  // PostgreSQL refuses it in a failed block
+  }
+  std::optional<BackendSignal> signal;
+  if (!in_unit_ && frame.tag == 'Q' && sql != nullptr) {
+    signal = ParseBackendSignal(sql->sql());
+  } else if (!in_unit_ && frame.tag == 'P' && sql != nullptr) {
+    signal = ParseBackendSignalUnit(frame.payload, std::string_view(in_).substr(offset));
+  } else if (frame.tag == 'B' && rewritten_.empty() && (!in_unit_ || MidUnitAnswered())) {
+    // (rewritten_ empty: the head frame is in_'s)
+    const std::string_view parse = BoundParse(frame.payload);
+    if (!parse.empty()) signal = ParseBackendSignalBind(parse, std::string_view(in_).substr(offset - frame.size()));
+  }
+  // The pid of the backend the caller holds as its own (a transaction
+  // block, a pin, session mode): the origin ends the caller's backend, as
+  // directly. (A connection lent for the current unit only is the pool's
+  // choice: asyncpg's Parse + Describe + Flush may have been lent the very
+  // backend another session read.)
+  if (signal && conn_ != nullptr && conn_->backend_key().process_id == signal->pid && OwnsConnection()) {
+    return std::nullopt;
+  }
+  return signal;
+}
+
+bool SessionCore::OwnsConnection() const {
+  return conn_ != nullptr && (conn_->transaction_status() == 'T' || CurrentPin() != PinReason::kNone ||
+                              endpoint_.options.pool.mode == PoolMode::kSession);
+}
+
+SessionCore::OriginLease SessionCore::SignalLease() const {
+  if (conn_ != nullptr && in_unit_ && !OwnsConnection()) return Unpack(previous_lease_);
+  return origin_lease();
+}
+
+bool SessionCore::MidUnitAnswered() const {
+  return conn_ != nullptr && in_unit_ && outstanding_ == 0 && statements_.pending() == 0 &&
+         !statements_.skipping() && !statements_.shape_check_pending() && !copy_.in_copy_in() && !skip_until_sync_;
+}
+
+std::string_view SessionCore::BoundParse(std::string_view bind_payload) const {
+  const std::size_t portal_end = bind_payload.find('\0');
+  if (portal_end == std::string_view::npos) return {};
+  std::string_view name = bind_payload.substr(portal_end + 1);
+  name = name.substr(0, name.find('\0'));
+  const ClientStatements& client = statements_.client();
+  std::string_view parse_frame;
+  if (name.empty()) {
+    if (client.unnamed_id() == 0) return {};
+    parse_frame = client.unnamed_parse();
+  } else {
+    const StatementRef* statement = client.Find(name);
+    if (statement == nullptr || *statement == nullptr) return {};
+    parse_frame = (*statement)->parse_frame;
+  }
+  constexpr std::size_t kHeader = 5;  // tag and length
+  return parse_frame.size() > kHeader ? parse_frame.substr(kHeader) : std::string_view();
 }
 
 void SessionCore::OnAdminTerminate() {

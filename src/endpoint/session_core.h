@@ -27,6 +27,7 @@
 //
 // Confined to the Endpoint's executor, like Endpoint::Impl, whose shared
 // state (statement catalog, pin budget, notifier pids, counters) it uses.
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "cache/sql_analysis.h"
 #include "common/small_fifo.h"
+#include "endpoint/backend_signal.h"
 #include "endpoint/copy_tracker.h"
 #include "endpoint/endpoint_cache.h"
 #include "endpoint/endpoint_impl.h"
@@ -156,6 +158,23 @@ class SessionCore {
   // signalled (the SELECT is answered 't' here); else the statement goes to
   // the origin unchanged (backend_signal.h).
   void OnSignalled(bool found);
+
+  // The origin backend this session's latest unit was lent, and the
+  // Endpoint's lease serial of that lend (newer is larger, modulo 2^32):
+  // pg_terminate_backend / pg_cancel_backend of an origin pid read from
+  // pg_backend_pid() acts on the session that most recently used that
+  // backend (Session::FindSignalTarget). Written at each lend with one
+  // relaxed store, read from any thread; {0, 0} before the first lend and
+  // once the session is over.
+  struct OriginLease {
+    std::int32_t pid = 0;
+    std::uint32_t serial = 0;
+  };
+  OriginLease origin_lease() const { return Unpack(origin_lease_.load(std::memory_order_relaxed)); }
+  // The lend whose backend counts as this session's when it names an origin
+  // pid (executor only): origin_lease(), or the lend before it while the
+  // current unit runs on a connection lent for that unit only.
+  OriginLease SignalLease() const;
   // Another session's pg_terminate_backend named this session's app pid:
   // FATAL 57P01, as PostgreSQL's administrator command, and the session ends.
   void OnAdminTerminate();
@@ -266,6 +285,30 @@ class SessionCore {
   void QueueError(std::string_view severity, const protocol::PoolerError& error);
   void QueueReadyForQuery(char status);
   bool TracksListens() const;
+  // The head frame (at a unit's start) is pg_cancel/terminate_backend of a
+  // pid in one of backend_signal.h's forms; `offset`: where the frames after
+  // it start in in_.
+  std::optional<BackendSignal> HeadSignal(const protocol::Frame& frame, const cache::SqlText* sql,
+                                          std::size_t offset) const;
+  static OriginLease Unpack(std::uint64_t word) {
+    return OriginLease{static_cast<std::int32_t>(static_cast<std::uint32_t>(word)),
+                       static_cast<std::uint32_t>(word >> 32)};
+  }
+  // The lent connection is the session's own beyond the current unit: a
+  // transaction block, a pin, session mode.
+  bool OwnsConnection() const;
+  // Inside a unit (no Sync yet) whose every message sent so far is
+  // answered, with no error: a signal Bind's batch can be answered here but
+  // its Sync, which goes to the origin.
+  bool MidUnitAnswered() const;
+  // A named Parse of a signal found (kSignalSession) whose batch after it
+  // AppendBackendSignalBatchAnswer answers: the statement is recorded as
+  // the client's and the batch answered here (ParseComplete, ...). Returns
+  // the bytes of in_ answered, Sync included; 0 (nothing done) otherwise.
+  std::size_t AnswerSignalParse(const protocol::Frame& parse);
+  // The Parse payload the client made the statement that a Bind (`bind_payload`)
+  // names with, or "" if it holds no such statement.
+  std::string_view BoundParse(std::string_view bind_payload) const;
 
   // ----- Origin frames, releases, the end (session_core_origin.cc) -----
   bool ProcessOriginFrame(const protocol::Frame& frame, HoldStep from);
@@ -355,6 +398,9 @@ class SessionCore {
   bool signal_pending_ = false;
   bool signal_checked_ = false;
   char signal_status_ = 'I';
+  BackendSignal signal_;  // what kSignalSession asked for
+  std::atomic<std::uint64_t> origin_lease_{0};  // origin_lease(): serial << 32 | pid
+  std::uint64_t previous_lease_ = 0;             // the word before the latest lend
   bool discard_after_unit_ = false;
   bool idle_watch_started_ = false;
   std::chrono::steady_clock::time_point last_activity_{};

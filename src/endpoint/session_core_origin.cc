@@ -452,8 +452,7 @@ void SessionCore::EndSession() {
 void SessionCore::ForgetSession() {
   if (id_.app_pid != 0) {
     endpoint_.notifier_pids.Forget(id_.app_pid);
-    std::lock_guard<std::mutex> lock(endpoint_.mutex);
-    absl::erase_if(endpoint_.origin_holders, [app = id_.app_pid](const auto& e) { return e.second == app; });
+    origin_lease_.store(0, std::memory_order_relaxed);  // no longer a target by origin pid
   }
   if (!pins_.empty() && !pin_counted_gone_) endpoint_.pinned_sessions--;
   pin_counted_gone_ = true;

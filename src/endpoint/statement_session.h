@@ -143,6 +143,9 @@ class StatementSession {
   // not change result type" before anything of it runs, as directly.
   bool StartShapeCheck(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
   bool shape_check_pending() const { return shape_check_pending_; }
+  // The origin reported an error and skips to a Sync not yet sent, or a
+  // shape mismatch discards the unit's answers.
+  bool skipping() const { return skipping_ || discarding_; }
 
   // SQL-level prepared statements exist: keep the connection (kPreparedSql).
   bool pinned() const { return sql_prepared_ > 0; }

@@ -3,7 +3,7 @@
 // (issue 28, item 5; as node-postgres's gh-issues/130 test): a pooled client's
 // backend is terminated from another client; the pool gets the client's
 // error event (57P01) and recovers. Then the same for a checked-out client,
-// terminated with a bound parameter ($1).
+// terminated with a bound parameter ($1), and twice with a named statement.
 //
 // usage: node terminate_pg.mjs URL   (prints one JSON line; exit 0 when all checks hold)
 import pg from 'pg';
@@ -45,6 +45,22 @@ async function main() {
   held.release(e2);
   const again = await pool.query('SELECT 2 AS x');
   check(again.rows[0].x === 2, 'the pool recovers after it too');
+
+  // 3. A named statement (node-postgres and PgJDBC name theirs): parsed and
+  // bound in one batch the first time, bound alone the next; both times the
+  // client named is the one terminated.
+  for (const round of [1, 2]) {
+    const c = new pg.Client({ connectionString: url });
+    c.on('error', () => {});  // (later errors of the ended client, if any)
+    const cError = new Promise((resolve) => c.once('error', resolve));
+    await c.connect();
+    await c.query('SELECT random()');  // (its session reaches the Endpoint: not a cache hit)
+    const r3 = await killer.query({ name: 'kill_named', text: 'SELECT pg_terminate_backend($1)', values: [c.processID] });
+    check(r3.rows[0].pg_terminate_backend === true, `named statement, round ${round}: answers t`);
+    const e3 = await within(cError, 10000);
+    check(e3 !== 'timeout' && e3.code === '57P01', `named statement, round ${round}: the client named gets 57P01 (${e3 && e3.code})`);
+    await c.end().catch(() => {});
+  }
 
   await killer.end();
   await pool.end();

@@ -10,15 +10,24 @@
   argument;
 - pg_cancel_backend(A's pid) cancels A's running query (57014) and A goes on;
 - node-postgres (tests/drivers/terminate_pg.mjs, as its gh-issues/130): the
-  terminated pooled client's error event, and the pool recovers;
+  terminated pooled client's error event, and the pool recovers; a named
+  statement terminates the client it names also when bound alone (its
+  second execution);
 - from another database of the same `serve` (a "*" entry: one Endpoint per
   database), and with the origin pid a client read from pg_backend_pid(),
   as node-postgres's gh-issues/130 does (from template1);
 - a pid hyperpool hands out is above 2^22, so it is never a real backend's,
-  and a real origin pid (from pg_backend_pid()) still reaches the origin.
+  and a real origin pid (from pg_backend_pid()) still reaches the origin;
+- asyncpg, as its suite's test_pool_remote_close: a pool connection reads
+  pg_backend_pid(); another connection runs
+  `execute('SELECT pg_terminate_backend($1)', pid)`, which asyncpg prepares
+  (Parse + Describe + Sync) and binds in a later batch: the caller gets
+  SELECT 1 (not its own backend ended), the pool connection is ended, and
+  the pool recovers.
 
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
+import asyncio
 import os
 import subprocess
 import sys
@@ -27,6 +36,7 @@ import threading
 import time
 import urllib.parse
 
+import asyncpg
 import psycopg
 
 from pgtest_env import ERR, check, env_get, fail, origin_url  # beside this script
@@ -45,6 +55,39 @@ def run_in_thread(conn, sql):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, errors
+
+
+async def asyncpg_terminate(url, origin_pid):
+    """A second connection terminates `origin_pid` as asyncpg's test does."""
+    killer = await asyncpg.connect(url)
+    try:
+        status = await killer.execute("SELECT pg_terminate_backend($1)", origin_pid)
+        check(status == "SELECT 1", f"asyncpg: pg_terminate_backend($1), bound after its prepare, answers {status}")
+        check(await killer.fetchval("SELECT 5") == 5, "asyncpg: the terminating connection goes on")
+    finally:
+        await killer.close()
+
+
+async def asyncpg_remote_close(url):
+    """asyncpg's test_pool_remote_close, with bounded waits."""
+    victim = await asyncpg.connect(url)
+    await asyncpg_terminate(url, await victim.fetchval("SELECT pg_backend_pid()"))
+    deadline = time.monotonic() + 10
+    while not victim.is_closed() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    check(victim.is_closed(), "asyncpg: the connection that read the pid is ended")
+    # The pool's way: the pool's connection is lost, and the pool recovers.
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as pooled:
+            await asyncpg_terminate(url, await pooled.fetchval("SELECT pg_backend_pid()"))
+        conn = await pool.acquire(timeout=10)
+        try:
+            check(await conn.fetchval("SELECT 6") == 6, "asyncpg: the pool recovers")
+        finally:
+            await pool.release(conn)
+    finally:
+        await pool.close()
 
 
 def stop(served):
@@ -132,6 +175,9 @@ try:
                           capture_output=True, text=True, timeout=60)
     check(node.returncode == 0, f"node-postgres: terminated clients get 57P01, the pool recovers ({node.stdout.strip()} "
                                 f"{node.stderr.strip()[-500:]})")
+
+    # 6b. asyncpg: the statement prepared in one batch, bound in the next.
+    asyncio.run(asyncio.wait_for(asyncpg_remote_close(url), 60))
 finally:
     stop(proc)
 

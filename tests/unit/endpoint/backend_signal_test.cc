@@ -76,5 +76,97 @@ TEST_CASE("a Parse with $1 and its Bind carry the pid; the stand-in keeps name a
   CHECK(kd->query == "SELECT true AS pg_cancel_backend");
 }
 
+// A Bind with one binary int4 parameter and binary results (asyncpg's way).
+std::string BinaryBind(std::string_view statement, std::string_view portal = "") {
+  std::string out;
+  protocol::Encode(protocol::Bind{portal, statement, {1}, {std::string_view("\x00\x4c\x4b\x5b", 4)}, {1}}, out);
+  return out;
+}
+
+std::string Tags(std::string_view bytes) {
+  std::string tags;
+  REQUIRE(testing::ForEachFrame(bytes, [&](const protocol::Frame& f) { tags.push_back(f.tag); }));
+  return tags;
+}
+
+TEST_CASE("a Bind in a later batch than its $1 Parse carries the pid; the batch is answered as PostgreSQL would") {
+  std::string parse;
+  protocol::Encode(protocol::Parse{"__asyncpg_stmt_1__", "SELECT pg_terminate_backend($1)", {}}, parse);
+  const std::string execute_describe = GENERATE(std::string("E"), std::string("DE"), std::string("DEH"));
+  CAPTURE(execute_describe);
+  std::string batch = BinaryBind("__asyncpg_stmt_1__");
+  for (char c : execute_describe) {
+    batch += c == 'E'   ? testing::Execute()
+             : c == 'D' ? testing::Encoded(protocol::Describe{protocol::ObjectKind::kPortal, ""})
+                        : testing::Flush();
+  }
+  batch += testing::Sync();
+  const std::string after = testing::QueryBytes("SELECT 1");  // the next unit is not part of it
+  auto s = ParseBackendSignalBind(Payload(parse), batch + after);
+  REQUIRE(s);
+  CHECK(s->terminate);
+  CHECK(s->pid == 0x004c4b5b);
+  std::string out;
+  CHECK(AppendBackendSignalBatchAnswer(batch + after, *s, out) == batch.size());
+  CHECK(Tags(out) == (execute_describe[0] == 'D' ? "2TDC" : "2DC"));
+  bool row_checked = false;
+  REQUIRE(testing::ForEachFrame(out, [&](const protocol::Frame& f) {
+    if (f.tag == 'D') {
+      // One column, length 1, the binary bool true.
+      CHECK(f.payload == std::string_view("\x00\x01\x00\x00\x00\x01\x01", 7));
+      row_checked = true;
+    }
+    if (f.tag == 'T') {
+      auto rd = protocol::DecodeRowDescription(f.payload);
+      REQUIRE(rd.ok());
+      REQUIRE(rd->fields.size() == 1);
+      CHECK(rd->fields[0].name == "pg_terminate_backend");
+      CHECK(rd->fields[0].type_oid == 16);
+      CHECK(rd->fields[0].format == protocol::kFormatBinary);
+    }
+    if (f.tag == 'C') CHECK(f.payload == std::string_view("SELECT 1\0", 9));
+  }));
+  CHECK(row_checked);
+}
+
+TEST_CASE("a later Bind in text with a row limit of 1: 't' and PortalSuspended") {
+  std::string parse;
+  protocol::Encode(protocol::Parse{"s", "select pg_cancel_backend($1::int)", {23}}, parse);
+  const std::string batch = testing::Bind("s", {"5000123"}) + testing::Encoded(protocol::Execute{"", 1}) +
+                            testing::Encoded(protocol::Execute{"", 0}) + testing::Sync();
+  auto s = ParseBackendSignalBind(Payload(parse), batch);
+  REQUIRE(s);
+  CHECK_FALSE(s->terminate);
+  CHECK(s->pid == 5000123);
+  std::string out;
+  CHECK(AppendBackendSignalBatchAnswer(batch, *s, out) == batch.size());
+  CHECK(Tags(out) == "2DsC");
+  CHECK(out.find(std::string("\x00\x01\x00\x00\x00\x01t", 7)) != std::string::npos);
+  CHECK(out.find(std::string("SELECT 0\0", 9)) != std::string::npos);
+}
+
+TEST_CASE("a later Bind is not answered here when its statement or batch is anything else") {
+  std::string parse;
+  protocol::Encode(protocol::Parse{"s", "SELECT pg_terminate_backend($1)", {}}, parse);
+  const std::string describe_s = testing::DescribeS("s");
+  const std::string bind = testing::Bind("s", {"5000123"});
+  SECTION("a constant or another text in the statement") {
+    std::string constant;
+    protocol::Encode(protocol::Parse{"s", "SELECT pg_terminate_backend(5000123)", {}}, constant);
+    CHECK_FALSE(ParseBackendSignalBind(Payload(constant), bind + testing::Execute() + testing::Sync()));
+    std::string other;
+    protocol::Encode(protocol::Parse{"s", "SELECT $1::int", {}}, other);
+    CHECK_FALSE(ParseBackendSignalBind(Payload(other), bind + testing::Execute() + testing::Sync()));
+  }
+  SECTION("no Sync yet, a named portal, a Describe of the statement, another Bind, a null pid") {
+    CHECK_FALSE(ParseBackendSignalBind(Payload(parse), bind + testing::Execute()));
+    CHECK_FALSE(ParseBackendSignalBind(Payload(parse), BinaryBind("s", "p") + testing::Sync()));
+    CHECK_FALSE(ParseBackendSignalBind(Payload(parse), bind + describe_s + testing::Execute() + testing::Sync()));
+    CHECK_FALSE(ParseBackendSignalBind(Payload(parse), bind + bind + testing::Execute() + testing::Sync()));
+    protocol::Bind null_pid{"", "s", {}, {protocol::NullableValue()}, {}};
+    CHECK_FALSE(ParseBackendSignalBind(Payload(parse), testing::Encoded(null_pid) + testing::Sync()));
+  }
+}
+
 }  // namespace
 }  // namespace hyperpool::endpoint

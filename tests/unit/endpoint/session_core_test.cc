@@ -1513,5 +1513,144 @@ TEST_CASE("SessionCore: pg_terminate_backend of a constant pid asks the driver; 
   CHECK(h.Take().Commands() == "acquire");
 }
 
+TEST_CASE("SessionCore: a Bind in a later batch of a prepared pg_terminate_backend($1) is answered here when found",
+          "[endpoint][session_core]") {
+  Harness h;
+  // asyncpg's prepare (here a parse-only unit, answered without the origin).
+  h.Client(Parse("__asyncpg_stmt_1__", "SELECT pg_terminate_backend($1)") + Sync());
+  Out prepared = h.Take();
+  REQUIRE(prepared.Commands().empty());
+  REQUIRE(Tags(prepared.to_client) == "1Z");
+  // A transaction block on a lent connection: the answer keeps its status.
+  h.StartUnit(QueryBytes("BEGIN"));
+  h.Origin(Complete("BEGIN") + Ready('T'));
+  (void)h.Take();
+  // Its Bind (binary int4 pid, binary results), Describe portal, Execute, Sync.
+  const std::string batch =
+      Encoded(protocol::Bind{"", "__asyncpg_stmt_1__", {1}, {std::string_view("\x00\x4c\x4b\x5b", 4)}, {1}}) +
+      Encoded(protocol::Describe{protocol::ObjectKind::kPortal, ""}) + Execute() + Sync();
+  h.Client(batch);
+  Out asked = h.Take();
+  const SessionCommand* c = asked.Find(Kind::kSignalSession);
+  REQUIRE(c != nullptr);
+  CHECK(c->signal_pid == 0x004c4b5b);
+  CHECK(c->signal_terminate);
+  CHECK(asked.to_origin.empty());
+  h.core().OnSignalled(true);
+  Out answered = h.Take();
+  CHECK(answered.to_origin.empty());  // nothing of it reaches the origin
+  CHECK(Tags(answered.to_client) == "2TDCZ");
+  CHECK(ReadyStatuses(answered.to_client) == "T");
+  for (const Msg& m : Decode(answered.to_client)) {
+    if (m.tag == 'D') CHECK(m.payload == std::string("\x00\x01\x00\x00\x00\x01\x01", 7));  // binary true
+  }
+  // Not found (an origin pid nobody else used): the batch goes to the origin.
+  h.Client(batch);
+  REQUIRE(h.Take().Find(Kind::kSignalSession) != nullptr);
+  h.core().OnSignalled(false);
+  Out forwarded = h.Take();
+  CHECK(Tags(forwarded.to_origin).find("BDES") != std::string::npos);
+  // The pid of the backend this session holds now: straight to the origin
+  // (it ends the caller's own backend, as directly).
+  h.Origin(BindOk() + RowDesc() + DataRow("t") + Complete("SELECT 1") + Ready('T'));
+  (void)h.Take();
+  h.Client(Bind("__asyncpg_stmt_1__", {std::to_string(kBackendPid)}) + Execute() + Sync());
+  Out own = h.Take();
+  CHECK(own.Find(Kind::kSignalSession) == nullptr);
+  CHECK(Tags(own.to_origin).find("BES") != std::string::npos);
+}
+
+TEST_CASE("SessionCore: asyncpg's Parse + Describe + Flush, then Bind + Execute + Sync: answered here but the Sync",
+          "[endpoint][session_core]") {
+  Harness h;
+  OriginConnection* conn = nullptr;
+  Out prepared = h.StartUnit(Parse("__asyncpg_stmt_2__", "SELECT pg_terminate_backend($1)") +
+                                 testing::DescribeS("__asyncpg_stmt_2__") + testing::Flush(),
+                             &conn);
+  CHECK(Tags(prepared.to_origin) == "PDDH");  // with the hidden Describe that records its shape
+  h.Origin(ParseOk() + ParamDesc() + RowDesc() + ParamDesc() + RowDesc());
+  CHECK(Tags(h.Take().to_client) == "1tT");
+  // The pid is that of the backend lent for this unit (the pool's choice,
+  // not the caller's own): still looked for among the other sessions.
+  h.Client(Encoded(protocol::Bind{"", "__asyncpg_stmt_2__", {1}, {std::string_view("\x00\x00\x10\x92", 4)}, {1}}) +
+           Encoded(protocol::Describe{protocol::ObjectKind::kPortal, ""}) + Execute() + Sync());
+  Out asked = h.Take();
+  const SessionCommand* c = asked.Find(Kind::kSignalSession);
+  REQUIRE(c != nullptr);
+  CHECK(c->signal_pid == kBackendPid);
+  // Nor does the caller count as that backend's user for this unit's lend.
+  CHECK(h.core().origin_lease().pid == kBackendPid);
+  CHECK(h.core().SignalLease().serial == 0);
+  h.core().OnSignalled(true);
+  Out answered = h.Take();
+  CHECK(Tags(answered.to_client) == "2TDC");
+  CHECK(Tags(answered.to_origin) == "S");  // ends the origin's implicit transaction
+  h.Origin(Ready('I'));
+  Out ended = h.Take();
+  CHECK(Tags(ended.to_client) == "Z");
+  CHECK(ended.Commands() == "release(return)");
+}
+
+TEST_CASE("SessionCore: a named pg_terminate_backend($1) parsed and bound in one batch keeps its text for later Binds",
+          "[endpoint][session_core]") {
+  Harness h;
+  h.Client(Parse("S_1", "select pg_terminate_backend($1)") + Bind("S_1", {"5000123"}) + Execute() + Sync());
+  Out asked = h.Take();
+  const SessionCommand* c = asked.Find(Kind::kSignalSession);
+  REQUIRE(c != nullptr);
+  CHECK(c->signal_pid == 5000123);
+  h.core().OnSignalled(true);
+  Out answered = h.Take();
+  CHECK(answered.Commands().empty());  // answered here, no stand-in on the origin
+  CHECK(answered.to_origin.empty());
+  CHECK(Tags(answered.to_client) == "12DCZ");
+  CHECK(ReadyStatuses(answered.to_client) == "I");
+  // The next execution binds the name only (PgJDBC, node-postgres): still a signal.
+  h.Client(Bind("S_1", {"5000124"}) + Execute() + Sync());
+  Out again = h.Take();
+  c = again.Find(Kind::kSignalSession);
+  REQUIRE(c != nullptr);
+  CHECK(c->signal_pid == 5000124);
+  h.core().OnSignalled(false);  // no session holds it: the origin runs the statement itself
+  CHECK(h.Take().Commands() == "acquire");
+}
+
+TEST_CASE("SessionCore: a closed or re-parsed signal statement is no longer one", "[endpoint][session_core]") {
+  Harness h;
+  const std::string bind_execute = Bind("s1", {"5000123"}) + Execute() + Sync();
+  const bool close = GENERATE(true, false);
+  CAPTURE(close);
+  h.Client(Parse("s1", "SELECT pg_cancel_backend($1)") + Sync());
+  REQUIRE(Tags(h.Take().to_client) == "1Z");
+  // Close, or a Parse of the name with another text (after Close: PostgreSQL
+  // refuses a name in use), each in a unit of its own on the origin.
+  OriginConnection* conn = nullptr;
+  h.StartUnit(testing::CloseS("s1") + Sync(), &conn);
+  h.Origin(Ready('I'));
+  (void)h.Take();
+  if (!close) {
+    h.Client(Parse("s1", "SELECT $1::int") + Sync());
+    (void)h.Take();
+  }
+  h.Client(bind_execute);
+  Out out = h.Take();
+  CHECK(out.Find(Kind::kSignalSession) == nullptr);
+  CHECK(out.Commands() == "acquire");
+}
+
+TEST_CASE("SessionCore: each lend records the backend and a newer lease serial", "[endpoint][session_core]") {
+  Harness h;
+  CHECK(h.core().origin_lease().serial == 0);
+  h.StartUnit(QueryBytes("SELECT 1"));
+  const SessionCore::OriginLease first = h.core().origin_lease();
+  CHECK(first.pid == kBackendPid);
+  CHECK(first.serial != 0);
+  h.Origin(SelectAnswer());
+  (void)h.Take();
+  CHECK(h.core().SignalLease().serial == first.serial);  // at rest: its latest lend counts
+  h.StartUnit(QueryBytes("SELECT 1"));
+  CHECK(static_cast<std::int32_t>(h.core().origin_lease().serial - first.serial) > 0);
+}
+
 }  // namespace
 }  // namespace hyperpool::endpoint
