@@ -7,8 +7,8 @@
 # usage: pgbench_test.sh URL     (postgresql://USER:PASS@HOST:PORT/DB?sslmode=disable)
 #
 # Checks per mode: pgbench exits 0 with every transaction processed and none failed
-# or aborted; pgbench_history grew by exactly the number of TPC-B transactions
-# pgbench reports (no commit lost, none doubled); the TPC-B sums agree
+# or aborted; pgbench_history grew by exactly the number of TPC-B transactions in
+# pgbench's per-transaction log (no commit lost, none doubled); the TPC-B sums agree
 # (accounts = tellers = branches = history deltas). Prints one line per check and a
 # summary; exit 0 only if all hold. pgbench has no cancel API: no cancel check here.
 set -uo pipefail
@@ -43,14 +43,19 @@ check $([ $rc = 0 ] && echo 1 || echo 0) "pgbench -i -s 1" \
   "exit $rc$( [ $rc = 0 ] || printf ': %s' "$(tail -n 3 <<<"$out" | tr '\n' ' ')")"
 [ $rc = 0 ] || finish
 
+logdir=$(mktemp -d)
+trap 'rm -rf "$logdir"' EXIT
 for mode in prepared extended; do
   before=$(q "SELECT count(*) FROM pgbench_history")
-  out=$(timeout 50 "$PGBENCH" -n -M "$mode" -c "$CLIENTS" -j 2 -t "$TX" -b tpcb-like \
-        -f "$HERE/pgbench_timezone.sql" -D tzset=0 "$URL" 2>&1); rc=$?
+  rm -f "$logdir"/*
+  out=$(cd "$logdir" && timeout 50 "$PGBENCH" -n -M "$mode" -c "$CLIENTS" -j 2 -t "$TX" -b tpcb-like \
+        -f "$HERE/pgbench_timezone.sql" -D tzset=0 --log --log-prefix=tx "$URL" 2>&1); rc=$?
   processed=$(sed -n 's/^number of transactions actually processed: //p' <<<"$out")
   failed_tx=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
-  # "SQL script 1: <builtin: TPC-B (sort of)>" is followed by " - weight: ..." and " - N transactions (...".
-  tpcb=$(awk '/^SQL script [0-9]+: <builtin: TPC-B/ {s=1; next} s && /^ - [0-9]+ transactions/ {print $2; exit}' <<<"$out")
+  # The TPC-B transactions, counted from the per-transaction log (4th field:
+  # the script, 0 = the builtin TPC-B given first): pgbench's per-script
+  # summary is off by one at times (seen against PostgreSQL directly).
+  tpcb=$(cat "$logdir"/tx.* 2>/dev/null | awk '$4 == 0 {n++} END {print n + 0}')
   errs=$(grep -iE 'error|abort' <<<"$out" | head -n 4 | tr '\n' ' ')
   want="$((CLIENTS * TX))/$((CLIENTS * TX))"
   check $([ $rc = 0 ] && [ "$processed" = "$want" ] && [ "${failed_tx:-0}" = 0 ] && [ -z "$errs" ] && echo 1 || echo 0) \
@@ -60,7 +65,7 @@ for mode in prepared extended; do
     "$([ "$tz_bad" = 0 ] && echo "each client kept its own zone" || echo "$tz_bad clients saw another zone")"
   after=$(q "SELECT count(*) FROM pgbench_history")
   check $([ -n "$tpcb" ] && [ "$after" = "$((before + tpcb))" ] 2>/dev/null && echo 1 || echo 0) \
-    "-M $mode committed TPC-B transactions" "history $before -> $after, pgbench reports ${tpcb:-?} TPC-B transactions"
+    "-M $mode committed TPC-B transactions" "history $before -> $after, pgbench logged ${tpcb:-?} TPC-B transactions"
   sums=$(q "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)
             || ' ' || (SELECT sum(bbalance) FROM pgbench_branches) || ' ' || (SELECT coalesce(sum(delta), 0) FROM pgbench_history)")
   read -r s1 s2 s3 s4 <<<"$sums"
