@@ -26,6 +26,7 @@ from pgtest_env import ERR, check, fail, origin_url  # beside this script
 N = 1000
 STATEFUL = 40
 MAX_KB_PER_CLIENT = 5.0
+STEPS = 4
 
 
 def rss_kb(pid):
@@ -54,17 +55,24 @@ async def main(url, pid):
         stateful.append((c, ps))
     check(True, f"{STATEFUL} clients with a setting and a prepared statement")
 
-    before = rss_kb(pid)
-
     async def one():
         c = await connect()
         await c.execute("SELECT 1")
         return c
-    held = await asyncio.gather(*(one() for _ in range(N)))
-    after = rss_kb(pid)
-    per_client = (after - before) / N
+    # In STEPS waves, the median of the waves' growth per client: a one-off
+    # allocation of the process meanwhile (a catalog re-read, a thread's
+    # malloc arena) lands in one wave and does not count as per-client cost.
+    held = []
+    per_wave = []
+    for _ in range(STEPS):
+        before = rss_kb(pid)
+        held += await asyncio.gather(*(one() for _ in range(N // STEPS)))
+        per_wave.append((rss_kb(pid) - before) / (N // STEPS))
+    per_wave.sort()
+    per_client = (per_wave[STEPS // 2 - 1] + per_wave[STEPS // 2]) / 2
     check(per_client <= MAX_KB_PER_CLIENT,
-          f"{N} idle clients held: {per_client:.2f} kB of RSS each (at most {MAX_KB_PER_CLIENT})")
+          f"{N} idle clients held: {per_client:.2f} kB of RSS each, the median of {STEPS} waves "
+          f"({', '.join(f'{w:.2f}' for w in per_wave)}; at most {MAX_KB_PER_CLIENT})")
 
     results = await asyncio.gather(*(c.fetchval("SELECT $1::int", i) for i, c in enumerate(held)))
     check(results == list(range(N)), f"each of the {N} idle clients runs a query afterwards")
