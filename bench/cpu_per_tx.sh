@@ -17,6 +17,11 @@
 # ("simple prepared"), CPT_CLIENTS (8), CPT_POOL (8), CPT_SCALE (10),
 # CPT_PERF=1: also `perf record -g` the last hyperpool's last run
 # (perf.data in the work directory, whose path is printed).
+# CPT_SYSCALLS=1: also count each pooler's system calls per transaction, by
+# kind, in every run (`perf stat -e 'syscalls:sys_enter_*' -p PID`: the
+# kernel's tracepoints, no ptrace) and print their medians (docs/performance.md,
+# "System calls per transaction"). The tracepoints cost kernel time on every
+# call (3x the kernel µs per transaction here): read CPU from a run without.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DURATION=${CPT_DURATION:-10}
@@ -88,16 +93,28 @@ for rep in $(seq "$REPS"); do
         perf record -g -o "$WORK/perf-$mode.data" -p "${PID[$t]}" >/dev/null 2>&1 &
         perf_pid=$!
       fi
+      sys_pid=""
+      if [ "${CPT_SYSCALLS:-0}" = 1 ]; then
+        perf stat -x, -e 'syscalls:sys_enter_*' -p "${PID[$t]}" -o "$WORK/sys-$mode-$t-$rep.csv" &
+        sys_pid=$!
+        sleep 0.2
+      fi
       read -r u0 s0 < <(cpu_ticks "${PID[$t]}")
       out=$(PGPASSWORD=$BPASS PGSSLMODE=disable pgbench -n -S -M "$mode" -c "$CLIENTS" -j 2 -T "$DURATION" \
         -h 127.0.0.1 -p "${PORT[$t]}" -U "$BUSER" "$DB" 2>&1) || { echo "$out" >&2; die "pgbench failed on $t"; }
       read -r u1 s1 < <(cpu_ticks "${PID[$t]}")
       [ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+      [ -n "$sys_pid" ] && { kill -INT "$sys_pid"; wait "$sys_pid" || true; }
       tx=$(echo "$out" | awk '/number of transactions actually processed/ {split($NF, a, "/"); print a[1]}')
       tps=$(echo "$out" | awk '/^tps/ {printf "%.0f", $3}')
       us=$(awk -v u=$((u1 - u0)) -v k=$((s1 - s0)) -v hz="$HZ" -v tx="$tx" \
         'BEGIN {printf "%.1f %.1f %.1f", (u + k) * 1e6 / hz / tx, u * 1e6 / hz / tx, k * 1e6 / hz / tx}')
       echo "$mode $t $rep $tps $us" | tee -a "$WORK/runs.txt" >&2
+      if [ -n "$sys_pid" ]; then
+        awk -F, -v m="$mode" -v t="$t" -v tx="$tx" '$1 ~ /^[0-9]+$/ && $1 > 0 {
+            sub("syscalls:sys_enter_", "", $3); print m, t, $3, $1 / tx }' \
+          "$WORK/sys-$mode-$t-$rep.csv" >> "$WORK/syscalls.txt"
+      fi
     done
   done
 done
@@ -117,4 +134,22 @@ for mode in sorted({r[0] for r in rows}):
         ratio = us / med["pgbouncer"][1] if med.get("pgbouncer") else float("nan")
         b = bins[int(t[2:])] if t.startswith("hp") else ""
         print(f"{mode:9} {t:10} {tps:8.0f} {us:10.1f} {ratio:6.2f} {user:6.1f} {kernel:7.1f}  {b}")
+EOF
+[ "${CPT_SYSCALLS:-0}" = 1 ] || exit 0
+echo "# system calls per transaction by kind, medians over $REPS reps (0 where a run made none)"
+/usr/bin/python3 - "$WORK/syscalls.txt" "$REPS" <<'EOF'
+import collections, statistics, sys
+reps = int(sys.argv[2])
+runs = collections.defaultdict(list)
+for mode, target, call, per_tx in (l.split() for l in open(sys.argv[1]) if l.strip()):
+    runs[(mode, target, call)].append(float(per_tx))
+med = {k: statistics.median(v + [0.0] * (reps - len(v))) for k, v in runs.items()}
+for mode in dict.fromkeys(k[0] for k in med):
+    targets = list(dict.fromkeys(k[1] for k in med if k[0] == mode))
+    calls = sorted({k[2] for k in med if k[0] == mode and med[k] >= 0.01},
+                   key=lambda c: -max(med.get((mode, t, c), 0) for t in targets))
+    print(f"\n{mode:18} " + " ".join(f"{t:>10}" for t in targets))
+    for c in calls:
+        print(f"{c:18} " + " ".join(f"{med.get((mode, t, c), 0):10.2f}" for t in targets))
+    print(f"{'all':18} " + " ".join(f"{sum(v for k, v in med.items() if k[:2] == (mode, t)):10.2f}" for t in targets))
 EOF

@@ -14,6 +14,30 @@ target_compile_definitions(hyperpool_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPR
 target_link_libraries(hyperpool_asio INTERFACE Threads::Threads)
 add_library(hyperpool::asio ALIAS hyperpool_asio)
 
+# Asio's event loop: epoll (default) or Asio's io_uring backend (liburing;
+# sockets, timers and waits become ring operations). The choice is compile-time
+# for every translation unit that includes Asio (they all link hyperpool::asio,
+# so they all see the same defines: one backend, no ODR mismatch), and there is
+# no fallback at run time: an io_context whose io_uring_queue_init fails (an old
+# kernel, a seccomp profile that forbids io_uring) throws, which connect()
+# returns as a status and the hyperpool binary reports.
+# Experimental, and OFF: with Debian's Asio 1.22 it hangs sessions (a socket
+# closed with an operation in flight leaves that operation in per-socket state
+# that Asio frees and hands to the next socket), and it measured 5-10% more CPU
+# per transaction than epoll despite fewer system calls (docs/performance.md,
+# "System calls per transaction": the measurement and the reproduction).
+option(HYPERPOOL_IO_URING "Asio's io_uring backend instead of epoll (needs liburing-dev; experimental)" OFF)
+set(HYPERPOOL_EVENT_LOOP "epoll")
+if(HYPERPOOL_IO_URING)
+  message(WARNING "HYPERPOOL_IO_URING=ON: Asio 1.22's io_uring backend hangs sessions whose "
+                  "socket is closed with an operation in flight (it reuses their state); for measurement only")
+  set(HYPERPOOL_EVENT_LOOP "io_uring")
+  find_path(LIBURING_INCLUDE_DIR NAMES liburing.h REQUIRED)
+  find_library(LIBURING_LIBRARY NAMES uring REQUIRED)
+  target_compile_definitions(hyperpool_asio INTERFACE ASIO_HAS_IO_URING ASIO_DISABLE_EPOLL)
+  target_link_libraries(hyperpool_asio INTERFACE ${LIBURING_LIBRARY})
+endif()
+
 # TLS library: BoringSSL (default) or the system OpenSSL 3 for hosts that
 # already load OpenSSL (a process that loads both crashes in libpq's TLS code).
 set(HYPERPOOL_TLS "BoringSSL" CACHE STRING "TLS library: BoringSSL or OpenSSL")

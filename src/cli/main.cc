@@ -9,6 +9,7 @@
 #endif
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "cli/cli_options.h"
@@ -55,8 +56,8 @@ void RaiseDescriptorLimit() {
 }
 
 int PrintVersion() {
-  std::printf("hyperpool %s (TLS: %s, %s)\n", hyperpool::kVersion, hyperpool::tls::LibraryName().c_str(),
-              hyperpool::tls::LibraryVersion().c_str());
+  std::printf("hyperpool %s (TLS: %s, %s; event loop: %s)\n", hyperpool::kVersion,
+              hyperpool::tls::LibraryName().c_str(), hyperpool::tls::LibraryVersion().c_str(), hyperpool::kEventLoop);
   return 0;
 }
 
@@ -70,6 +71,8 @@ void ConfigureAllocator() {
   ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
 }
+
+int Dispatch(int argc, char** argv);
 
 }  // namespace
 
@@ -88,6 +91,23 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
+  // Asio throws where it cannot set up its event loop (io_uring_queue_init
+  // refused by a seccomp profile, in a build with -DHYPERPOOL_IO_URING=ON):
+  // say so instead of terminating with an uncaught exception.
+  try {
+    return Dispatch(argc, argv);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "hyperpool: %s (event loop: %s)%s\n", e.what(), hyperpool::kEventLoop,
+                 std::string_view(hyperpool::kEventLoop) == "io_uring"
+                     ? "; this system refuses io_uring: rebuild with -DHYPERPOOL_IO_URING=OFF (epoll)"
+                     : "");
+    return 1;
+  }
+}
+
+namespace {
+
+int Dispatch(int argc, char** argv) {
   std::string_view cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kUsage, stdout);
@@ -121,3 +141,5 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "hyperpool: unknown command '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }
+
+}  // namespace

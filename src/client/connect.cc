@@ -14,18 +14,21 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "client/database_router.h"
 #include "client/endpoint_set.h"
 #include "hyperpool/hyperpool.h"
+#include "hyperpool/version.h"
 #include "protocol/pooler_errors.h"
 #include "protocol/sqlstate.h"
 
@@ -35,6 +38,10 @@ namespace {
 // How long Close() lets sessions unwind on their own before it stops the
 // io_contexts outright.
 constexpr std::chrono::seconds kDrainLimit{5};
+// Appended to an event loop that cannot start: what to do about it.
+constexpr const char* kEventLoopHint =
+    "; an io_uring build (-DHYPERPOOL_IO_URING=ON) needs a kernel and a seccomp profile that allow io_uring: "
+    "rebuild with -DHYPERPOOL_IO_URING=OFF (epoll) otherwise";
 
 // ClientOptions::databases when the host gives none: every database the
 // router serves (any name with a "*" entry), open to every app user.
@@ -170,7 +177,9 @@ class ConnectionImpl final : public Connection {
   }
 
   absl::Status Start(ConnectOptions options) {
-    std::vector<asio::any_io_executor> executors = StartWorkers(options.io_context, options.threads);
+    absl::StatusOr<std::vector<asio::any_io_executor>> workers = StartWorkers(options.io_context, options.threads);
+    if (!workers.ok()) return workers.status();
+    std::vector<asio::any_io_executor> executors = *std::move(workers);
     if (!options.databases.empty()) return StartDatabases(std::move(executors), std::move(options));
     // The Endpoint's state belongs to one executor: on a host's io_context,
     // which several threads may run, that is a strand of it.
@@ -278,7 +287,9 @@ class ConnectionImpl final : public Connection {
   }
 
   absl::Status StartRemote(RemoteConnectOptions options) {
-    std::vector<asio::any_io_executor> executors = StartWorkers(options.io_context, options.threads);
+    absl::StatusOr<std::vector<asio::any_io_executor>> workers = StartWorkers(options.io_context, options.threads);
+    if (!workers.ok()) return workers.status();
+    std::vector<asio::any_io_executor> executors = *std::move(workers);
     absl::StatusOr<std::unique_ptr<SocketTransport>> transport =
         options.failover.endpoints.size() > 1
             ? client::MakeEndpointSet(executors, std::move(options.endpoint), std::move(options.failover))
@@ -293,14 +304,16 @@ class ConnectionImpl final : public Connection {
  private:
   // The executors to run on: the host's io_context, or worker threads of
   // our own (one io_context each).
-  std::vector<asio::any_io_executor> StartWorkers(asio::io_context* host, unsigned threads) {
+  absl::StatusOr<std::vector<asio::any_io_executor>> StartWorkers(asio::io_context* host, unsigned threads) {
     std::vector<asio::any_io_executor> executors;
     if (host != nullptr) {
       executors.push_back(host->get_executor());
     } else {
       unsigned n = threads != 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
       for (unsigned i = 0; i < n; ++i) {
-        ios_.push_back(std::make_unique<asio::io_context>(1));
+        auto io = std::make_unique<asio::io_context>(1);
+        if (absl::Status loop = StartEventLoop(*io); !loop.ok()) return loop;
+        ios_.push_back(std::move(io));
         guards_.emplace_back(ios_.back()->get_executor());
         executors.push_back(ios_.back()->get_executor());
       }
@@ -317,6 +330,24 @@ class ConnectionImpl final : public Connection {
       });
     }
     return executors;
+  }
+
+  // Asio sets up an io_context's event loop (epoll, or io_uring when built
+  // with -DHYPERPOOL_IO_URING=ON) with its first timer or socket, and throws
+  // if the system refuses it (io_uring_queue_init fails under a seccomp
+  // profile that forbids io_uring, or on an old kernel). Made here, on the
+  // caller's thread, so that such a system fails connect() with a status
+  // instead of a worker thread with an exception.
+  static absl::Status StartEventLoop(asio::io_context& io) {
+    try {
+      asio::steady_timer first(io);
+    } catch (const std::system_error& e) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot start the event loop (", hyperpool::kEventLoop, "): ", e.what(),
+                                                        std::string_view(hyperpool::kEventLoop) == "io_uring"
+                                                            ? kEventLoopHint
+                                                            : ""));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status StartClient(std::vector<asio::any_io_executor> executors, ClientOptions options,

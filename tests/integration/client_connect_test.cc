@@ -1,7 +1,11 @@
 // hyperpool::connect() against the real PostgreSQL 15 fixture; queries run in
 // psql child processes through the returned connection string.
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -164,6 +168,37 @@ TEST_CASE("connect() reports a bad origin string and a bind failure") {
   taken.threads = 1;
   auto r = connect(taken);
   CHECK(!r.ok());
+}
+
+// An event loop Asio cannot set up (io_uring_queue_init refused by a seccomp
+// profile in an io_uring build; here, epoll_create1 without a free
+// descriptor) is a status from connect(), not an exception that escapes it
+// with worker threads running.
+TEST_CASE("connect() reports an event loop that cannot start as a status") {
+  const auto& cluster = testing::SharedPgCluster();
+  ConnectOptions options;
+  options.endpoint.origin = Origin(cluster);
+  options.threads = 1;
+  struct rlimit saved {};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const int lowest_free = ::dup(0);  // the next descriptor any call would get
+  REQUIRE(lowest_free >= 0);
+  ::close(lowest_free);
+  struct rlimit none = saved;
+  none.rlim_cur = static_cast<rlim_t>(lowest_free);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+  bool threw = false;
+  absl::Status status;
+  try {
+    auto r = connect(options);
+    status = r.status();
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  CHECK_FALSE(threw);
+  CHECK(status.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(status.message()).find("cannot start the event loop") != std::string::npos);
 }
 
 }  // namespace
