@@ -15,13 +15,11 @@ through `hyperpool serve` with its defaults (cache on):
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
 import asyncio
-import os
 import resource
-import subprocess
 
 import asyncpg
 
-from pgtest_env import ERR, check, fail, origin_url  # beside this script
+from pgtest_env import check, fail, origin_url, start_serve, stop_serve  # beside this script
 
 N = 1000
 STATEFUL = 40
@@ -89,16 +87,8 @@ async def main(url, pid):
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 if soft < 2 * N + 256:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * N), hard))
-proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(), "--pool-size", "4"],
-                        stdout=subprocess.PIPE, stderr=ERR, text=True)
+proc, url = start_serve(["--origin", origin_url(), "--pool-size", "4"])
 try:
-    url = proc.stdout.readline().strip()
-    if not url.startswith("postgresql://"):
-        fail("no connection string from serve")
     asyncio.run(main(url, proc.pid))
 finally:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_serve(proc, 20)

@@ -8,23 +8,17 @@ the origin backend's (src/endpoint/notification_pid.h, kKeepAfterEnd).
 
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
-import os
 import select
-import subprocess
 import time
 
 import psycopg
 
-from pgtest_env import ERR, check, fail, origin_url  # beside this script
+from pgtest_env import check, fail, origin_url, start_serve, stop_serve  # beside this script
 
 ROUNDS = 20
 
-proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(), "--pool-size", "2"],
-                        stdout=subprocess.PIPE, stderr=ERR, text=True)
+proc, url = start_serve(["--origin", origin_url(), "--pool-size", "2"])
 try:
-    url = proc.stdout.readline().strip()
-    if not url.startswith("postgresql://"):
-        fail("no connection string from serve")
     with psycopg.connect(url, autocommit=True) as listener:
         received = []
         listener.add_notify_handler(received.append)
@@ -48,8 +42,4 @@ try:
         check(not wrong, f"every notification names its sender's pid, also after the sender closed (wrong: {wrong})")
     print("PASS")
 finally:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_serve(proc)

@@ -9,14 +9,11 @@ options) both. SHOW agrees with the reported value.
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
 import asyncio
-import os
-import subprocess
-import sys
 
 import asyncpg
 import psycopg
 
-from pgtest_env import ERR, check, fail, origin_url  # beside this script
+from pgtest_env import check, origin_url, start_serve, stop_serve  # beside this script
 
 NAMES = ("client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "application_name")
 # In this order: a partial DateStyle ("SQL") after a session that left
@@ -52,12 +49,8 @@ def psycopg_params(url, settings):
         return {n: conn.info.parameter_status(n) for n in NAMES}
 
 
-proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(), "--pool-size", "2"],
-                        stdout=subprocess.PIPE, stderr=ERR, text=True)
+proc, url = start_serve(["--origin", origin_url(), "--pool-size", "2"])
 try:
-    url = proc.stdout.readline().strip()
-    if not url.startswith("postgresql://"):
-        fail("no connection string from serve")
     for settings in CASES:
         direct, direct_show = asyncio.run(asyncpg_reported(origin_url(), settings))
         pooled, pooled_show = asyncio.run(asyncpg_reported(url, settings))
@@ -68,5 +61,4 @@ try:
         check(pgp == pgd, "psycopg parameters {}: reported {} (direct {})".format(settings, pgp, pgd))
     print("PASS")
 finally:
-    proc.terminate()
-    proc.wait(timeout=10)
+    stop_serve(proc)

@@ -38,6 +38,28 @@ def serve_metrics(index=0):
     return fetch_metrics(re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text())[index])
 
 
+def start_serve(args):
+    """`hyperpool serve ARGS` (HYPERPOOL_BINARY), its stderr to ERR; returns
+    (process, the connection string it printed). stop_serve(process) ends it."""
+    proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve"] + list(args), stdout=subprocess.PIPE,
+                            stderr=ERR, text=True)
+    url = proc.stdout.readline().strip()
+    if not url.startswith("postgresql://"):
+        stop_serve(proc)
+        fail("no connection string from serve " + " ".join(args))
+    return proc, url
+
+
+def stop_serve(proc, timeout_s=10):
+    """SIGTERM, then SIGKILL after timeout_s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout_s)
+
+
 def start_cluster(base, extra_conf=""):
     """A PostgreSQL of the test's own in `base` (pgcluster.sh, postgresql.conf
     lines `extra_conf` added); returns its env dict and the admin's

@@ -23,7 +23,7 @@ import time
 
 import psycopg
 
-from pgtest_env import ERR, check, fail, serve_metrics, start_cluster, stop_cluster, wait_for  # beside this script
+from pgtest_env import ERR, check, fail, serve_metrics, start_cluster, stop_cluster, stop_serve, wait_for  # beside this script
 
 WINDOW = 3.0  # seconds of churn
 
@@ -88,8 +88,7 @@ def main():
         print("PASS")
     finally:
         if serve:
-            serve.kill()
-            serve.wait(10)
+            stop_serve(serve)
         stop_cluster(base)
 
 

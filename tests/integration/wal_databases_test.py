@@ -11,13 +11,11 @@ Runs against a PostgreSQL of its own (wal_level = logical), stopped even
 when the test fails. Needs HYPERPOOL_BINARY (ctest sets it).
 """
 import os
-import subprocess
 import tempfile
-import urllib.parse
 
 import psycopg
 
-from pgtest_env import ERR, check, fail, serve_metrics, start_cluster, stop_cluster, wait_for  # beside this script
+from pgtest_env import check, serve_metrics, start_cluster, start_serve, stop_cluster, stop_serve, wait_for  # beside this script
 
 ROUNDS = 5
 
@@ -56,11 +54,7 @@ password_file = "{pwfile}"
 pool_size = 2
 """)
         os.chmod(config, 0o600)
-        serve = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--config", config],
-                                 stdout=subprocess.PIPE, stderr=ERR, text=True)
-        url = serve.stdout.readline().strip()
-        if not url.startswith("postgresql://"):
-            fail("no connection string from serve")
+        serve, url = start_serve(["--config", config])
         label = '{database="%s"}' % env["PGDATABASE"]
         wait_for(lambda: serve_metrics().get("hyperpool_wal_feed_serving" + label, 0) == 1, "the feed streaming", 15)
         for i in range(ROUNDS):
@@ -82,8 +76,7 @@ pool_size = 2
         print("PASS")
     finally:
         if serve:
-            serve.kill()
-            serve.wait(10)
+            stop_serve(serve)
         stop_cluster(base)
 
 
