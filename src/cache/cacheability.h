@@ -199,7 +199,9 @@ inline constexpr std::string_view kFunctionVolatilityQuery =
 
 // Relations: (nspname, relname, relkind, relpersistence, root_nspname,
 // root_relname, viewdef); the root columns are NULL unless the relation is in
-// a declarative partition tree; viewdef is a view's definition. Run it with
+// a declarative partition tree or an inheritance tree (then its topmost
+// ancestor: a read of a parent reads its children, a write to a parent
+// writes them); viewdef is a view's definition. Run it with
 // search_path = pg_catalog so that the definitions name every non-built-in
 // object with its schema. (pg_depend records no dependency on pinned
 // built-in functions such as now(), so a view's functions are found by
@@ -211,7 +213,11 @@ inline constexpr std::string_view kRelationsQuery =
     "CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END AS viewdef "
     "FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-    "LEFT JOIN pg_catalog.pg_class r ON r.oid = pg_catalog.pg_partition_root(c.oid) "
+    "LEFT JOIN pg_catalog.pg_class r ON r.oid = coalesce(pg_catalog.pg_partition_root(c.oid), "
+    " (WITH RECURSIVE up(oid) AS (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid"
+    "  UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.oid)"
+    "  SELECT min(up.oid) FROM up WHERE NOT EXISTS"
+    "  (SELECT 1 FROM pg_catalog.pg_inherits i2 WHERE i2.inhrelid = up.oid))) "
     "LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = r.relnamespace "
     "WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')";
 
@@ -254,7 +260,8 @@ inline constexpr std::string_view kViewDependenciesQuery =
     "WHERE refs.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass";
 
 // What a write to a relation writes besides it: (nspname, relname, 'a',
-// NULL, NULL) when a user trigger or a non-SELECT rule may write anything,
+// NULL, NULL) when a user trigger, a non-SELECT rule or multiple
+// inheritance may make it write anything,
 // (nspname, relname, 'c', target_nspname, target_relname) for a foreign
 // key's action that writes the referencing table. Run after kRelationsQuery
 // (a partition's rows count for its root too).
@@ -263,6 +270,11 @@ inline constexpr std::string_view kWriteEffectsQuery =
     "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) "
     " OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r WHERE r.ev_class = c.oid AND r.ev_type <> '1') "
+    // Multiple inheritance: one root cannot stand for the trees a table is
+    // in, so a write to any of them (or their ancestors) may write anything.
+    " OR c.oid IN (WITH RECURSIVE up(oid) AS (SELECT i.inhrelid FROM pg_catalog.pg_inherits i"
+    "  GROUP BY i.inhrelid HAVING count(*) > 1"
+    "  UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.oid) SELECT oid FROM up) "
     "UNION ALL "
     "SELECT n.nspname, c.relname, 'c', tn.nspname, tc.relname FROM pg_catalog.pg_trigger t "
     "JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
