@@ -14,6 +14,7 @@
 
 #include "cache/cacheability.h"
 #include "cache/sql_analysis.h"
+#include "endpoint/endpoint_cache.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -171,3 +172,22 @@ TEST_CASE("DROP ... CASCADE leaves unknown only the names another schema also ho
 
 }  // namespace
 }  // namespace hyperpool::cache
+
+namespace hyperpool::endpoint {
+namespace {
+
+TEST_CASE("the Endpoint's report counts decisions by reason and bypasses by cause") {
+  EndpointCacheReport r;
+  r.decided[static_cast<std::size_t>(cache::Reason::kCacheable)] = 7;
+  r.decided[static_cast<std::size_t>(cache::Reason::kVolatile)] = 3;
+  r.decided_without_catalog = 2;
+  r.decided_with_changes = 4;
+  r.bypass[static_cast<std::size_t>(BypassCause::kSessionState)] = 5;
+  const std::string text = FormatCacheReport(r);
+  CHECK(text.find("endpoint decisions: cacheable 7 volatile 3 (without catalog 2, with names changed since the "
+                  "read 4;") != std::string::npos);
+  CHECK(text.find("endpoint bypassed: off 0 session-state 5 startup 0") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace hyperpool::endpoint
