@@ -149,8 +149,12 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     absl::StatusOr<Lease> lease = co_await acquire_();
     if (!lease.ok()) break;
     OriginConnection& conn = lease->As<OriginConnection>();
+    // No parallel workers: the read must not take worker slots the
+    // application's own queries would launch (nor depend on settings a
+    // session left on the connection).
     std::string sql =
-        fmt::format("{}; BEGIN READ ONLY; SET LOCAL search_path = pg_catalog; {}; {}; {}; {}; {}; COMMIT",
+        fmt::format("{}; BEGIN READ ONLY; SET LOCAL search_path = pg_catalog; "
+                    "SET LOCAL max_parallel_workers_per_gather = 0; {}; {}; {}; {}; {}; COMMIT",
                     cache::kSearchPathQuery, cache::kFunctionVolatilityQuery, cache::kRelationsQuery,
                     cache::kViewDependenciesQuery, cache::kSideCatalogQuery, cache::kWriteEffectsQuery);
     std::string out;
