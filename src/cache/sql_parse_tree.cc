@@ -525,10 +525,15 @@ class CatalogNameWalker {
 bool ChangesCatalog(StatementKind kind, const PgQuery__Node* stmt) {
   switch (kind) {
     case StatementKind::kDdl:
-    case StatementKind::kExplain:  // EXPLAIN ANALYZE CREATE TABLE AS
       return true;
+    case StatementKind::kExplain: {  // EXPLAIN [ANALYZE] CREATE TABLE AS / SELECT INTO (as written)
+      const PgQuery__Node* q = stmt->explain_stmt != nullptr ? stmt->explain_stmt->query : nullptr;
+      return q != nullptr && (q->node_case == PG_QUERY__NODE__NODE_CREATE_TABLE_AS_STMT ||
+                              ChangesCatalog(StatementKind::kSelect, q));
+    }
     case StatementKind::kSelect:  // SELECT ... INTO creates a table
-      return stmt->select_stmt != nullptr && stmt->select_stmt->into_clause != nullptr;
+      return stmt->node_case == PG_QUERY__NODE__NODE_SELECT_STMT && stmt->select_stmt != nullptr &&
+             stmt->select_stmt->into_clause != nullptr;
     default:
       return false;
   }

@@ -52,6 +52,8 @@ TEST_CASE("a statement's catalog change is every name its parse tree holds") {
   CHECK_FALSE(ChangeOf("SELECT price(id) FROM orders").any());
   CHECK_FALSE(ChangeOf("INSERT INTO orders VALUES (1)").any());
   CHECK_FALSE(ChangeOf("EXPLAIN SELECT 1").any());
+  CHECK_FALSE(ChangeOf("EXPLAIN ANALYZE SELECT * FROM orders").any());
+  CHECK(Has(ChangeOf("EXPLAIN SELECT * INTO t3 FROM orders").names, "t3"));
   // Privileges, comments and owners change nothing a decision reads.
   CHECK_FALSE(ChangeOf("GRANT ALL ON SCHEMA app TO someone").any());
   CHECK_FALSE(ChangeOf("COMMENT ON TABLE orders IS 'x'").any());
