@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -186,6 +187,11 @@ struct StatementAnalysis {
   bool catalog_cascade = false;
   // TRUNCATE ... CASCADE: the tables referencing the ones named are written.
   bool writes_cascade = false;
+  // LISTEN / UNLISTEN in statement order: (kind, channel) with kind 'L'
+  // (LISTEN), 'U' (UNLISTEN) or '*' (UNLISTEN *, channel empty); the channel
+  // as the server names it (the scanner's identifier: case-folded unless
+  // quoted, escapes decoded, truncated to 63 bytes).
+  std::vector<std::pair<char, std::string>> listens;
   // The text with comments dropped, literals and numbers replaced by '?',
   // identifiers lowercased, tokens separated by single spaces: equal for
   // queries that differ only in literals.

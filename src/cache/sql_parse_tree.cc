@@ -339,6 +339,15 @@ class TreeWalker {
       Children(m);
       return;
     }
+    if (d == &pg_query__listen_stmt__descriptor) {
+      out_.listens.emplace_back('L', std::string(Str(reinterpret_cast<const PgQuery__ListenStmt*>(m)->conditionname)));
+      return;
+    }
+    if (d == &pg_query__unlisten_stmt__descriptor) {
+      std::string_view channel = Str(reinterpret_cast<const PgQuery__UnlistenStmt*>(m)->conditionname);
+      out_.listens.emplace_back(channel.empty() ? '*' : 'U', std::string(channel));
+      return;
+    }
     if (d == &pg_query__sqlvalue_function__descriptor) {
       const auto* f = reinterpret_cast<const PgQuery__SQLValueFunction*>(m);
       AddUnique(out_.value_functions, std::string(ValueFunctionName(f->op)));
