@@ -238,7 +238,8 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     oracle_ = snapshot_->Oracle(std::move(path));
     overlay_oracle_.set_base(oracle_.get());
     overlay_.ReadLoaded(token);
-    feed_changed_ = false;
+    // A feed change that came during the read keeps the read-again limit.
+    if (!overlay_.all_unknown()) feed_changed_ = false;
     loaded_at_ = std::chrono::steady_clock::now();
     ++counters_.catalog_refreshes;
     EndRefresh();
