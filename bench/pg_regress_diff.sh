@@ -27,7 +27,7 @@ EXCLUDE=$ROOT/bench/pg_regress_exclude.txt
 # transaction pooler still cannot show") and makes whichever test next loads
 # plpgsql there, or guc itself, differ by the connection drawn.
 export REGRESS_OUT=$OUT REGRESS_SCHEDULE=${REGRESS_SCHEDULE:-serial} REGRESS_SKIP=${REGRESS_SKIP-guc}
-MIN_STORES=${REGRESS_MIN_STORES:-50}
+MIN_STORES=${REGRESS_MIN_STORES:-500}
 # REGRESS_REPLAY=1: after the suite, also its one-line SELECTs twice each on
 # one session (bench/pg_regress_replay.py). Off by default: its cache hits
 # went from 402 in one run to 10 in the next, and its exclusions come from

@@ -185,6 +185,11 @@ std::optional<Decision> ResolvedCallsVolatility(const StatementAnalysis& a, cons
   };
   for (const std::string& f : a.attribute_names) {
     if (oracle == nullptr) break;  // no catalog: the relations are unknown anyway
+    if (oracle->Unsettled(f)) {
+      Decision unknown = Make(Reason::kVolatile, Cat("attribute-notation call ", f, " changed since the catalog read"));
+      unknown.unknown_name = true;
+      return unknown;
+    }
     if (auto d = judge(oracle->AttributeCallVolatility(f), "attribute-notation call", f, false)) return d;
   }
   for (const QualifiedName& op : a.operators) {
@@ -212,11 +217,22 @@ std::optional<std::vector<std::string>> TablesToInvalidate(const StatementAnalys
         break;
     }
   }
+  if (a.writes_cascade) return std::nullopt;  // TRUNCATE ... CASCADE: the referencing tables too
   std::vector<std::string> out;
-  for (const QualifiedName& w : a.relations_written) {
-    std::optional<RelationInfo> info = oracle != nullptr ? oracle->Relation(w) : std::nullopt;
-    if (!info.has_value()) return std::nullopt;
+  // The written relations, then what their writes write (FK actions, which
+  // may cascade further), until nothing new.
+  std::vector<QualifiedName> work(a.relations_written.begin(), a.relations_written.end());
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (i > 256) return std::nullopt;
+    std::optional<RelationInfo> info = oracle != nullptr ? oracle->Relation(work[i]) : std::nullopt;
+    if (!info.has_value() || info->writes_anything) return std::nullopt;
     for (std::string& t : info->base_tables) AddUnique(out, std::move(t));
+    for (const std::string& t : info->also_writes) {
+      const size_t dot = t.find('.');
+      if (dot == std::string::npos) return std::nullopt;
+      QualifiedName next{t.substr(0, dot), t.substr(dot + 1)};
+      if (std::find(work.begin(), work.end(), next) == work.end()) work.push_back(std::move(next));
+    }
   }
   // A volatile function in a "read" may write (SELECT my_func_that_inserts()).
   for (const QualifiedName& f : a.functions) {
@@ -332,6 +348,29 @@ absl::Status CatalogSnapshot::AddSideRow(Row row) {
   std::string key = Cat(*row[0], MapKey(*row[1], *row[2]));
   auto [it, inserted] = side_.try_emplace(std::move(key), static_cast<Volatility>(v));
   if (!inserted && v > static_cast<char>(it->second)) it->second = static_cast<Volatility>(v);
+  if (inserted && (*row[0])[0] == 't') ++type_schema_count_[std::string(*row[2])];
+  return absl::OkStatus();
+}
+
+absl::Status CatalogSnapshot::AddWriteEffectRow(Row row) {
+  if (row.size() != 5 || !row[0] || !row[1] || !row[2] || row[2]->size() != 1 ||
+      ((*row[2])[0] == 'c' && (!row[3] || !row[4]))) {
+    return absl::InvalidArgumentError("write effect row: want (nspname, relname, 'a'|'c', nspname, relname)");
+  }
+  // A partition's trigger fires for a write through its root as well.
+  std::vector<std::string> keys{MapKey(*row[0], *row[1])};
+  if (auto it = relations_.find(keys[0]); it != relations_.end() && !it->second.root.empty()) {
+    const std::string& root = it->second.root;
+    const size_t dot = root.find('.');
+    if (dot != std::string::npos) keys.push_back(MapKey(root.substr(0, dot), root.substr(dot + 1)));
+  }
+  for (const std::string& key : keys) {
+    if ((*row[2])[0] == 'a') {
+      writes_anything_.insert(key);
+    } else {
+      AddUnique(also_writes_[key], Join(*row[3], *row[4]));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -374,6 +413,14 @@ class SnapshotOracle final : public VolatilityOracle {
   }
   std::optional<Volatility> AttributeCallVolatility(std::string_view name) const override {
     return Side('a', QualifiedName{"", std::string(name)}, [](std::string_view, Volatility v) { return v; });
+  }
+
+  bool Shadowed(std::string_view name) const override {
+    const absl::string_view key(name.data(), name.size());
+    auto rel = s_.relation_schemas_.find(key);
+    if (rel != s_.relation_schemas_.end() && rel->second.size() > 1) return true;
+    auto type = s_.type_schema_count_.find(key);
+    return type != s_.type_schema_count_.end() && type->second > 1;
   }
 
   bool IsBuiltinFunction(const QualifiedName& n) const override {
@@ -442,22 +489,33 @@ class SnapshotOracle final : public VolatilityOracle {
 
   // True if a view definition calls anything not immutable (or unknown), or
   // reads a view that does, up to a nesting depth.
-  bool DefinitionNonImmutable(const std::string& viewdef, int depth) const {
+  // `names`: every name the definition reads or calls (nested views'
+  // included) is added to it.
+  bool DefinitionNonImmutable(const std::string& viewdef, int depth, std::vector<std::string>& names) const {
     if (depth > 16) return true;
     absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(viewdef);
-    if (!a.ok() || !a->value_functions.empty() || a->has_time_literal) return true;
+    if (!a.ok()) return true;
+    for (const QualifiedName& f : a->functions) AddUnique(names, f.name);
+    for (const QualifiedName& o : a->operators) AddUnique(names, o.name);
+    for (const QualifiedName& t : a->casts) AddUnique(names, t.name);
+    for (const std::string& f : a->attribute_names) AddUnique(names, f);
+    bool nonimmutable = !a->value_functions.empty() || a->has_time_literal;
     // Definitions are printed under search_path = pg_catalog.
     SnapshotOracle printed(s_, {"pg_catalog"});
     for (const QualifiedName& f : a->functions) {
       std::optional<Volatility> v = printed.FunctionVolatility(f);
-      if (!v || *v != Volatility::kImmutable) return true;
+      if (!v || *v != Volatility::kImmutable) nonimmutable = true;
     }
-    if (ResolvedCallsVolatility(*a, &printed).has_value()) return true;
+    if (ResolvedCallsVolatility(*a, &printed).has_value()) nonimmutable = true;
     for (const QualifiedName& r : a->relations_read) {
+      AddUnique(names, r.name);
       std::optional<RelationInfo> info = printed.Info(r, depth + 1);
-      if (!info || info->nonimmutable_functions) return true;
+      if (!info || info->nonimmutable_functions) nonimmutable = true;
+      if (info) {
+        for (std::string& n : info->depends_on) AddUnique(names, std::move(n));
+      }
     }
-    return false;
+    return nonimmutable;
   }
 
   std::optional<RelationInfo> Info(const QualifiedName& n, int depth) const {
@@ -477,17 +535,21 @@ class SnapshotOracle final : public VolatilityOracle {
     info.resolved = Join(schema, name);
     info.kind = rel.kind;
     info.temporary = rel.temporary || IsTempSchema(schema);
+    const LookupKey key(schema, name);
+    info.writes_anything = s_.writes_anything_.contains(key.view());
+    if (auto also = s_.also_writes_.find(key.view()); also != s_.also_writes_.end()) info.also_writes = also->second;
     if (rel.kind != 'v') {
       // Invalidation(schema, name), from the entry already found.
       info.base_tables.push_back(!rel.root.empty() ? rel.root : info.resolved);
       return info;
     }
-    if (!rel.viewdef.empty() && DefinitionNonImmutable(rel.viewdef, depth)) {
+    if (!rel.viewdef.empty() && DefinitionNonImmutable(rel.viewdef, depth, info.depends_on)) {
       info.nonimmutable_functions = true;
     }
     auto deps = s_.view_deps_.find(LookupKey(schema, name).view());
     if (deps == s_.view_deps_.end()) return info;
     for (const CatalogSnapshot::ViewDep& d : deps->second) {
+      AddUnique(info.depends_on, d.name);
       if (d.dep_kind == 'f') {
         if (d.flag != "i") info.nonimmutable_functions = true;
         continue;
@@ -531,6 +593,17 @@ FakeOracle& FakeOracle::View(std::string name, std::vector<std::string> base_tab
   info.base_tables = std::move(base_tables);
   info.nonimmutable_functions = nonimmutable_functions;
   relations_[std::move(name)] = std::move(info);
+  return *this;
+}
+FakeOracle& FakeOracle::Writes(std::string name, std::vector<std::string> also) {
+  RelationInfo& info = relations_.at(name);
+  for (std::string& t : also) {
+    if (t == "*") {
+      info.writes_anything = true;
+    } else {
+      info.also_writes.push_back(std::move(t));
+    }
+  }
   return *this;
 }
 FakeOracle& FakeOracle::Sequence(std::string name) {

@@ -62,6 +62,16 @@ struct RelationInfo {
   std::vector<std::string> base_tables;
   // A view whose definition (transitively) calls a non-immutable function.
   bool nonimmutable_functions = false;
+  // A write to it may write any table: a user trigger (on it or, for a
+  // partitioned table, on a partition) or a rule other than a view's SELECT.
+  bool writes_anything = false;
+  // Tables a write to it also writes (foreign keys' ON DELETE / ON UPDATE
+  // CASCADE, SET NULL, SET DEFAULT actions): "schema.name".
+  std::vector<std::string> also_writes;
+  // A view: the names (unqualified) of what its definition reads and calls,
+  // nested views' included; what it says above holds only while none of
+  // them changes (CatalogOverlay).
+  std::vector<std::string> depends_on;
 };
 
 class VolatilityOracle {
@@ -91,6 +101,15 @@ class VolatilityOracle {
   // pseudo type: what `t.name` calls when `name` is no column of t
   // (attribute notation). nullopt if there is none (then it is a column).
   virtual std::optional<Volatility> AttributeCallVolatility(std::string_view name) const { return std::nullopt; }
+  // True when whatever `name` (unqualified) denotes may have changed since
+  // the catalog was read (DDL naming it, CatalogOverlay): every look-up of it
+  // answers unknown, and an attribute-notation reference `t.name` counts as
+  // an unknown call rather than a column.
+  virtual bool Unsettled(std::string_view name) const { return false; }
+  // True when more than one schema holds a relation or a type named `name`
+  // (an unqualified reference may resolve to another one once the first is
+  // dropped). Unknown: true.
+  virtual bool Shadowed(std::string_view name) const { return true; }
 };
 
 struct DecisionContext {
@@ -150,17 +169,20 @@ std::optional<std::vector<std::string>> TablesToInvalidate(const StatementAnalys
 // most volatile overload), 't' (a type, arrays excluded: the most volatile
 // non-pg_catalog function among its input function and the casts to it; 'i'
 // if none) or 'a' (a function of one argument of a composite or pseudo
-// type, callable as t.name).
+// type, callable as t.name). The types' part joins once (hash joins): a
+// correlated subquery per type took 360 ms on the regression database, and
+// the catalog is read again after DDL.
 inline constexpr std::string_view kSideCatalogQuery =
     "SELECT 'o', n.nspname, o.oprname, max(p.provolatile::text) "
     "FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace "
     "JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode GROUP BY n.nspname, o.oprname "
     "UNION ALL "
-    "SELECT 't', n.nspname, t.typname, coalesce((SELECT max(p.provolatile::text) FROM pg_catalog.pg_proc p "
-    " WHERE p.pronamespace <> 'pg_catalog'::pg_catalog.regnamespace AND (p.oid = t.typinput OR p.oid IN "
-    " (SELECT c.castfunc FROM pg_catalog.pg_cast c WHERE c.casttarget = t.oid))), 'i') "
+    "SELECT 't', n.nspname, t.typname, coalesce(max(p.provolatile::text), 'i') "
     "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace "
-    "WHERE t.typcategory <> 'A' "
+    "LEFT JOIN (SELECT t2.oid AS typ, t2.typinput AS fn FROM pg_catalog.pg_type t2 "
+    " UNION ALL SELECT c.casttarget, c.castfunc FROM pg_catalog.pg_cast c) f ON f.typ = t.oid "
+    "LEFT JOIN pg_catalog.pg_proc p ON p.oid = f.fn AND p.pronamespace <> 'pg_catalog'::pg_catalog.regnamespace "
+    "WHERE t.typcategory <> 'A' GROUP BY n.nspname, t.typname "
     "UNION ALL "
     "SELECT 'a', n.nspname, p.proname, max(p.provolatile::text) "
     "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
@@ -177,7 +199,9 @@ inline constexpr std::string_view kFunctionVolatilityQuery =
 
 // Relations: (nspname, relname, relkind, relpersistence, root_nspname,
 // root_relname, viewdef); the root columns are NULL unless the relation is in
-// a declarative partition tree; viewdef is a view's definition. Run it with
+// a declarative partition tree or an inheritance tree (then its topmost
+// ancestor: a read of a parent reads its children, a write to a parent
+// writes them); viewdef is a view's definition. Run it with
 // search_path = pg_catalog so that the definitions name every non-built-in
 // object with its schema. (pg_depend records no dependency on pinned
 // built-in functions such as now(), so a view's functions are found by
@@ -189,7 +213,11 @@ inline constexpr std::string_view kRelationsQuery =
     "CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END AS viewdef "
     "FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-    "LEFT JOIN pg_catalog.pg_class r ON r.oid = pg_catalog.pg_partition_root(c.oid) "
+    "LEFT JOIN pg_catalog.pg_class r ON r.oid = coalesce(pg_catalog.pg_partition_root(c.oid), "
+    " (WITH RECURSIVE up(oid) AS (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid"
+    "  UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.oid)"
+    "  SELECT min(up.oid) FROM up WHERE NOT EXISTS"
+    "  (SELECT 1 FROM pg_catalog.pg_inherits i2 WHERE i2.inhrelid = up.oid))) "
     "LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = r.relnamespace "
     "WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')";
 
@@ -231,6 +259,31 @@ inline constexpr std::string_view kViewDependenciesQuery =
     " JOIN pg_catalog.pg_namespace pn ON pn.oid = p.pronamespace "
     "WHERE refs.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass";
 
+// What a write to a relation writes besides it: (nspname, relname, 'a',
+// NULL, NULL) when a user trigger, a non-SELECT rule or multiple
+// inheritance may make it write anything,
+// (nspname, relname, 'c', target_nspname, target_relname) for a foreign
+// key's action that writes the referencing table. Run after kRelationsQuery
+// (a partition's rows count for its root too).
+inline constexpr std::string_view kWriteEffectsQuery =
+    "SELECT n.nspname, c.relname, 'a', NULL::pg_catalog.name, NULL::pg_catalog.name "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) "
+    " OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r WHERE r.ev_class = c.oid AND r.ev_type <> '1') "
+    // Multiple inheritance: one root cannot stand for the trees a table is
+    // in, so a write to any of them (or their ancestors) may write anything.
+    " OR c.oid IN (WITH RECURSIVE up(oid) AS (SELECT i.inhrelid FROM pg_catalog.pg_inherits i"
+    "  GROUP BY i.inhrelid HAVING count(*) > 1"
+    "  UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.oid) SELECT oid FROM up) "
+    "UNION ALL "
+    "SELECT n.nspname, c.relname, 'c', tn.nspname, tc.relname FROM pg_catalog.pg_trigger t "
+    "JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_catalog.pg_class tc ON tc.oid = t.tgconstrrelid "
+    "JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace "
+    "JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
+    "WHERE t.tgisinternal AND p.proname IN ('RI_FKey_cascade_del', 'RI_FKey_cascade_upd', "
+    "'RI_FKey_setnull_del', 'RI_FKey_setnull_upd', 'RI_FKey_setdefault_del', 'RI_FKey_setdefault_upd')";
+
 // The effective search path of the session running it, implicit schemas
 // included (pg_temp_N if it exists, pg_catalog), in order: one row per schema.
 inline constexpr std::string_view kSearchPathQuery =
@@ -255,6 +308,8 @@ class CatalogSnapshot {
   absl::Status AddViewDependencyRow(Row row);
   // One row of kSideCatalogQuery.
   absl::Status AddSideRow(Row row);
+  // One row of kWriteEffectsQuery (after the relation rows).
+  absl::Status AddWriteEffectRow(Row row);
 
   // An oracle resolving unqualified names through `search_path` (schema
   // names; pg_catalog is searched first unless listed; for relations, any
@@ -281,6 +336,11 @@ class CatalogSnapshot {
   // Name → schemas having a relation / function of that name.
   absl::flat_hash_map<std::string, std::vector<std::string>> relation_schemas_;
   absl::flat_hash_map<std::string, std::vector<std::string>> function_schemas_;
+  absl::flat_hash_map<std::string, uint32_t> type_schema_count_;  // type name → schemas holding it
+  // kWriteEffectsQuery's rows, keyed by MapKey: relations whose writes may
+  // write anything, and the tables an FK action writes ("schema.name").
+  absl::flat_hash_set<std::string> writes_anything_;
+  absl::flat_hash_map<std::string, std::vector<std::string>> also_writes_;
   // kSideCatalogQuery's rows, keyed by kind + schema + '\0' + name.
   absl::flat_hash_map<std::string, Volatility> side_;
   // Views' dependency rows arrive before or after the relation rows.
@@ -300,6 +360,8 @@ class FakeOracle final : public VolatilityOracle {
   FakeOracle& Table(std::string name, bool temporary = false);
   FakeOracle& View(std::string name, std::vector<std::string> base_tables,
                    bool nonimmutable_functions = false);
+  // A table whose writes also write `also` ("schema.name" each; "*": anything).
+  FakeOracle& Writes(std::string name, std::vector<std::string> also);
   FakeOracle& Sequence(std::string name);
   // A pg_catalog function (IsBuiltinFunction).
   FakeOracle& Builtin(std::string name, Volatility v);
@@ -315,6 +377,7 @@ class FakeOracle final : public VolatilityOracle {
   std::optional<Volatility> OperatorVolatility(const QualifiedName& name) const override;
   std::optional<Volatility> TypeVolatility(const QualifiedName& name) const override;
   std::optional<Volatility> AttributeCallVolatility(std::string_view name) const override;
+  bool Shadowed(std::string_view name) const override { return false; }
 
  private:
   absl::flat_hash_set<std::string> builtins_;

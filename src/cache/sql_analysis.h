@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -171,6 +172,26 @@ struct StatementAnalysis {
   // CTE references are excluded (a CTE hides a table only in its scope).
   std::vector<QualifiedName> relations_read;
   std::vector<QualifiedName> relations_written;
+  // What the statements may change in the catalog the cache decides with
+  // (DDL, EXPLAIN, SELECT INTO): every name their parse trees hold (each
+  // identifier, unqualified: a relation, function, type, operator or
+  // schema named anywhere), or `catalog_unbounded` when the change reaches
+  // objects no name in the text bounds (DROP ... CASCADE, a schema's or an
+  // extension's objects, a role's or database's default settings, DO, CALL,
+  // LOAD, ...). Both empty/false for statements that change no catalog.
+  // DROP ... CASCADE also drops what depends on the objects named: their
+  // names are not in the text, so an unqualified name another schema on the
+  // search path also holds may now resolve there (catalog_cascade).
+  std::vector<std::string> catalog_names;
+  bool catalog_unbounded = false;
+  bool catalog_cascade = false;
+  // TRUNCATE ... CASCADE: the tables referencing the ones named are written.
+  bool writes_cascade = false;
+  // LISTEN / UNLISTEN in statement order: (kind, channel) with kind 'L'
+  // (LISTEN), 'U' (UNLISTEN) or '*' (UNLISTEN *, channel empty); the channel
+  // as the server names it (the scanner's identifier: case-folded unless
+  // quoted, escapes decoded, truncated to 63 bytes).
+  std::vector<std::pair<char, std::string>> listens;
   // The text with comments dropped, literals and numbers replaced by '?',
   // identifiers lowercased, tokens separated by single spaces: equal for
   // queries that differ only in literals.

@@ -318,6 +318,7 @@ class TreeWalker {
     }
     if (d == &pg_query__truncate_stmt__descriptor) {
       const auto* s = reinterpret_cast<const PgQuery__TruncateStmt*>(m);
+      if (s->behavior == PG_QUERY__DROP_BEHAVIOR__DROP_CASCADE) out_.writes_cascade = true;
       for (size_t i = 0; i < s->n_relations; ++i) {
         if (s->relations[i] != nullptr && s->relations[i]->node_case == PG_QUERY__NODE__NODE_RANGE_VAR) {
           Relation(s->relations[i]->range_var, true);
@@ -336,6 +337,15 @@ class TreeWalker {
       QualifiedName n = NameOf(Strings(f->n_funcname, f->funcname));
       if (!n.name.empty()) AddUnique(out_.functions, std::move(n));
       Children(m);
+      return;
+    }
+    if (d == &pg_query__listen_stmt__descriptor) {
+      out_.listens.emplace_back('L', std::string(Str(reinterpret_cast<const PgQuery__ListenStmt*>(m)->conditionname)));
+      return;
+    }
+    if (d == &pg_query__unlisten_stmt__descriptor) {
+      std::string_view channel = Str(reinterpret_cast<const PgQuery__UnlistenStmt*>(m)->conditionname);
+      out_.listens.emplace_back(channel.empty() ? '*' : 'U', std::string(channel));
       return;
     }
     if (d == &pg_query__sqlvalue_function__descriptor) {
@@ -416,6 +426,128 @@ class TreeWalker {
   std::vector<std::string> scope_;
 };
 
+// What one statement may change in the catalog (StatementAnalysis::
+// catalog_names): every string its tree holds up to an identifier's length,
+// or unbounded when the statement reaches objects it does not name.
+class CatalogNameWalker {
+ public:
+  explicit CatalogNameWalker(StatementAnalysis& out) : out_(out) {}
+
+  // `ddl`: a DDL statement, which names what it changes (if it names
+  // nothing, nothing bounds it).
+  void Statement(const PgQuery__Node* stmt, bool ddl) {
+    switch (stmt->node_case) {
+      case PG_QUERY__NODE__NODE_CREATE_EXTENSION_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_EXTENSION_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_EXTENSION_CONTENTS_STMT:
+      case PG_QUERY__NODE__NODE_DROP_OWNED_STMT:
+      case PG_QUERY__NODE__NODE_REASSIGN_OWNED_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_DATABASE_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_DATABASE_SET_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_ROLE_SET_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_SYSTEM_STMT:
+      case PG_QUERY__NODE__NODE_IMPORT_FOREIGN_SCHEMA_STMT:
+      case PG_QUERY__NODE__NODE_CREATE_EVENT_TRIG_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_EVENT_TRIG_STMT:
+        out_.catalog_unbounded = true;  // objects (or a search path) no name in the text bounds
+        return;
+      case PG_QUERY__NODE__NODE_GRANT_STMT:
+      case PG_QUERY__NODE__NODE_GRANT_ROLE_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_DEFAULT_PRIVILEGES_STMT:
+      case PG_QUERY__NODE__NODE_COMMENT_STMT:
+      case PG_QUERY__NODE__NODE_SEC_LABEL_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_OWNER_STMT:
+      case PG_QUERY__NODE__NODE_CREATE_ROLE_STMT:
+      case PG_QUERY__NODE__NODE_ALTER_ROLE_STMT:
+      case PG_QUERY__NODE__NODE_DROP_ROLE_STMT:
+        return;  // privileges, comments, owners, roles: nothing a decision reads
+      default:
+        break;
+    }
+    const size_t before = out_.catalog_names.size();
+    Visit(&stmt->base);
+    if (ddl && out_.catalog_names.size() == before) out_.catalog_unbounded = true;
+  }
+
+ private:
+  void Visit(const ProtobufCMessage* m) {
+    if (out_.catalog_unbounded) return;
+    const ProtobufCMessageDescriptor* d = m->descriptor;
+    const char* base = reinterpret_cast<const char*>(m);
+    for (unsigned i = 0; i < d->n_fields; ++i) {
+      const ProtobufCFieldDescriptor& f = d->fields[i];
+      if ((f.flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0 &&
+          *reinterpret_cast<const uint32_t*>(base + f.quantifier_offset) != f.id) {
+        continue;
+      }
+      const void* at = base + f.offset;
+      if (f.type == PROTOBUF_C_TYPE_ENUM && f.label != PROTOBUF_C_LABEL_REPEATED) {
+        const int v = *reinterpret_cast<const int*>(at);
+        // CASCADE drops what depends on the objects named (catalog_cascade);
+        // a schema's or an extension's objects are not named at all, and a
+        // role's name is the search path's "$user".
+        if (f.descriptor == &pg_query__drop_behavior__descriptor && v == PG_QUERY__DROP_BEHAVIOR__DROP_CASCADE) {
+          out_.catalog_cascade = true;
+        } else if (f.descriptor == &pg_query__object_type__descriptor &&
+                   (v == PG_QUERY__OBJECT_TYPE__OBJECT_SCHEMA || v == PG_QUERY__OBJECT_TYPE__OBJECT_EXTENSION ||
+                    v == PG_QUERY__OBJECT_TYPE__OBJECT_ROLE)) {
+          out_.catalog_unbounded = true;
+          return;
+        }
+        continue;
+      }
+      if (f.type == PROTOBUF_C_TYPE_STRING) {
+        if (f.label == PROTOBUF_C_LABEL_REPEATED) {
+          const size_t n = *reinterpret_cast<const size_t*>(base + f.quantifier_offset);
+          const char* const* items = *reinterpret_cast<const char* const* const*>(at);
+          for (size_t k = 0; k < n; ++k) Name(items[k]);
+        } else {
+          Name(*reinterpret_cast<const char* const*>(at));
+        }
+        continue;
+      }
+      if (f.type != PROTOBUF_C_TYPE_MESSAGE) continue;
+      if (f.label == PROTOBUF_C_LABEL_REPEATED) {
+        const size_t n = *reinterpret_cast<const size_t*>(base + f.quantifier_offset);
+        ProtobufCMessage* const* items = *reinterpret_cast<ProtobufCMessage* const* const*>(at);
+        for (size_t k = 0; k < n; ++k) {
+          if (items[k] != nullptr) Visit(items[k]);
+        }
+      } else if (const ProtobufCMessage* child = *reinterpret_cast<const ProtobufCMessage* const*>(at)) {
+        Visit(child);
+      }
+    }
+  }
+
+  // Identifiers are at most NAMEDATALEN - 1 bytes (the scanner truncates
+  // longer ones): a longer string is a literal (a function body), no name.
+  void Name(const char* s) {
+    std::string_view v = Str(s);
+    if (v.empty() || v.size() > 63) return;
+    AddUnique(out_.catalog_names, std::string(v));
+  }
+
+  StatementAnalysis& out_;
+};
+
+// Whether a statement of `kind` (its node `stmt`) may change the catalog.
+bool ChangesCatalog(StatementKind kind, const PgQuery__Node* stmt) {
+  switch (kind) {
+    case StatementKind::kDdl:
+      return true;
+    case StatementKind::kExplain: {  // EXPLAIN [ANALYZE] CREATE TABLE AS / SELECT INTO (as written)
+      const PgQuery__Node* q = stmt->explain_stmt != nullptr ? stmt->explain_stmt->query : nullptr;
+      return q != nullptr && (q->node_case == PG_QUERY__NODE__NODE_CREATE_TABLE_AS_STMT ||
+                              ChangesCatalog(StatementKind::kSelect, q));
+    }
+    case StatementKind::kSelect:  // SELECT ... INTO creates a table
+      return stmt->node_case == PG_QUERY__NODE__NODE_SELECT_STMT && stmt->select_stmt != nullptr &&
+             stmt->select_stmt->into_clause != nullptr;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 StatementKind KindOfKeyword(std::string_view kw) {
@@ -470,8 +602,14 @@ absl::StatusOr<StatementAnalysis> ParseAnalysis(std::string_view sql) {
   for (size_t i = 0; i < tree->n_stmts; ++i) {
     const PgQuery__RawStmt* raw = tree->stmts[i];
     if (raw == nullptr || raw->stmt == nullptr) continue;
-    out.kinds.push_back(KindOfNode(raw->stmt));
+    const StatementKind kind = KindOfNode(raw->stmt);
+    out.kinds.push_back(kind);
     walker.Statement(raw->stmt);
+    if (kind == StatementKind::kDo || kind == StatementKind::kCall || kind == StatementKind::kOther) {
+      out.catalog_unbounded = true;  // runs whatever it runs
+    } else if (ChangesCatalog(kind, raw->stmt)) {
+      CatalogNameWalker(out).Statement(raw->stmt, kind == StatementKind::kDdl);
+    }
   }
   pg_query__parse_result__free_unpacked(tree, nullptr);
   out.statement_count = out.kinds.size();

@@ -18,8 +18,10 @@ namespace hyperpool::endpoint {
 namespace {
 
 constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
-// After a failed catalog refresh, wait this long before the next attempt.
-constexpr std::chrono::seconds kRefreshRetry{5};
+// After a failed catalog refresh, wait this long before the next attempt
+// (meanwhile decisions are made on the catalog read before, but for the
+// names changed since).
+constexpr std::chrono::seconds kRefreshRetry{1};
 // A name the catalog lacks refreshes it at most this often (a query on a
 // table that does not exist must not read the catalog on every call).
 constexpr std::chrono::seconds kUnknownNameRefreshEvery{1};
@@ -77,7 +79,8 @@ EndpointCache::~EndpointCache() {
 void EndpointCache::WantCatalog() {
   auto now = std::chrono::steady_clock::now();
   auto every = std::max<std::chrono::milliseconds>(options_.max_age, std::chrono::seconds(1));
-  if (!refreshing_ && (!snapshot_valid_ || now - loaded_at_ >= every) && RefreshAllowed(now)) {
+  const bool unknown = !oracle_ || overlay_.all_unknown();
+  if (!refreshing_ && (unknown || now - loaded_at_ >= every) && RefreshAllowed(now)) {
     StartRefresh();
   }
 }
@@ -115,15 +118,20 @@ void EndpointCache::EndRefresh() {
 }
 
 void EndpointCache::CatalogChanged(CatalogChange source) {
-  ++catalog_epoch_;
-  snapshot_valid_ = false;  // reloaded when a decision next needs it
+  overlay_.Committed(cache::CatalogChange::All());  // reloaded when a decision next needs it
   if (source == CatalogChange::kFromFeed) {
     feed_changed_ = true;
     return;
   }
-  ++own_catalog_epoch_;
   feed_changed_ = false;
   last_failure_ = {};
+}
+
+void EndpointCache::SettleCatalogChange(const cache::CatalogChange& change) {
+  overlay_.Settle(change);
+  // Nothing (or no shadowed name) is decided until a read: start it now
+  // rather than at the next decision.
+  if (change.all || change.cascade) WantCatalog();
 }
 
 void EndpointCache::StartRefresh() {
@@ -135,23 +143,28 @@ void EndpointCache::StartRefresh() {
 
 asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self) {
   for (int attempt = 0; attempt < kCatalogReadAttempts; ++attempt) {
-    const uint64_t epoch = catalog_epoch_;
-    const uint64_t own_epoch = own_catalog_epoch_;
+    // What was settled before the read is sent is in it.
+    const uint64_t token = overlay_.ReadStarting();
     ++counters_.catalog_reads;
     absl::StatusOr<Lease> lease = co_await acquire_();
     if (!lease.ok()) break;
     OriginConnection& conn = lease->As<OriginConnection>();
-    std::string sql = fmt::format("{}; BEGIN READ ONLY; SET LOCAL search_path = pg_catalog; {}; {}; {}; {}; COMMIT",
-                                  cache::kSearchPathQuery, cache::kFunctionVolatilityQuery,
-                                  cache::kRelationsQuery, cache::kViewDependenciesQuery,
-                                  cache::kSideCatalogQuery);
+    // No parallel workers: the read must not take worker slots the
+    // application's own queries would launch (nor depend on settings a
+    // session left on the connection).
+    std::string sql =
+        fmt::format("{}; BEGIN READ ONLY; SET LOCAL search_path = pg_catalog; "
+                    "SET LOCAL max_parallel_workers_per_gather = 0; {}; {}; {}; {}; {}; COMMIT",
+                    cache::kSearchPathQuery, cache::kFunctionVolatilityQuery, cache::kRelationsQuery,
+                    cache::kViewDependenciesQuery, cache::kSideCatalogQuery, cache::kWriteEffectsQuery);
     std::string out;
     protocol::AppendFrame(out, 'Q', sql + std::string(1, '\0'));
     absl::Status written = co_await conn.Write(out);
     auto snapshot = std::make_unique<cache::CatalogSnapshot>();
     std::vector<std::string> path;
     std::string why;  // the origin's error or the row that did not fit, for the log
-    int result = -1;  // index of the current row set: 0 path, 1 functions, 2 relations, 3 view deps, 4 side
+    int result = -1;  // index of the current row set: 0 path, 1 functions, 2 relations, 3 view deps, 4 side,
+                      // 5 write effects
     bool failed = !written.ok();
     bool done = false;
     while (!failed && !done) {
@@ -183,6 +196,8 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
             st = snapshot->AddViewDependencyRow(cols);
           } else if (result == 4) {
             st = snapshot->AddSideRow(cols);
+          } else if (result == 5) {
+            st = snapshot->AddWriteEffectRow(cols);
           }
           if (!st.ok()) {
             failed = true;
@@ -209,31 +224,27 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     }
     const bool healthy = !conn.broken() && conn.transaction_status() == 'I' && done;
     lease->Release(healthy ? ReleaseDecision::kReturn : ReleaseDecision::kClose);
-    if (failed || result < 3) {
+    if (failed || result < 5) {
       // An error on a healthy connection is most often a relation dropped
       // while the read ran (pg_get_viewdef opens each view): read again.
       if (healthy && attempt + 1 < kCatalogReadAttempts) continue;
-      Log(fmt::format("could not read the origin's catalog ({}); caching stays off until it can",
-                      why.empty() ? "connection lost" : why));
+      Log(fmt::format("could not read the origin's catalog ({}); {}", why.empty() ? "connection lost" : why,
+                      oracle_ ? "decisions keep the catalog read before, but for what changed since"
+                              : "caching stays off until it can"));
       break;
     }
-    if (epoch != catalog_epoch_) {
-      // A session's own DDL meanwhile: read it again at once. Only the
-      // feed's commits: which of them this read saw is unknown, so it is
-      // not used, and the next read waits its turn (kFeedCatalogReadEvery)
-      // — under DDL elsewhere without pause the cache decides nothing
-      // rather than reading the catalog in a loop.
-      if (own_epoch != own_catalog_epoch_) continue;
-      EndRefresh();
-      co_return;
-    }
+    // DDL settled meanwhile stays in the overlay: no need to read again.
     snapshot_ = std::move(snapshot);
     oracle_ = snapshot_->Oracle(std::move(path));
-    snapshot_valid_ = true;
-    feed_changed_ = false;
+    overlay_oracle_.set_base(oracle_.get());
+    overlay_.ReadLoaded(token);
+    // A feed change that came during the read keeps the read-again limit.
+    if (!overlay_.all_unknown()) feed_changed_ = false;
     loaded_at_ = std::chrono::steady_clock::now();
     ++counters_.catalog_refreshes;
     EndRefresh();
+    // A change settled while it ran: read again at once.
+    if (overlay_.all_unknown() || overlay_.cascade_pending()) WantCatalog();
     Publish();
     co_return;
   }
@@ -327,6 +338,7 @@ void EndpointCache::MarkConnectionDirty(const OriginConnection& conn) {
 void EndpointCache::RecordDecision(uint64_t fingerprint, cache::Reason reason,
                                    absl::FunctionRef<std::string()> normalized) {
   if (reason != cache::Reason::kCacheable) ++counters_.uncacheable;
+  ++counters_.decided[static_cast<std::size_t>(reason)];
   std::lock_guard lock(report_mu_);
   decisions_.Record(fingerprint, reason, normalized);
 }
@@ -336,7 +348,18 @@ void EndpointCache::NoteServed(bool coalesced) {
   if (coalesced) ++counters_.coalesced_served;
 }
 
-void EndpointCache::NoteBypassed() { ++counters_.bypassed; }
+void EndpointCache::NoteBypassed(BypassCause cause) {
+  ++counters_.bypassed;
+  ++counters_.bypass[static_cast<std::size_t>(cause)];
+}
+
+void EndpointCache::NoteDecidedWith(const cache::VolatilityOracle* oracle) {
+  if (oracle == nullptr) {
+    ++counters_.decided_without_catalog;
+  } else if (oracle != oracle_.get()) {
+    ++counters_.decided_with_changes;
+  }
+}
 
 void EndpointCache::Publish() {
   std::lock_guard lock(report_mu_);
@@ -350,20 +373,6 @@ EndpointCacheReport EndpointCache::Report(std::size_t top) const {
   if (shared_) r.shared = shared_->Stats();  // thread-safe, and live (no Publish() needed)
   r.top = decisions_.Top(top);
   return r;
-}
-
-std::string FormatCacheReport(const EndpointCacheReport& r) {
-  std::string out = fmt::format(
-      "endpoint tier: hits {} stale {} misses {} coalesced {} served {} stores {} evictions {} "
-      "invalidated {} (writes {}) entries {} bytes {} uncacheable {} bypassed {} catalog refreshes {}\n",
-      r.tier.hits, r.tier.stale_hits, r.tier.misses, r.tier.coalesced, r.served, r.tier.stores, r.tier.evictions,
-      r.tier.invalidations, r.invalidations, r.tier.entries, r.tier.bytes, r.uncacheable, r.bypassed,
-      r.catalog_refreshes);
-  for (const cache::DecisionStats::Row& row : r.top) {
-    out += fmt::format("  {:016x} {:>16} {:>8}  {}\n", row.fingerprint, cache::ReasonName(row.reason), row.count,
-                       row.sample);
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -385,6 +394,7 @@ SessionCache::~SessionCache() {
   if (leader_ && !leader_->done && leader_->owns_key) cache_->tier().Abandon(leader_->key);
   if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
   if (watch_) cache_->RemoveWatch(this);
+  SettleOpenCatalogChanges();
   cache_->Unregister(this);
   cache_->Publish();
 }
@@ -482,7 +492,11 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
     }
   }
   e.own_write = e.write.any() && !plain_read;
-  e.ddl = e.write.schema;  // the catalog is read again after it, and the Clients drop statement metadata
+  // What it may change in the catalog the decisions are made with: the
+  // names its parse tree holds, or anything when the text is not judged.
+  const bool judged = a.ok() && text.sql().size() <= (8u << 20) &&
+                      (StandardConformingStrings() || text.sql().find('\\') == std::string_view::npos);
+  e.catalog = judged ? cache::CatalogChange::Of(*a) : cache::CatalogChange::All();
   return e;
 }
 
@@ -499,7 +513,9 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
         e = EffectOf(own, /*apply_settings=*/true);
       } else {
         e.write.all = e.write.schema = true;
+        e.catalog.all = true;
       }
+      if (e.catalog.any()) cache_->OpenCatalogChange(e.catalog);
       NoteStateChange(e);
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
@@ -546,6 +562,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       auto x = protocol::DecodeExecute(frame.payload);
       Effect e;
       e.write.all = e.write.schema = true;  // unknown portal or statement: anything may have run
+      e.catalog.all = true;
       if (x.ok()) {
         auto portal = portals_.find(std::string(x->portal));
         if (portal != portals_.end()) {
@@ -553,6 +570,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
           if (st != statements_.end()) e = st->second;
         }
       }
+      if (e.catalog.any()) cache_->OpenCatalogChange(e.catalog);
       NoteStateChange(e);
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
@@ -579,6 +597,8 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       describe_window_ = DescribeWindow::kNone;
       Effect e;
       e.write.all = e.write.schema = true;  // a FunctionCall may run anything
+      e.catalog.all = true;
+      cache_->OpenCatalogChange(e.catalog);
       e.changes_state = true;
       state_changed_ = true;
       wrote_ = true;
@@ -595,6 +615,15 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
     default:
       break;
   }
+}
+
+void SessionCache::SettleOpenCatalogChanges() {
+  cache::CatalogChange open = std::move(txn_catalog_);
+  txn_catalog_ = cache::CatalogChange{};
+  for (const Effect& e : pending_) open.Merge(e.catalog);
+  open.Merge(building_.catalog);
+  building_.catalog = cache::CatalogChange{};
+  if (open.any()) cache_->SettleCatalogChange(open);
 }
 
 void SessionCache::Emit(const cache::InvalidateControl& control, std::string& batch) {
@@ -734,8 +763,12 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
       if ((e.changes_state && !e.settings_only) || state_changed_ || hello_unsupported_) {
         cache_->MarkConnectionDirty(conn);
       }
-      if (e.ddl) cache_->CatalogChanged();
+      txn_catalog_.Merge(e.catalog);  // completed; settled when its transaction ends
       pending_.pop_front();
+    }
+    if (status == 'I' && txn_catalog_.any()) {
+      cache_->SettleCatalogChange(txn_catalog_);
+      txn_catalog_ = cache::CatalogChange{};
     }
     if (status == 'I' && txn_written_.any()) {
       Emit(cache_->Invalidate(txn_written_), batch);

@@ -21,6 +21,7 @@
 #ifndef HYPERPOOL_ENDPOINT_ENDPOINT_CACHE_H_
 #define HYPERPOOL_ENDPOINT_ENDPOINT_CACHE_H_
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +44,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "cache/cacheability.h"
+#include "cache/catalog_overlay.h"
 #include "cache/memory_cache.h"
 #include "cache/result_store.h"
 #include "cache/shared_cache.h"
@@ -59,6 +61,18 @@ namespace hyperpool::endpoint {
 class OriginConnection;
 class SessionCache;
 
+// Why a unit of work was not considered (EndpointCacheReport::bypass).
+enum class BypassCause : uint8_t {
+  kOff,            // the tier is off, or the session turned it off (hyperpool.cache)
+  kSessionState,   // the session changed state a key cannot describe (SET ROLE, DISCARD, ...)
+  kStartup,        // startup parameters a key cannot describe
+  kServeGate,      // the WAL feed says no
+  kUnitChanges,    // the unit changes session state, or asks for no caching (hint)
+  kZeroTtl,        // hyperpool.cache_ttl = 0
+};
+inline constexpr std::size_t kBypassCauses = 6;
+inline constexpr std::size_t kReasons = static_cast<std::size_t>(cache::Reason::kOversizedResult) + 1;
+
 // Counters of the Endpoint tier, and the top decisions per query fingerprint.
 struct EndpointCacheReport {
   CacheStats tier;
@@ -66,6 +80,10 @@ struct EndpointCacheReport {
   uint64_t coalesced_served = 0;  // ... of which waited for a leader
   uint64_t uncacheable = 0;     // candidate units decided uncacheable
   uint64_t bypassed = 0;        // units not considered (disabled, session state, hint)
+  std::array<uint64_t, kBypassCauses> bypass{};  // ... by BypassCause
+  std::array<uint64_t, kReasons> decided{};     // candidate units by cache::Reason
+  uint64_t decided_without_catalog = 0;  // ... decided with no catalog loaded (or after unbounded DDL)
+  uint64_t decided_with_changes = 0;     // ... decided while names changed by DDL were not re-read yet
   uint64_t invalidations = 0;   // write invalidations (each bumps the generation)
   uint64_t catalog_refreshes = 0;
   uint64_t catalog_reads = 0;  // reads of the origin's catalog started (each five queries)
@@ -108,19 +126,29 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   cache::SharedCache* shared() const { return shared_.get(); }
 
   // The catalog oracle for the origin's default search_path; nullptr until a
-  // snapshot is loaded and after DDL until the refresh ends.
-  const cache::VolatilityOracle* Oracle() const { return snapshot_valid_ ? oracle_.get() : nullptr; }
+  // snapshot is loaded and after a change no name bounds (until a read that
+  // began after it settled). A name DDL touched since the read answers
+  // unknown (cache::CatalogOverlay) until a read clears it.
+  const cache::VolatilityOracle* Oracle() const {
+    if (!oracle_ || overlay_.all_unknown()) return nullptr;
+    return overlay_.empty() ? oracle_.get() : &overlay_oracle_;
+  }
+  // A statement that may change the catalog was sent through hyperpool
+  // (OpenCatalogChange), and the transaction that ran it ended
+  // (SettleCatalogChange): a catalog read clears the change only if it began
+  // after the settle (before, it may not see it). Every open is settled once.
+  void OpenCatalogChange(const cache::CatalogChange& change) { overlay_.Open(change); }
+  void SettleCatalogChange(const cache::CatalogChange& change);
   // A decision needed the catalog: starts a refresh when none is loaded or
   // the loaded one is older than max_age (lazily, so that an origin that only
   // ever sees catalog-free statements is never asked).
   void WantCatalog();
-  // DDL (or something that may have run DDL) completed. kThroughHyperpool:
-  // a session's own DDL, re-read at the next decision. kFromFeed: a commit
-  // the WAL feed saw change no table (DDL, GRANT, ANALYZE, a temporary
-  // table, a row lock elsewhere): the catalog counts as unknown at once, but
-  // it is re-read at most once per kFeedCatalogReadEvery, so an application
-  // committing such transactions straight to the origin never makes
-  // hyperpool scan the origin's catalog continuously.
+  // DDL (or something that may have run DDL) committed, names unknown: the
+  // catalog counts as unknown at once. kFromFeed: a commit the WAL feed saw
+  // change no table (DDL, GRANT, ANALYZE, a temporary table, a row lock
+  // elsewhere): re-read at most once per kFeedCatalogReadEvery, so an
+  // application committing such transactions straight to the origin never
+  // makes hyperpool scan the origin's catalog continuously.
   enum class CatalogChange : uint8_t { kThroughHyperpool, kFromFeed };
   void CatalogChanged(CatalogChange source = CatalogChange::kThroughHyperpool);
   // A decision met a relation or function the loaded catalog lacks (made
@@ -183,7 +211,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   void RecordDecision(uint64_t fingerprint, cache::Reason reason,
                       absl::FunctionRef<std::string()> normalized);
   void NoteServed(bool coalesced);
-  void NoteBypassed();
+  void NoteBypassed(BypassCause cause);
+  // A candidate was decided with `oracle` (Oracle() at the time).
+  void NoteDecidedWith(const cache::VolatilityOracle* oracle);
   void NoteSharedServed() { ++counters_.shared_served; }
   void NoteStaleIfError() { ++counters_.stale_if_error; }
   // Copies the counters for Report() (call after each tier operation).
@@ -207,10 +237,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
 
   std::unique_ptr<cache::CatalogSnapshot> snapshot_;
   std::unique_ptr<cache::VolatilityOracle> oracle_;
-  bool snapshot_valid_ = false;
+  cache::CatalogOverlay overlay_;  // what changed since oracle_ was read
+  cache::OverlayOracle overlay_oracle_{nullptr, &overlay_};  // oracle_ seen through overlay_
   bool refreshing_ = false;
-  uint64_t catalog_epoch_ = 0;
-  uint64_t own_catalog_epoch_ = 0;  // the part of catalog_epoch_ made through hyperpool (kThroughHyperpool)
   std::chrono::steady_clock::time_point loaded_at_{};
   std::vector<std::weak_ptr<asio::steady_timer>> refresh_waiters_;  // OnRefreshEnd
   void EndRefresh();  // refreshing_ = false, wakes refresh_waiters_
@@ -313,7 +342,7 @@ class SessionCache {
     cache::WriteEffect write;
     bool changes_state = false;
     bool settings_only = false;  // every state change is an ordinary SET/RESET
-    bool ddl = false;
+    cache::CatalogChange catalog;  // what it may change in the catalog (opened when sent)
     bool own_write = false;  // may write (not just a read judged conservatively)
     void Merge(const Effect& o) {
       write.Merge(o.write);
@@ -321,7 +350,7 @@ class SessionCache {
       settings_only = (!changes_state || settings_only) && (!o.changes_state || o.settings_only);
       changes_state = changes_state || o.changes_state;
       settings_only = settings_only && changes_state;
-      ddl = ddl || o.ddl;
+      catalog.Merge(o.catalog);
     }
   };
   struct Leader {
@@ -449,6 +478,12 @@ class SessionCache {
   SmallFifo<Effect> pending_;
   Effect building_;  // extended-query messages since the last Sync
   cache::WriteEffect txn_written_;
+  // Catalog changes whose statements completed in the transaction still
+  // open: settled at its end (OnOriginFrame).
+  cache::CatalogChange txn_catalog_;
+  // Settles every catalog change opened and not settled yet (the session
+  // ends, or its outstanding requests were answered without the origin).
+  void SettleOpenCatalogChanges();
   std::unordered_map<std::string, Effect> statements_;
   std::unordered_map<std::string, std::string> portals_;
   // The text and declared types of each named statement the session parsed

@@ -93,6 +93,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     // Whatever was outstanding has been answered (possibly locally, when the
     // origin was lost or no connection could be had).
     if (leader_) EndLeader(/*abandon=*/true);
+    SettleOpenCatalogChanges();
     pending_.clear();
     row_limit_ = RowLimit{};  // a unit that ended without its ReadyForQuery (origin lost)
     building_ = Effect{};
@@ -109,7 +110,10 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B') return InterceptResult::kNotServed;
   RefreshSettingsKey();
   if (!cache_->enabled() || !settings_.enabled || state_changed_ || hello_unsupported_ || !cache_->ServeGateOpen()) {
-    cache_->NoteBypassed();
+    cache_->NoteBypassed(!cache_->enabled() || !settings_.enabled ? BypassCause::kOff
+                         : state_changed_                         ? BypassCause::kSessionState
+                         : hello_unsupported_                     ? BypassCause::kStartup
+                                                                  : BypassCause::kServeGate);
     return InterceptResult::kNotServed;
   }
   cache::CandidateUnit unit;
@@ -152,11 +156,11 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   const cache::SqlText& unit_text = *unit_text_ptr;
   cache::StatementEffects fx = cache::ClassifyStatements(unit_text, nullptr);
   if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) {
-    cache_->NoteBypassed();
+    cache_->NoteBypassed(BypassCause::kUnitChanges);
     return InterceptResult::kNotServed;
   }
   if (Ttl() <= std::chrono::milliseconds(0)) {
-    cache_->NoteBypassed();
+    cache_->NoteBypassed(BypassCause::kZeroTtl);
     return InterceptResult::kNotServed;
   }
   cache::DecisionContext ctx;
@@ -167,6 +171,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   ctx.oracle = cache_->Oracle();
   ctx.standard_conforming_strings = StandardConformingStrings();
   cache::Decision d = cache::DecideSql(unit_text, ctx);
+  if (d.reason != cache::Reason::kNotAQuery) cache_->NoteDecidedWith(ctx.oracle);
   // The text's own analysis (no copy); null if the decision needed none.
   const cache::StatementAnalysis* analysis = unit_text.normalized_analysis_if_done();
   if (analysis != nullptr && (!analysis->functions.empty() || !analysis->relations_read.empty())) {

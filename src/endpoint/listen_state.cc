@@ -1,7 +1,6 @@
 #include "endpoint/listen_state.h"
 
 #include <algorithm>
-#include <span>
 
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
@@ -9,44 +8,6 @@
 
 namespace hyperpool::endpoint {
 namespace {
-
-using cache::Token;
-using cache::TokenKind;
-
-// NAMEDATALEN - 1: PostgreSQL truncates identifiers (channel names too) to
-// this many bytes, never inside a multibyte character.
-constexpr std::size_t kMaxIdentifierBytes = 63;
-
-std::string TruncateIdentifier(std::string name) {
-  if (name.size() <= kMaxIdentifierBytes) return name;
-  std::size_t cut = kMaxIdentifierBytes;
-  // Back up over UTF-8 continuation bytes so the cut lands on a boundary.
-  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
-  name.resize(cut);
-  return name;
-}
-
-// The channel named by token `i`, or "" if it is not an identifier.
-std::string ChannelAt(std::span<const Token> t, std::size_t i) {
-  if (i >= t.size()) return {};
-  if (t[i].kind != TokenKind::kIdentifier && t[i].kind != TokenKind::kQuotedIdentifier) return {};
-  return TruncateIdentifier(t[i].value);
-}
-
-void ParseOne(std::span<const Token> t, std::vector<ListenOp>& out) {
-  if (t.empty()) return;
-  if (t[0].IsKeyword("listen")) {
-    std::string channel = ChannelAt(t, 1);
-    if (!channel.empty() && t.size() == 2) out.push_back({ListenOp::Kind::kListen, std::move(channel)});
-  } else if (t[0].IsKeyword("unlisten")) {
-    if (t.size() == 2 && t[1].kind == TokenKind::kOperator && t[1].text == "*") {
-      out.push_back({ListenOp::Kind::kUnlistenAll, {}});
-      return;
-    }
-    std::string channel = ChannelAt(t, 1);
-    if (!channel.empty() && t.size() == 2) out.push_back({ListenOp::Kind::kUnlisten, std::move(channel)});
-  }
-}
 
 void AppendQuotedIdentifier(std::string& out, std::string_view name) {
   out += '"';
@@ -78,9 +39,23 @@ std::vector<ListenOp> ParseListenOps(std::string_view sql) {
 std::vector<ListenOp> ParseListenOps(const cache::SqlText& text) {
   std::vector<ListenOp> out;
   if (text.simple_read() || !MayListen(text.sql())) return out;  // cheap: most texts never reach the lexer
-  const auto& tokens = text.tokens();
-  if (!tokens.ok()) return out;  // PostgreSQL rejects it too
-  cache::ForEachStatement(*tokens, [&](std::span<const Token> statement) { ParseOne(statement, out); });
+  // The parser's statements (already run for this text by the write pass):
+  // channel names as the server's scanner makes them.
+  const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();
+  if (!a.ok()) return out;  // PostgreSQL rejects it too
+  for (const auto& [kind, channel] : a->listens) {
+    switch (kind) {
+      case 'L':
+        out.push_back({ListenOp::Kind::kListen, channel});
+        break;
+      case 'U':
+        out.push_back({ListenOp::Kind::kUnlisten, channel});
+        break;
+      default:
+        out.push_back({ListenOp::Kind::kUnlistenAll, {}});
+        break;
+    }
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "cache/cacheability.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -253,6 +254,15 @@ TEST_CASE("CatalogSnapshot resolves through the search path") {
   CHECK(o->Relation({"", "v_now"})->nonimmutable_functions);
   CHECK(o->Relation({"", "v_nested"})->nonimmutable_functions);
   CHECK_FALSE(o->Relation({"", "v_udf"})->nonimmutable_functions);
+  // What a view's answers depend on, nested views' included (CatalogOverlay
+  // makes the view unknown when any of them changes).
+  const std::vector<std::string> deps = o->Relation({"", "v_nested"})->depends_on;
+  for (std::string_view name : {"v_now", "now", "v_users", "users", "lower", "events"}) {
+    INFO(name);
+    CHECK(std::find(deps.begin(), deps.end(), name) != deps.end());
+  }
+  CHECK(o->Relation({"", "v_udf"})->depends_on == std::vector<std::string>{"f"});
+  CHECK(o->Relation({"", "users"})->depends_on.empty());
   CHECK(o->Relation({"", "seq"})->kind == 'S');
 }
 
@@ -326,6 +336,56 @@ TEST_CASE("DecisionStats truncates samples") {
   DecisionStats stats(4);
   stats.Record(9, Reason::kCacheable, std::string(1000, 'x'));
   CHECK(stats.Top(1)[0].sample.size() == DecisionStats::kSampleBytes);
+}
+
+}  // namespace
+}  // namespace hyperpool::cache
+
+namespace hyperpool::cache {
+namespace {
+
+std::optional<std::vector<std::string>> Invalidated(std::string_view sql, const VolatilityOracle& o) {
+  absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(sql);
+  REQUIRE(a.ok());
+  return TablesToInvalidate(*a, &o);
+}
+
+TEST_CASE("a write invalidates what its foreign keys' actions write; a trigger or rule makes it anything") {
+  FakeOracle o;
+  o.Table("public.parent").Table("public.child").Table("public.grandchild").Table("public.audited");
+  o.Table("parent").Table("audited");
+  o.Writes("public.parent", {"public.child"}).Writes("parent", {"public.child"});
+  o.Writes("public.child", {"public.grandchild"});
+  o.Writes("audited", {"*"});
+  auto tables = Invalidated("DELETE FROM parent WHERE id = 1", o);
+  REQUIRE(tables.has_value());
+  CHECK(*tables == std::vector<std::string>{"public.parent", "public.child", "public.grandchild"});
+  CHECK_FALSE(Invalidated("UPDATE audited SET x = 1", o).has_value());
+  CHECK_FALSE(Invalidated("TRUNCATE audited", o).has_value());
+  // TRUNCATE ... CASCADE empties the referencing tables, whatever they are.
+  CHECK_FALSE(Invalidated("TRUNCATE public.grandchild CASCADE", o).has_value());
+  CHECK(Invalidated("TRUNCATE public.grandchild", o) == std::vector<std::string>{"public.grandchild"});
+}
+
+TEST_CASE("CatalogSnapshot reads what writes write besides their table, partitions for their root") {
+  using Row = std::vector<std::optional<std::string_view>>;
+  CatalogSnapshot s;
+  for (const Row& r : std::vector<Row>{{"public", "pk", "r", "p", std::nullopt, std::nullopt},
+                                       {"public", "fk", "r", "p", std::nullopt, std::nullopt},
+                                       {"public", "m", "p", "p", "public", "m"},
+                                       {"public", "m_1", "r", "p", "public", "m"}}) {
+    REQUIRE(s.AddRelationRow(r).ok());
+  }
+  REQUIRE(s.AddWriteEffectRow(Row{"public", "pk", "c", "public", "fk"}).ok());
+  REQUIRE(s.AddWriteEffectRow(Row{"public", "m_1", "a", std::nullopt, std::nullopt}).ok());
+  CHECK_FALSE(s.AddWriteEffectRow(Row{"public", "pk", "c", std::nullopt, std::nullopt}).ok());
+  std::unique_ptr<VolatilityOracle> o = s.Oracle({"public"});
+  CHECK(o->Relation({"", "pk"})->also_writes == std::vector<std::string>{"public.fk"});
+  CHECK_FALSE(o->Relation({"", "fk"})->writes_anything);
+  CHECK(o->Relation({"", "m_1"})->writes_anything);
+  CHECK(o->Relation({"", "m"})->writes_anything);  // a write through the root fires the partition's trigger
+  CHECK(Invalidated("DELETE FROM pk", *o) == std::vector<std::string>{"public.pk", "public.fk"});
+  CHECK_FALSE(Invalidated("INSERT INTO m VALUES (1)", *o).has_value());
 }
 
 }  // namespace

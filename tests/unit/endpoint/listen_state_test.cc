@@ -44,6 +44,11 @@ TEST_CASE("ParseListenOps names channels as PostgreSQL does") {
       {"LISTEN 'a'", {}},
       {"SELECT pg_notify('a', 'x')", {}},
       {"LISTEN \"unterminated", {}},
+      // The server parses the whole text before running any of it: a
+      // syntax error anywhere runs nothing (the parser judges, not a split
+      // at ';').
+      {"LISTEN a; SELECT 1 +", {}},
+      {"LISTEN U&\"d\\0061t\"", {Listen("dat")}},          // a Unicode escape, decoded
   }));
   CAPTURE(c.sql);
   CHECK(ParseListenOps(c.sql) == c.ops);
