@@ -105,9 +105,21 @@ asio::awaitable<void> Session::Run() {
   const bool hello = co_await ReadHello();
   if (hello && probe_) {
     co_await AnswerProbe();
-  } else if (hello && watch_) {
+    link_closed_ = true;
+    link_->Close();
+    co_return;
+  }
+  if (hello && watch_) {
     co_await RunWatch();
-  } else if (hello && co_await SendLinkReady()) {
+    link_closed_ = true;
+    link_->Close();
+    co_return;
+  }
+  const bool link_up = hello && co_await SendLinkReady();
+  // Link-ready not delivered but the origin reachable: the Client closed
+  // the link right after the frames that came with the hello. If they hold
+  // a Terminate, what came before it still runs, as PostgreSQL runs it.
+  if (link_up || (hello && endpoint::HasTerminate(in_) && !endpoint_->origin_parameters.empty())) {
     endpoint::SessionCore::Identity identity;
     identity.session_id = session_id_;
     identity.app_pid = app_pid_;
@@ -123,8 +135,9 @@ asio::awaitable<void> Session::Run() {
     }
     // The frames that came with the hello (the link's first message).
     core_->TakeClientBytes(in_);
+    if (!link_up) core_->OnClientGone();
     Execute(/*flush_link=*/true);
-    PumpLink();  // (this coroutine ends: the link is read by callbacks from now on)
+    if (link_up) PumpLink();  // (this coroutine ends: the link is read by callbacks from now on)
     co_return;
   }
   link_closed_ = true;

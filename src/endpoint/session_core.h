@@ -90,6 +90,12 @@ struct SessionCommand {
   bool signal_terminate = false;                       // kSignalSession
 };
 
+// Whether `frames` (link frames from the app) hold a complete Terminate.
+// A Client that sends work and Terminate closes the link at once; what came
+// before the Terminate still runs, as PostgreSQL runs it (OnClientGone,
+// Session::Run).
+bool HasTerminate(std::string_view frames);
+
 class SessionCore {
  public:
   // The session's life. Change it only through SetState().

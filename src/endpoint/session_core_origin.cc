@@ -392,7 +392,22 @@ void SessionCore::OnClientGone() {
   client_gone_ = true;
   link_gone_ = true;  // nobody reads the answers any more
   if (state_ == State::kDraining) return;  // after Terminate: its units finish, then the session ends
+  // A Terminate behind frames not yet handled (an INSERT sent with it while
+  // it waits for a connection): PostgreSQL runs what came before a
+  // Terminate, so they run, and the Terminate then drains and ends it.
+  if (!stopping_ && HasTerminate(in_)) return;
   EndSession();
+}
+
+bool HasTerminate(std::string_view frames) {
+  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
+  std::string_view rest = frames;
+  for (;;) {
+    auto r = reader.Read(rest);
+    if (!r.is_frame()) return false;
+    if (r.frame().tag == 'X') return true;
+    rest.remove_prefix(r.frame().size());
+  }
 }
 
 void SessionCore::Shutdown() {
