@@ -30,8 +30,11 @@ std::shared_ptr<const CacheEntry> ClientTier::GetFresh(const std::string& key) {
   return e;
 }
 
-void ClientTier::Store(const std::string& key, std::string messages, cache::StoreControl control) {
+void ClientTier::Store(const std::string& key, std::string messages, cache::StoreControl control,
+                       std::chrono::steady_clock::time_point sent) {
   if (control.ttl <= std::chrono::milliseconds(0)) return;
+  const auto expires = sent + control.ttl;
+  if (std::chrono::steady_clock::now() >= expires) return;  // spent in flight
   std::lock_guard lock(mu_);
   if (watched_ && (!subscribed_ || control.source != source_ || control.generation < subscribed_generation_)) {
     ++stats_.refused_unwatched;
@@ -48,7 +51,7 @@ void ClientTier::Store(const std::string& key, std::string messages, cache::Stor
   }
   CacheEntry entry;
   entry.messages = std::move(messages);
-  entry.expires = std::chrono::steady_clock::now() + control.ttl;
+  entry.expires = expires;
   entry.stale_until = entry.expires;
   entry.tables = std::move(control.tables);
   tier_->Put(key, std::move(entry));

@@ -60,8 +60,13 @@ class ClientTier {
   // A fresh entry for `key`, or nullptr (stale entries go to the Endpoint,
   // which serves stale-while-revalidate itself).
   std::shared_ptr<const CacheEntry> GetFresh(const std::string& key);
-  // Stores a result the Endpoint declared cacheable for `control.ttl`.
-  void Store(const std::string& key, std::string messages, cache::StoreControl control);
+  // Stores a result the Endpoint declared cacheable for `control.ttl`,
+  // counted from `sent`: when the unit left for the Endpoint, which set the
+  // ttl after that. Counting from the result's arrival instead would let a
+  // Client that reads its link late (a busy thread, a slow link) serve past
+  // the Endpoint's bound, such as the WAL feed's freshness budget.
+  void Store(const std::string& key, std::string messages, cache::StoreControl control,
+             std::chrono::steady_clock::time_point sent);
   void Invalidate(const cache::InvalidateControl& control);
   // The watch is subscribed to Endpoint instance `source`, whose generation
   // was `generation` then: drops every entry and the generations seen so far

@@ -306,6 +306,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     bool candidate = false;
     uint64_t digest = 0;
     std::string key;
+    // When a candidate left for the Endpoint: the Endpoint's ttl counts
+    // from a moment after this, so an entry's expiry counted from here is
+    // never later than the Endpoint meant, however late the result arrives.
+    std::chrono::steady_clock::time_point sent{};
   };
   SmallFifo<PendingUnit> units_;
   // The extended protocol as forwarded: local Parse/Describe answers,

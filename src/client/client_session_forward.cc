@@ -363,6 +363,7 @@ asio::awaitable<void> ClientSession::AppToLink() {
           unit.candidate = true;
           unit.digest = cache::Fnv1a64(to_link);
           unit.key = std::move(first_key);
+          unit.sent = std::chrono::steady_clock::now();
         }
         ++units_in_batch;
         units_.push_back(std::move(unit));
@@ -580,7 +581,8 @@ void ClientSession::AppWriteFailed() {
 void ClientSession::OnReadyForQuery(char status) {
   txn_status_ = status;
   if (capture_ && capture_store_ && capture_->state() == cache::ResultCapture::State::kComplete && impl_->cache) {
-    impl_->cache->Store(capture_key_, capture_->TakeMessages(), std::move(*capture_store_));
+    const auto sent = units_.empty() ? std::chrono::steady_clock::now() : units_.front().sent;
+    impl_->cache->Store(capture_key_, capture_->TakeMessages(), std::move(*capture_store_), sent);
   }
   capture_.reset();
   capture_store_.reset();

@@ -98,6 +98,18 @@ def fail(msg):
     sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
 
 
+def _print_serve_stderr_on_error(kind, value, tb):
+    """An uncaught exception (a serve gone, say) shows what the serves logged,
+    as fail() does."""
+    sys.__excepthook__(kind, value, tb)
+    tail = err_text()[-4000:]
+    if tail:
+        sys.stderr.write("--- serve stderr:\n" + tail)
+
+
+sys.excepthook = _print_serve_stderr_on_error
+
+
 def check(cond, msg):
     if not cond:
         fail(msg)

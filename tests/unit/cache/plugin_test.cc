@@ -34,7 +34,7 @@ TEST_CASE("the Client tier uses the Cache its options' factory makes") {
   store.ttl = 10s;
   store.generation = 1;
   store.tables = {"public.t"};
-  tier.Store("k", "messages", store);
+  tier.Store("k", "messages", store, std::chrono::steady_clock::now());
   REQUIRE(tier.GetFresh("k") != nullptr);
   tier.Invalidate(cache::InvalidateControl{2, false, {"public.t"}});
   CHECK(tier.GetFresh("k") == nullptr);
@@ -48,7 +48,7 @@ TEST_CASE("without a factory the Client tier keeps a MemoryCache") {
   client::ClientTier tier(options);
   cache::StoreControl store;
   store.ttl = 10s;
-  tier.Store("k", "m", store);
+  tier.Store("k", "m", store, std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") != nullptr);
   CHECK(tier.Stats().tier.entries == 1);
 }

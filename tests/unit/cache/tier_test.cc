@@ -387,27 +387,46 @@ TEST_CASE("the Client tier refuses results older than an invalidation, in either
   StoreControl st{1, std::chrono::seconds(10), /*generation=*/5, {"public.t"}};
   // Invalidation (gen 6) arrives first: the older result is refused.
   tier.Invalidate(InvalidateControl{6, false, {"public.t"}});
-  tier.Store("a", msgs, st);
+  tier.Store("a", msgs, st, std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("a") == nullptr);
   // Result first, invalidation after: removed.
   st.generation = 6;
-  tier.Store("b", msgs, st);
+  tier.Store("b", msgs, st, std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("b") != nullptr);
   tier.Invalidate(InvalidateControl{7, false, {"public.t"}});
   CHECK(tier.GetFresh("b") == nullptr);
   // Other tables are untouched; "all" removes everything.
   StoreControl other{1, std::chrono::seconds(10), 7, {"public.u"}};
-  tier.Store("c", msgs, other);
+  tier.Store("c", msgs, other, std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("c") != nullptr);
   tier.Invalidate(InvalidateControl{8, true, {}});
   CHECK(tier.GetFresh("c") == nullptr);
   other.generation = 7;
-  tier.Store("d", msgs, other);
+  tier.Store("d", msgs, other, std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("d") == nullptr);  // older than the "all" invalidation
   // A zero TTL stores nothing.
   StoreControl zero{1, std::chrono::milliseconds(0), 9, {}};
-  tier.Store("e", msgs, zero);
+  tier.Store("e", msgs, zero, std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("e") == nullptr);
+}
+
+TEST_CASE("the Client tier counts a result's ttl from when its unit was sent, not from its arrival") {
+  // The Endpoint's ttl (the WAL feed's freshness budget among others) is
+  // set after the unit left the Client; a result that reaches a busy Client
+  // late must not live past what the Endpoint allowed.
+  CacheOptions o;
+  client::ClientTier tier(o);
+  std::string msgs = "C" + std::string("\0\0\0\x0bSELECT 1\0", 13);
+  const auto now = std::chrono::steady_clock::now();
+  StoreControl st{1, std::chrono::milliseconds(100), 1, {"public.t"}};
+  // Sent 150 ms ago with a 100 ms budget: spent in flight, not stored.
+  tier.Store("late", msgs, st, now - std::chrono::milliseconds(150));
+  CHECK(tier.GetFresh("late") == nullptr);
+  // Sent 40 ms ago: stored, and it expires 100 ms after the send.
+  tier.Store("in-time", msgs, st, now - std::chrono::milliseconds(40));
+  std::shared_ptr<const CacheEntry> e = tier.GetFresh("in-time");
+  REQUIRE(e != nullptr);
+  CHECK(e->expires == now + std::chrono::milliseconds(60));
 }
 
 TEST_CASE("the plain-SELECT scan stops at every byte it must look at, wherever it lies in a block") {

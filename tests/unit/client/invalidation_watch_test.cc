@@ -56,10 +56,10 @@ TEST_CASE("the control messages carry their Endpoint's source; without one it is
 
 TEST_CASE("a watched tier serves and stores nothing until subscribed") {
   ClientTier tier(CacheOptions{}, /*watched=*/true);
-  tier.Store("k", "rows", Store(kA, 5));
+  tier.Store("k", "rows", Store(kA, 5), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") == nullptr);
   tier.Subscribe(kA, 5);
-  tier.Store("k", "rows", Store(kA, 5));
+  tier.Store("k", "rows", Store(kA, 5), std::chrono::steady_clock::now());
   REQUIRE(tier.GetFresh("k") != nullptr);
   CHECK(tier.Stats().subscribed);
   CHECK(tier.Stats().refused_unwatched == 1);
@@ -68,10 +68,10 @@ TEST_CASE("a watched tier serves and stores nothing until subscribed") {
 TEST_CASE("a watched tier refuses results fetched before the subscription or from another Endpoint") {
   ClientTier tier(CacheOptions{}, /*watched=*/true);
   tier.Subscribe(kA, 10);
-  tier.Store("before", "rows", Store(kA, 9));  // the fetch began before: an invalidation may have been missed
-  tier.Store("other", "rows", Store(kB, 50));  // a session still on another Endpoint
-  tier.Store("unsaid", "rows", Store(0, 50));
-  tier.Store("ok", "rows", Store(kA, 10));
+  tier.Store("before", "rows", Store(kA, 9), std::chrono::steady_clock::now());  // the fetch began before: an invalidation may have been missed
+  tier.Store("other", "rows", Store(kB, 50), std::chrono::steady_clock::now());  // a session still on another Endpoint
+  tier.Store("unsaid", "rows", Store(0, 50), std::chrono::steady_clock::now());
+  tier.Store("ok", "rows", Store(kA, 10), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("before") == nullptr);
   CHECK(tier.GetFresh("other") == nullptr);
   CHECK(tier.GetFresh("unsaid") == nullptr);
@@ -82,17 +82,17 @@ TEST_CASE("a watched tier refuses results fetched before the subscription or fro
 TEST_CASE("losing the watch drops everything and refuses until subscribed again") {
   ClientTier tier(CacheOptions{}, /*watched=*/true);
   tier.Subscribe(kA, 1);
-  tier.Store("k", "rows", Store(kA, 1));
+  tier.Store("k", "rows", Store(kA, 1), std::chrono::steady_clock::now());
   REQUIRE(tier.GetFresh("k") != nullptr);
   tier.Unsubscribe();
   CHECK(tier.GetFresh("k") == nullptr);
-  tier.Store("k", "rows", Store(kA, 1));
+  tier.Store("k", "rows", Store(kA, 1), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") == nullptr);
   // Subscribed to another Endpoint (moved): A's generations are forgotten,
   // B's results start at B's generation.
   tier.Subscribe(kB, 3);
   CHECK(tier.GetFresh("k") == nullptr);
-  tier.Store("k", "rows", Store(kB, 3));
+  tier.Store("k", "rows", Store(kB, 3), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") != nullptr);
   CHECK(tier.Stats().subscriptions == 2);
 }
@@ -100,28 +100,28 @@ TEST_CASE("losing the watch drops everything and refuses until subscribed again"
 TEST_CASE("an invalidation from another Endpoint drops entries but records no generation") {
   ClientTier tier(CacheOptions{}, /*watched=*/true);
   tier.Subscribe(kA, 1);
-  tier.Store("k", "rows", Store(kA, 2));
+  tier.Store("k", "rows", Store(kA, 2), std::chrono::steady_clock::now());
   tier.Invalidate(Inv(kB, 100));  // B's numbers: not comparable with A's
   CHECK(tier.GetFresh("k") == nullptr);
-  tier.Store("k", "rows", Store(kA, 3));  // would be refused had 100 been recorded
+  tier.Store("k", "rows", Store(kA, 3), std::chrono::steady_clock::now());  // would be refused had 100 been recorded
   CHECK(tier.GetFresh("k") != nullptr);
   // The subscribed Endpoint's own invalidation is recorded: a result whose
   // fetch began before it is refused, whatever the arrival order.
   tier.Invalidate(Inv(kA, 5));
   CHECK(tier.GetFresh("k") == nullptr);
-  tier.Store("k", "rows", Store(kA, 4));
+  tier.Store("k", "rows", Store(kA, 4), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") == nullptr);
-  tier.Store("k", "rows", Store(kA, 5));
+  tier.Store("k", "rows", Store(kA, 5), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") != nullptr);
 }
 
 TEST_CASE("an unwatched tier keeps its old rules (any source, no subscription)") {
   ClientTier tier(CacheOptions{});
-  tier.Store("k", "rows", Store(0, 1));
+  tier.Store("k", "rows", Store(0, 1), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") != nullptr);
   tier.Invalidate(Inv(0, 2));
   CHECK(tier.GetFresh("k") == nullptr);
-  tier.Store("k", "rows", Store(0, 1));
+  tier.Store("k", "rows", Store(0, 1), std::chrono::steady_clock::now());
   CHECK(tier.GetFresh("k") == nullptr);  // refused_stale
   CHECK(tier.Stats().refused_stale == 1);
 }
