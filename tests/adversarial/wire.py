@@ -284,7 +284,12 @@ class Serve:
         binary = os.environ.get("HYPERPOOL_BINARY")
         check(binary and os.path.exists(binary), "HYPERPOOL_BINARY must name the hyperpool binary")
         env = pg_env()
-        self.err = tempfile.TemporaryFile()
+        # Opened for appending: stderr_text() seeks this file, whose offset
+        # serve shares, while serve writes to it.
+        fd, path = tempfile.mkstemp(prefix="hp-wire-err-")
+        self.err = open(path, "a+b")
+        os.close(fd)
+        os.unlink(path)
         cmd = [binary, "serve", "--origin", origin_url(env), "--user", self.user, "--database", self.database,
                "--password", self.password] + self.args
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err)

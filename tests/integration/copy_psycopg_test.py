@@ -11,13 +11,12 @@ Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import psycopg
 
-from pgtest_env import origin_url  # beside this script
+from pgtest_env import append_tempfile, origin_url  # beside this script
 
 POOL = 2
 
@@ -29,7 +28,7 @@ def direct():
 
 
 def start_serve(extra):
-    err = tempfile.TemporaryFile()
+    err = append_tempfile()
     proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(),
                              "--pool-size", str(POOL), "--acquire-timeout", "5000", "--no-cache"] + extra,
                             stdout=subprocess.PIPE, stderr=err, text=True)

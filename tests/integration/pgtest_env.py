@@ -10,8 +10,21 @@ import urllib.parse
 import urllib.request
 
 # Where a test sends the stderr of the `hyperpool serve` it starts; fail()
-# prints its tail.
-ERR = tempfile.TemporaryFile()
+# prints its tail. Opened for appending: the serves share the file's offset
+# with this process, so without O_APPEND a line a serve writes while
+# err_text() has just seeked to the start lands there, over the first lines
+# (a serve's "metrics on" line was lost that way).
+def append_tempfile():
+    """An anonymous temporary file opened for appending (O_APPEND), for a
+    child's stderr that this process reads back while the child runs."""
+    fd, path = tempfile.mkstemp(prefix="hp-serve-err-")
+    f = open(path, "a+b")
+    os.close(fd)
+    os.unlink(path)
+    return f
+
+
+ERR = append_tempfile()
 PGCLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "pgcluster.sh")
 
 
