@@ -300,8 +300,8 @@ class Serve:
         return self
 
     def stderr_text(self):
-        self.err.seek(0)
-        return self.err.read().decode(errors="replace")
+        fd = self.err.fileno()  # pread: serve's writes move the shared offset
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def __exit__(self, *exc):
         if self.proc.poll() is None:

@@ -16,7 +16,7 @@ import time
 
 import psycopg
 
-from pgtest_env import append_tempfile, origin_url  # beside this script
+from pgtest_env import append_tempfile, origin_url, read_whole  # beside this script
 
 POOL = 2
 
@@ -35,15 +35,13 @@ def start_serve(extra):
     url = proc.stdout.readline().strip()
     if not url.startswith("postgresql://"):
         proc.kill()
-        err.seek(0)
-        sys.exit("FAIL: no connection string from serve: " + err.read().decode())
+        sys.exit("FAIL: no connection string from serve: " + read_whole(err))
     return proc, url, err
 
 
 def fail(msg, err=None):
     if err is not None:
-        err.seek(0)
-        msg += "\n--- serve stderr:\n" + err.read().decode()[-4000:]
+        msg += "\n--- serve stderr:\n" + read_whole(err)[-4000:]
     sys.exit("FAIL: " + msg)
 
 

@@ -10,18 +10,26 @@ import urllib.parse
 import urllib.request
 
 # Where a test sends the stderr of the `hyperpool serve` it starts; fail()
-# prints its tail. Opened for appending: the serves share the file's offset
-# with this process, so without O_APPEND a line a serve writes while
-# err_text() has just seeked to the start lands there, over the first lines
-# (a serve's "metrics on" line was lost that way).
+# prints its tail. The serves share the file's offset with this process:
+# with seek(0)-then-read, a line a serve wrote in between either landed over
+# the first lines or moved the offset past what was to be read (a serve's
+# "metrics on" line was lost both ways). So: O_APPEND, and pread.
 def append_tempfile():
     """An anonymous temporary file opened for appending (O_APPEND), for a
-    child's stderr that this process reads back while the child runs."""
+    child's stderr that this process reads back (read_whole) while the child
+    runs."""
     fd, path = tempfile.mkstemp(prefix="hp-serve-err-")
     f = open(path, "a+b")
     os.close(fd)
     os.unlink(path)
     return f
+
+
+def read_whole(f):
+    """Everything in f, read without its file offset: a child writing to the
+    same open file moves that offset, so seek-then-read can miss lines."""
+    fd = f.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
 
 ERR = append_tempfile()
@@ -30,8 +38,7 @@ PGCLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supp
 
 def err_text():
     """Everything the serves of this test wrote to ERR so far."""
-    ERR.seek(0)
-    return ERR.read().decode(errors="replace")
+    return read_whole(ERR)
 
 
 def fetch_metrics(url):
@@ -107,8 +114,7 @@ def origin_url():
 
 
 def fail(msg):
-    ERR.seek(0)
-    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + ERR.read().decode()[-4000:])
+    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + err_text()[-4000:])
 
 
 def _print_serve_stderr_on_error(kind, value, tb):
