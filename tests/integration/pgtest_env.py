@@ -114,7 +114,7 @@ def origin_url():
 
 
 def fail(msg):
-    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + err_text()[-4000:])
+    sys.exit("FAIL: " + msg + "\n--- serve stderr:\n" + err_text()[-12000:])
 
 
 def _print_serve_stderr_on_error(kind, value, tb):
