@@ -278,25 +278,71 @@ void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std
   if (!remote && sessions_.size() <= 1) return;
   std::string bytes;
   cache::AppendControl(bytes, control);
-  std::unordered_set<std::string> reached{except_client};
-  // A Client's invalidation watch first (it hears every invalidation,
-  // whether or not the Client has a session open), then one session of
-  // each Client without one. Copies: delivering may end a watch that
-  // falls too far behind (it unregisters).
-  std::vector<SessionCache*> watches(watches_.begin(), watches_.end());
-  std::vector<SessionCache*> reached_watches;
-  for (SessionCache* s : watches) {
-    if (s->client_id() == except_client) continue;
-    reached_watches.push_back(s);
+  // A Client's invalidation watches (they hear every invalidation, whether
+  // or not the Client has a session open), else one session of the Client.
+  // Targets first: delivering may end a watch that falls too far behind
+  // (it unregisters).
+  std::vector<SessionCache*> targets;
+  for (const auto& [client, c] : clients_) {
+    if (client == except_client) continue;
+    if (!c.watches.empty()) {
+      targets.insert(targets.end(), c.watches.begin(), c.watches.end());
+    } else if (!c.sessions.empty()) {
+      targets.push_back(*c.sessions.begin());
+    }
   }
-  for (SessionCache* s : reached_watches) reached.insert(s->client_id());
-  for (SessionCache* s : reached_watches) s->Deliver(bytes);
-  std::vector<SessionCache*> all(sessions_.begin(), sessions_.end());
-  for (SessionCache* s : all) {
-    if (s->watch() || !sessions_.contains(s)) continue;
-    if (!reached.insert(s->client_id()).second) continue;
-    s->Deliver(bytes);
+  for (SessionCache* s : targets) {
+    if (sessions_.contains(s)) s->Deliver(bytes);
   }
+}
+
+EndpointCache::ClientSessions& EndpointCache::ClientOf(const SessionCache* s) { return clients_[s->client_id()]; }
+
+void EndpointCache::Unindex(SessionCache* s) {
+  auto it = clients_.find(s->client_id());
+  if (it == clients_.end()) return;
+  it->second.sessions.erase(s);
+  it->second.watches.erase(s);
+  if (it->second.sessions.empty() && it->second.watches.empty()) clients_.erase(it);
+}
+
+void EndpointCache::Register(SessionCache* s) {
+  sessions_.insert(s);
+  ClientOf(s).sessions.insert(s);
+}
+
+void EndpointCache::Rekey(SessionCache* s, const std::string& old_client_id) {
+  auto it = clients_.find(old_client_id);
+  if (it != clients_.end()) {
+    it->second.sessions.erase(s);
+    it->second.watches.erase(s);
+    if (it->second.sessions.empty() && it->second.watches.empty()) clients_.erase(it);
+  }
+  if (!sessions_.contains(s)) return;
+  ClientSessions& c = ClientOf(s);
+  (watches_.contains(s) ? c.watches : c.sessions).insert(s);
+}
+
+void EndpointCache::Unregister(SessionCache* s) {
+  Unindex(s);
+  watches_.erase(s);
+  sessions_.erase(s);
+}
+
+void EndpointCache::AddWatch(SessionCache* s) {
+  watches_.insert(s);
+  if (!sessions_.contains(s)) return;
+  ClientSessions& c = ClientOf(s);
+  c.sessions.erase(s);
+  c.watches.insert(s);
+}
+
+void EndpointCache::RemoveWatch(SessionCache* s) {
+  watches_.erase(s);
+  if (!sessions_.contains(s)) return;
+  ClientSessions& c = ClientOf(s);
+  c.watches.erase(s);
+  c.sessions.insert(s);
 }
 
 std::string SessionCache::StartWatch(const std::vector<std::pair<std::string, std::string>>& hello) {
@@ -404,10 +450,12 @@ void SessionCache::Start(const std::vector<std::pair<std::string, std::string>>&
   started_ = true;
   hello_fp_ = cache::HelloFingerprint(hello, &hello_unsupported_);
   cache::ApplyStartupParameters(hello, settings_);
+  const std::string unnamed = client_id_;
   for (const auto& [name, value] : hello) {
     if (name == link::kClientIdParam) client_id_ = value;
   }
   if (client_id_.empty()) client_id_ = fmt::format("session:{}", static_cast<const void*>(this));
+  cache_->Rekey(this, unnamed);
 }
 
 void SessionCache::TrackSettings(const SessionSettings* settings, std::function<bool()> tracked) {
