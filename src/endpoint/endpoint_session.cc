@@ -49,10 +49,7 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
                  link_out_ += control;  // before link-ready is sent: queued behind it
                }
              }),
-      listen_id_(++endpoint_->next_listen_id),
-      client_wake_(endpoint_->executor),
-      origin_wake_(endpoint_->executor),
-      sent_(endpoint_->executor) {}
+      listen_id_(++endpoint_->next_listen_id) {}
 
 Session::~Session() {
   // A lease still held here closes its connection (Lease's destructor).
@@ -123,7 +120,7 @@ asio::awaitable<void> Session::Run() {
     endpoint::SessionCore::Identity identity;
     identity.session_id = session_id_;
     identity.app_pid = app_pid_;
-    identity.hello = std::move(hello_parameters_);  // the core keeps them; not read here again
+    identity.hello = std::move(hello_parameters_);  // the core reads them once, then frees them
     identity.listen_id = listen_id_;
     core_ = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(identity));
     registered_ = true;

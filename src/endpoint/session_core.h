@@ -117,7 +117,9 @@ class SessionCore {
   struct Identity {
     std::string session_id;  // hyperpool.session_id (cancel routing)
     std::int32_t app_pid = 0;  // hyperpool.backend_pid: the pid the app knows
-    std::vector<std::pair<std::string, std::string>> hello;  // the hello's parameters
+    // The hello's parameters: read by the constructor (settings, the query
+    // cache's fingerprint), then freed.
+    std::vector<std::pair<std::string, std::string>> hello;
     ListenRegistry::Subscriber listen_id = 0;
   };
 

@@ -443,7 +443,6 @@ SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::s
   // An app that names itself nothing sees '' as on a direct connection, not
   // the origin login's application_name (hyperpool's own, for the DBA).
   startup_.emplace("application_name", "");
-  desired_ = startup_;
   for (const auto& [name, value] : startup_) {
     if (IsCustomSettingName(name)) custom_names_.insert(name);
   }
@@ -515,7 +514,15 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
 }
 
 void SessionSettings::OnCaptured(const SettingMap& captured) {
-  desired_ = MergeWithStartup(captured, startup_);
+  SettingMap merged = MergeWithStartup(captured, startup_);
+  // Most sessions never change a setting: their desired() is startup_
+  // itself, not a copy (an idle session holds one map, not two).
+  desired_is_startup_ = merged == startup_;
+  if (desired_is_startup_) {
+    desired_.clear();
+  } else {
+    desired_ = std::move(merged);
+  }
   ++captures_;
   capture_owed_ = false;
 }

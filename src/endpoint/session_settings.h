@@ -148,7 +148,7 @@ class SessionSettings {
 
   const SettingMap& startup() const { return startup_; }
   // What every connection the session borrows must carry.
-  const SettingMap& desired() const { return desired_; }
+  const SettingMap& desired() const { return desired_is_startup_ ? startup_ : desired_; }
   // A unit of work may have changed settings; capture them at the next 'I'.
   bool capture_owed() const { return capture_owed_; }
   void MarkCaptureOwed() { capture_owed_ = true; }
@@ -172,7 +172,8 @@ class SessionSettings {
   void Absorb(const SessionEffects& effects);
 
   SettingMap startup_;
-  SettingMap desired_;
+  SettingMap desired_;  // desired() unless desired_is_startup_ (then empty)
+  bool desired_is_startup_ = true;
   std::set<std::string> custom_names_;
   std::unordered_map<std::string, SessionEffects> statements_;  // named statements with effects
   bool capture_owed_ = false;
