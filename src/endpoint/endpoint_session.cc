@@ -56,7 +56,7 @@ Session::~Session() {
   LeavePinWait();
   if (registered_) {
     endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(session_id_);
+    auto it = endpoint_->sessions_by_id.find(core_->session_id());
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
   }
   std::lock_guard<std::mutex> lock(endpoint_->mutex);
@@ -118,14 +118,14 @@ asio::awaitable<void> Session::Run() {
   // a Terminate, what came before it still runs, as PostgreSQL runs it.
   if (link_up || (hello && endpoint::HasTerminate(in_) && !endpoint_->origin_parameters.empty())) {
     endpoint::SessionCore::Identity identity;
-    identity.session_id = session_id_;
+    identity.session_id = std::move(session_id_);  // core_->session_id() from now on
     identity.app_pid = app_pid_;
     identity.hello = std::move(hello_parameters_);  // the core reads them once, then frees them
     identity.listen_id = listen_id_;
     core_ = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(identity));
     registered_ = true;
     endpoint_->listen_sessions[listen_id_] = this;
-    if (!session_id_.empty()) endpoint_->sessions_by_id[session_id_] = this;
+    if (!core_->session_id().empty()) endpoint_->sessions_by_id[core_->session_id()] = this;
     if (!link_out_.empty()) {
       core_->DeliverControl(link_out_);  // invalidations that came before link-ready went out
       link_out_.clear();

@@ -188,7 +188,7 @@ class Session : public std::enable_shared_from_this<Session> {
   endpoint::SessionCache cache_;  // the query cache's hooks (endpoint_cache.h)
   std::unique_ptr<endpoint::SessionCore> core_;
 
-  std::string session_id_;      // hyperpool.session_id of the hello
+  std::string session_id_;      // hyperpool.session_id of the hello (moved into core_ once it exists)
   std::int32_t app_pid_ = 0;    // hyperpool.backend_pid of the hello
   bool probe_ = false;          // a placement probe link
   bool watch_ = false;          // an invalidation watch link (RunWatch)

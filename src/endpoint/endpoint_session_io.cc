@@ -478,7 +478,7 @@ void Session::Finish() {
   if (registered_) {
     registered_ = false;
     endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(session_id_);
+    auto it = endpoint_->sessions_by_id.find(core_->session_id());
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
   }
   link_closed_ = true;

@@ -541,7 +541,7 @@ void SessionCore::OnPinWaitFailed(const absl::Status& status) {
   // A connection is lent (a transaction block): the origin raises the error
   // in place of the statement, so the block aborts as PostgreSQL's would.
   if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_.acquire_timeouts++;
-  pin_refusal_ = protocol::ErrorForAcquire(status);
+  pin_refusal_ = std::make_unique<protocol::PoolerError>(protocol::ErrorForAcquire(status));
   Advance();
 }
 

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -400,7 +401,7 @@ class SessionCore {
   bool pin_waiting_ = false;
   bool pin_noted_ = false;
   std::vector<PinReason> waiting_pins_;
-  std::optional<protocol::PoolerError> pin_refusal_;
+  std::unique_ptr<protocol::PoolerError> pin_refusal_;  // (made when it happens: rare)
   // The head Query is a pg_cancel/terminate_backend of an app pid
   // (kSignalSession pending), or was checked and goes to the origin.
   bool signal_pending_ = false;
