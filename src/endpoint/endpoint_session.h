@@ -143,6 +143,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // it is empty; sends `to_client` when `flush_link` (or the core says the
   // answers are complete, or they are large).
   void Execute(bool flush_link);
+  // At the end of Execute: an idle session's buffers give their storage
+  // back (SessionCore::ReleaseIdleBuffers).
+  void ReleaseIdleBuffers();
   // Writes origin_out_ at once if the socket takes it, else starts WriteOrigin.
   void StartOriginWrite();
   // Writing to the lent connection `c` failed: drops what was for it, closes

@@ -276,6 +276,25 @@ void Session::Execute(bool flush_link) {
     }
   }
   if (core_->ending() && !link_sending_ && link_out_.empty() && core_->outbox().to_client.empty()) Finish();
+  if (!finished_) ReleaseIdleBuffers();
+}
+
+void Session::ReleaseIdleBuffers() {
+  // Idle: no connection, nothing in flight either way. The buffers that
+  // carried the last unit give their storage back (docs/architecture.md,
+  // "What an idle session holds").
+  if (lease_ || !releasing_.empty() || link_sending_ || origin_writer_ || acquiring_ ||
+      core_->state() != endpoint::SessionCore::State::kIdle || !core_->outbox().commands.empty()) {
+    return;
+  }
+  auto release = [](std::string& buffer) {
+    if (buffer.empty()) std::string().swap(buffer);
+  };
+  release(in_);
+  release(link_out_);
+  release(origin_out_);
+  release(origin_writing_buf_);
+  core_->ReleaseIdleBuffers();
 }
 
 void Session::StartOriginWrite() {

@@ -233,6 +233,10 @@ class SessionCore {
   bool discard_output() const { return link_gone_; }
   // Once `to_client` is flushed in kEnding: the session is closed.
   void OnFlushedForEnd();
+  // The session is idle (no connection, nothing buffered, the outbox
+  // drained): its buffers give their storage back, so an idle session keeps
+  // no reserved capacity (the next unit allocates what it needs again).
+  void ReleaseIdleBuffers();
   OriginConnection* connection() const { return conn_; }
   SessionSettings& settings() { return settings_; }
   SessionTimeouts& timeouts() { return timeouts_; }

@@ -476,6 +476,20 @@ void SessionCore::ForgetSession() {
   pending_notifications_.clear();
 }
 
+void SessionCore::ReleaseIdleBuffers() {
+  if (state_ != State::kIdle || conn_ != nullptr) return;
+  auto release = [](std::string& buffer) {
+    if (buffer.empty()) std::string().swap(buffer);
+  };
+  release(in_);
+  release(rewritten_);
+  release(held_frame_);
+  release(out_.to_client);
+  release(out_.to_origin);
+  out_.commands.release();
+  statements_.ReleaseBuffers();
+}
+
 void SessionCore::OnFlushedForEnd() {
   if (state_ == State::kEnding) SetState(State::kClosed);
 }

@@ -125,6 +125,12 @@ void StatementSession::Reset() {
   shape_check_pending_ = false;
 }
 
+void StatementSession::ReleaseBuffers() {
+  if (head_ != ops_.size()) return;
+  std::vector<Op>().swap(ops_);
+  head_ = 0;
+}
+
 void StatementSession::EmitLeadingSynthetic(std::string& out) {
   while (head_ < ops_.size() && ops_[head_].mode == Mode::kSynthetic) {
     // Only Parse and Close are ever synthetic.

@@ -115,6 +115,9 @@ class StatementSession {
   // The lent connection went back to the pool or was lost: nothing is
   // pending on it any more.
   void Reset();
+  // Nothing is pending: the queue gives its storage back (an idle session
+  // keeps none; a unit's worth is made again by its first message).
+  void ReleaseBuffers();
 
   // Parse-only units -- named Parses up to a Sync, as libpq's PQprepare
   // sends -- need no origin connection: the Parse is recorded and replayed
