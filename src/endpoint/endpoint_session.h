@@ -143,8 +143,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // it is empty; sends `to_client` when `flush_link` (or the core says the
   // answers are complete, or they are large).
   void Execute(bool flush_link);
-  // At the end of Execute: an idle session's buffers give their storage
-  // back (SessionCore::ReleaseIdleBuffers).
+  // No connection, nothing in flight, the core idle.
+  bool Idle() const;
+  // At the end of Execute, once Idle(): queued for the Endpoint's next idle
+  // sweep (Endpoint::Impl::idle_sessions), which gives the buffers of the
+  // sessions still idle then back to the pool (ReleaseIdleBuffers, and
+  // SessionCore::ReleaseIdleBuffers).
+  void NoteIdle();
   void ReleaseIdleBuffers();
   // Writes origin_out_ at once if the socket takes it, else starts WriteOrigin.
   void StartOriginWrite();
@@ -229,6 +234,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool link_closed_ = false;
   bool finished_ = false;        // Finish() ran
   bool executing_ = false;       // Execute() is on the stack
+  bool idle_queued_ = false;     // in Endpoint::Impl::idle_sessions (NoteIdle)
   endpoint::Signal client_wake_;  // the core may want link bytes again
   endpoint::Signal origin_wake_;  // the core may want origin frames again
   endpoint::Signal sent_;         // a link Send finished

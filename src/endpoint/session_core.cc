@@ -128,8 +128,18 @@ bool SessionCore::wants_client() const {
   return out_.to_client.size() <= kMaxLocalBacklog;
 }
 
+void SessionCore::TakeSpareBuffers() {
+  // An idle session gave its buffers back (ReleaseIdleBuffers): the unit
+  // these bytes start takes spares instead of growing fresh ones.
+  if (state_ != State::kIdle || conn_ != nullptr) return;
+  endpoint_.buffers.Take(out_.to_origin);
+  endpoint_.buffers.Take(out_.to_client);
+}
+
 void SessionCore::OnClientBytes(std::string_view bytes) {
   if (ending()) return;
+  TakeSpareBuffers();
+  if (in_.empty()) endpoint_.buffers.Take(in_);
   in_.append(bytes.data(), bytes.size());
   Advance();
 }
@@ -139,6 +149,7 @@ void SessionCore::TakeClientBytes(std::string& bytes) {
     bytes.clear();
     return;
   }
+  TakeSpareBuffers();
   if (in_.empty()) {
     in_.swap(bytes);
   } else {

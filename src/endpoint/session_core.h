@@ -273,6 +273,7 @@ class SessionCore {
   void Command(SessionCommand command);
 
   // ----- Client frames (session_core.cc) -----
+  void TakeSpareBuffers();  // from endpoint_.buffers, for a unit that starts
   void Advance();
   Next HandleFrame(const protocol::Frame& frame, std::size_t offset);
   Next StartUnit(const protocol::Frame& frame, std::size_t offset);

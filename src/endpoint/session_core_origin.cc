@@ -478,14 +478,12 @@ void SessionCore::ForgetSession() {
 
 void SessionCore::ReleaseIdleBuffers() {
   if (state_ != State::kIdle || conn_ != nullptr) return;
-  auto release = [](std::string& buffer) {
-    if (buffer.empty()) std::string().swap(buffer);
-  };
-  release(in_);
-  release(rewritten_);
-  release(held_frame_);
-  release(out_.to_client);
-  release(out_.to_origin);
+  BufferPool& pool = endpoint_.buffers;
+  pool.Give(in_);
+  pool.Give(rewritten_);
+  pool.Give(held_frame_);
+  pool.Give(out_.to_client);
+  pool.Give(out_.to_origin);
   out_.commands.release();
   statements_.ReleaseBuffers();
 }

@@ -444,13 +444,13 @@ SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::s
   // the origin login's application_name (hyperpool's own, for the DBA).
   startup_.emplace("application_name", "");
   for (const auto& [name, value] : startup_) {
-    if (IsCustomSettingName(name)) custom_names_.insert(name);
+    if (IsCustomSettingName(name)) changed().custom_names.insert(name);
   }
 }
 
 void SessionSettings::Absorb(const SessionEffects& fx) {
   if (fx.settings) capture_owed_ = true;
-  custom_names_.insert(fx.custom_names.begin(), fx.custom_names.end());
+  if (!fx.custom_names.empty()) changed().custom_names.insert(fx.custom_names.begin(), fx.custom_names.end());
 }
 
 SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text) {
@@ -479,28 +479,28 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
       // A Parse is usually followed by its Execute; count it now as well.
       Absorb(fx);
       if (fx.empty()) {
-        if (!statements_.empty()) statements_.erase(std::string(*name));
+        if (changed_ && !changed_->statements.empty()) changed_->statements.erase(std::string(*name));
       } else {
-        statements_[std::string(*name)] = fx;
+        changed().statements[std::string(*name)] = fx;
       }
       return fx;
     }
     case 'B': {
-      if (statements_.empty()) return {};
+      if (!changed_ || changed_->statements.empty()) return {};
       auto portal = ReadCString(payload, pos);
       if (!portal) return {};
       auto name = ReadCString(payload, pos);
       if (!name) return {};
-      auto it = statements_.find(std::string(*name));
-      if (it == statements_.end()) return {};
+      auto it = changed_->statements.find(std::string(*name));
+      if (it == changed_->statements.end()) return {};
       Absorb(it->second);
       return it->second;
     }
     case 'C': {
-      if (statements_.empty() || payload.empty() || payload[0] != 'S') return {};
+      if (!changed_ || changed_->statements.empty() || payload.empty() || payload[0] != 'S') return {};
       pos = 1;
       auto name = ReadCString(payload, pos);
-      if (name) statements_.erase(std::string(*name));
+      if (name) changed_->statements.erase(std::string(*name));
       return {};
     }
     case 'F': {
@@ -519,9 +519,9 @@ void SessionSettings::OnCaptured(const SettingMap& captured) {
   // itself, not a copy (an idle session holds one map, not two).
   desired_is_startup_ = merged == startup_;
   if (desired_is_startup_) {
-    desired_.clear();
+    if (changed_) changed_->desired.clear();
   } else {
-    desired_ = std::move(merged);
+    changed().desired = std::move(merged);
   }
   ++captures_;
   capture_owed_ = false;

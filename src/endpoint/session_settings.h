@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -148,7 +149,7 @@ class SessionSettings {
 
   const SettingMap& startup() const { return startup_; }
   // What every connection the session borrows must carry.
-  const SettingMap& desired() const { return desired_is_startup_ ? startup_ : desired_; }
+  const SettingMap& desired() const { return desired_is_startup_ ? startup_ : changed_->desired; }
   // A unit of work may have changed settings; capture them at the next 'I'.
   bool capture_owed() const { return capture_owed_; }
   void MarkCaptureOwed() { capture_owed_ = true; }
@@ -160,7 +161,7 @@ class SessionSettings {
   // it here.
   SessionEffects NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text = nullptr);
 
-  std::string CaptureQuery() const { return BuildCaptureQuery(custom_names_); }
+  std::string CaptureQuery() const { return BuildCaptureQuery(changed_ ? changed_->custom_names : std::set<std::string>{}); }
   // Stores a capture: `captured` is what the connection now carries.
   void OnCaptured(const SettingMap& captured);
   // Counts captures: changes whenever desired() has been re-read from a
@@ -171,11 +172,21 @@ class SessionSettings {
  private:
   void Absorb(const SessionEffects& effects);
 
+  // What only a session that changed something has, made on first use:
+  // most sessions keep their startup settings and name no placeholder.
+  struct Changed {
+    SettingMap desired;  // desired() unless desired_is_startup_ (then empty)
+    std::set<std::string> custom_names;
+    std::unordered_map<std::string, SessionEffects> statements;  // named statements with effects
+  };
+  Changed& changed() {
+    if (!changed_) changed_ = std::make_unique<Changed>();
+    return *changed_;
+  }
+
   SettingMap startup_;
-  SettingMap desired_;  // desired() unless desired_is_startup_ (then empty)
   bool desired_is_startup_ = true;
-  std::set<std::string> custom_names_;
-  std::unordered_map<std::string, SessionEffects> statements_;  // named statements with effects
+  std::unique_ptr<Changed> changed_;
   bool capture_owed_ = false;
   std::uint64_t captures_ = 0;
 };
