@@ -385,7 +385,6 @@ class SessionCore {
   std::uint64_t parameter_mark_ = 0;
   HoldStep hold_ = HoldStep::kNone;   // a held origin frame
   std::string held_frame_;            // ...its bytes
-  std::vector<ListenOp> held_ops_;    // ...the LISTEN operations it committed
 
   SessionSettings settings_;
   PinSet pins_;
