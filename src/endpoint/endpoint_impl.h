@@ -35,6 +35,7 @@
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/pin_budget.h"
+#include "endpoint/session_settings.h"
 #include "endpoint/signal.h"
 #include "endpoint/statement_registry.h"
 #include "endpoint/wal_feed.h"
@@ -107,6 +108,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   endpoint::StatementCatalog statements;
   // The idle sessions' spare buffers, for the next unit (buffer_pool.h).
   endpoint::BufferPool buffers;
+  // The sessions' startup settings, each distinct map kept once.
+  endpoint::StartupSettingsTable startup_settings;
   // Sessions that went idle since the last idle sweep (Session::NoteIdle):
   // the sweep, kIdleSweepDelay after the first, gives the buffers of those
   // still idle back to `buffers`. The timer is armed only while some wait.

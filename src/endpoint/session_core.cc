@@ -46,7 +46,7 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
       cache_(cache),
       id_(std::move(identity)),
       timeouts_(endpoint.options.query_timeout, endpoint.options.idle_in_transaction_timeout),
-      settings_(id_.hello),
+      settings_(id_.hello, &endpoint.startup_settings),
       serial_(++endpoint.last_session_serial),
       statements_(endpoint.statements) {
   if (endpoint_.options.pool.mode == PoolMode::kTransaction) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
+#include <memory>
 #include <span>
 
 #include "absl/strings/ascii.h"
@@ -438,12 +440,39 @@ PinReason PinSet::First() const {
   return PinReason::kNone;
 }
 
-SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters)
-    : startup_(SettingsFromStartup(hello_parameters)) {
+std::shared_ptr<const SettingMap> StartupSettingsTable::Intern(SettingMap settings) {
+  std::string content;
+  for (const auto& [name, value] : settings) {
+    // Length-prefixed: no two maps make the same content.
+    content += std::to_string(name.size());
+    content += ':';
+    content += name;
+    content += std::to_string(value.size());
+    content += ':';
+    content += value;
+  }
+  std::weak_ptr<const SettingMap>& entry = by_content_[content];
+  if (std::shared_ptr<const SettingMap> shared = entry.lock()) return shared;
+  auto shared = std::make_shared<const SettingMap>(std::move(settings));
+  entry = shared;
+  if (by_content_.size() >= prune_at_) {
+    for (auto it = by_content_.begin(); it != by_content_.end();) {
+      it = it->second.expired() ? by_content_.erase(it) : std::next(it);
+    }
+    prune_at_ = std::max<std::size_t>(64, 2 * by_content_.size());
+  }
+  return shared;
+}
+
+SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters,
+                                 StartupSettingsTable* table) {
+  SettingMap startup = SettingsFromStartup(hello_parameters);
   // An app that names itself nothing sees '' as on a direct connection, not
   // the origin login's application_name (hyperpool's own, for the DBA).
-  startup_.emplace("application_name", "");
-  for (const auto& [name, value] : startup_) {
+  startup.emplace("application_name", "");
+  startup_ = table != nullptr ? table->Intern(std::move(startup))
+                              : std::make_shared<const SettingMap>(std::move(startup));
+  for (const auto& [name, value] : *startup_) {
     if (IsCustomSettingName(name)) changed().custom_names.insert(name);
   }
 }
@@ -514,10 +543,11 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
 }
 
 void SessionSettings::OnCaptured(const SettingMap& captured) {
-  SettingMap merged = MergeWithStartup(captured, startup_);
-  // Most sessions never change a setting: their desired() is startup_
-  // itself, not a copy (an idle session holds one map, not two).
-  desired_is_startup_ = merged == startup_;
+  SettingMap merged = MergeWithStartup(captured, *startup_);
+  // Most sessions never change a setting: their desired() is the startup
+  // map itself, not a copy (shared with the Endpoint's other sessions that
+  // started with the same settings).
+  desired_is_startup_ = merged == *startup_;
   if (desired_is_startup_) {
     if (changed_) changed_->desired.clear();
   } else {
