@@ -128,14 +128,6 @@ bool SessionCore::wants_client() const {
   return out_.to_client.size() <= kMaxLocalBacklog;
 }
 
-void SessionCore::TakeSpareBuffers() {
-  // An idle session gave its buffers back (ReleaseIdleBuffers): the unit
-  // these bytes start takes spares instead of growing fresh ones.
-  if (state_ != State::kIdle || conn_ != nullptr) return;
-  endpoint_.buffers.Take(out_.to_origin);
-  endpoint_.buffers.Take(out_.to_client);
-}
-
 void SessionCore::OnClientBytes(std::string_view bytes) {
   if (ending()) return;
   TakeSpareBuffers();

@@ -273,7 +273,6 @@ class SessionCore {
   void Command(SessionCommand command);
 
   // ----- Client frames (session_core.cc) -----
-  void TakeSpareBuffers();  // from endpoint_.buffers, for a unit that starts
   void Advance();
   Next HandleFrame(const protocol::Frame& frame, std::size_t offset);
   Next StartUnit(const protocol::Frame& frame, std::size_t offset);
@@ -325,6 +324,7 @@ class SessionCore {
   std::string_view BoundParse(std::string_view bind_payload) const;
 
   // ----- Origin frames, releases, the end (session_core_origin.cc) -----
+  void TakeSpareBuffers();  // from endpoint_.buffers, for a unit that starts
   bool ProcessOriginFrame(const protocol::Frame& frame, HoldStep from);
   bool NotificationViaListener(std::string_view payload) const;
   bool IdleForNotifications() const;

@@ -476,6 +476,14 @@ void SessionCore::ForgetSession() {
   pending_notifications_.clear();
 }
 
+void SessionCore::TakeSpareBuffers() {
+  // An idle session gave its buffers back (ReleaseIdleBuffers): the unit
+  // these bytes start takes spares instead of growing fresh ones.
+  if (state_ != State::kIdle || conn_ != nullptr) return;
+  endpoint_.buffers.Take(out_.to_origin);
+  endpoint_.buffers.Take(out_.to_client);
+}
+
 void SessionCore::ReleaseIdleBuffers() {
   if (state_ != State::kIdle || conn_ != nullptr) return;
   BufferPool& pool = endpoint_.buffers;
