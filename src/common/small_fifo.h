@@ -67,6 +67,12 @@ class SmallFifo {
   }
 
   void clear() { Drain(); }
+  // An empty queue gives its storage back (an idle owner keeps none).
+  void release() {
+    if (!empty()) return;
+    std::vector<T>().swap(items_);
+    head_ = 0;
+  }
 
   iterator begin() { return items_.begin() + static_cast<std::ptrdiff_t>(head_); }
   iterator end() { return items_.end(); }

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "absl/status/status.h"
+#include "endpoint/buffer_pool.h"
 #include "endpoint/endpoint_cache.h"
 #include "endpoint/listen_state.h"
 #include "endpoint/listener.h"
@@ -34,6 +35,7 @@
 #include "endpoint/origin_config.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/pin_budget.h"
+#include "endpoint/session_settings.h"
 #include "endpoint/signal.h"
 #include "endpoint/statement_registry.h"
 #include "endpoint/wal_feed.h"
@@ -64,6 +66,9 @@ constexpr std::size_t kKeepBufferCapacity = 256 * 1024;
 static inline void ReleaseIfLarge(std::string& buffer) {
   if (buffer.empty() && buffer.capacity() > kKeepBufferCapacity) std::string().swap(buffer);
 }
+// How long after going idle a session gives its buffers back (at most
+// twice this): long enough that a session between transactions keeps them.
+constexpr std::chrono::milliseconds kIdleSweepDelay{100};
 // Locally made answers waiting for the link before Run() stops reading.
 constexpr std::size_t kMaxLocalBacklog = 1024 * 1024;
 
@@ -101,6 +106,16 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::unordered_map<std::string, Session*> sessions_by_id;
   // One server-side name per distinct prepared statement (statement_registry.h).
   endpoint::StatementCatalog statements;
+  // The idle sessions' spare buffers, for the next unit (buffer_pool.h).
+  endpoint::BufferPool buffers;
+  // The sessions' startup settings, each distinct map kept once.
+  endpoint::StartupSettingsTable startup_settings;
+  // Sessions that went idle since the last idle sweep (Session::NoteIdle):
+  // the sweep, kIdleSweepDelay after the first, gives the buffers of those
+  // still idle back to `buffers`. The timer is armed only while some wait.
+  std::vector<std::weak_ptr<Session>> idle_sessions;
+  std::unique_ptr<asio::steady_timer> idle_sweep;
+  bool idle_sweep_armed = false;
   // Sessions holding a pinned connection outside the pool's cap (pin_budget.h).
   endpoint::PinBudget pin_budget{1};
   // The last session serial given out (sequence_state.h: never reused).

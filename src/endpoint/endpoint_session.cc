@@ -49,17 +49,14 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
                  link_out_ += control;  // before link-ready is sent: queued behind it
                }
              }),
-      listen_id_(++endpoint_->next_listen_id),
-      client_wake_(endpoint_->executor),
-      origin_wake_(endpoint_->executor),
-      sent_(endpoint_->executor) {}
+      listen_id_(++endpoint_->next_listen_id) {}
 
 Session::~Session() {
   // A lease still held here closes its connection (Lease's destructor).
   LeavePinWait();
   if (registered_) {
     endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(session_id_);
+    auto it = endpoint_->sessions_by_id.find(core_->session_id());
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
   }
   std::lock_guard<std::mutex> lock(endpoint_->mutex);
@@ -121,14 +118,14 @@ asio::awaitable<void> Session::Run() {
   // a Terminate, what came before it still runs, as PostgreSQL runs it.
   if (link_up || (hello && endpoint::HasTerminate(in_) && !endpoint_->origin_parameters.empty())) {
     endpoint::SessionCore::Identity identity;
-    identity.session_id = session_id_;
+    identity.session_id = std::move(session_id_);  // core_->session_id() from now on
     identity.app_pid = app_pid_;
-    identity.hello = std::move(hello_parameters_);  // the core keeps them; not read here again
+    identity.hello = std::move(hello_parameters_);  // the core reads them once, then frees them
     identity.listen_id = listen_id_;
     core_ = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(identity));
     registered_ = true;
     endpoint_->listen_sessions[listen_id_] = this;
-    if (!session_id_.empty()) endpoint_->sessions_by_id[session_id_] = this;
+    if (!core_->session_id().empty()) endpoint_->sessions_by_id[core_->session_id()] = this;
     if (!link_out_.empty()) {
       core_->DeliverControl(link_out_);  // invalidations that came before link-ready went out
       link_out_.clear();

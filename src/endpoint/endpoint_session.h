@@ -143,6 +143,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // it is empty; sends `to_client` when `flush_link` (or the core says the
   // answers are complete, or they are large).
   void Execute(bool flush_link);
+  // No connection, nothing in flight, the core idle.
+  bool Idle() const;
+  // At the end of Execute, once Idle(): queued for the Endpoint's next idle
+  // sweep (Endpoint::Impl::idle_sessions), which gives the buffers of the
+  // sessions still idle then back to the pool (ReleaseIdleBuffers, and
+  // SessionCore::ReleaseIdleBuffers).
+  void NoteIdle();
+  void ReleaseIdleBuffers();
   // Writes origin_out_ at once if the socket takes it, else starts WriteOrigin.
   void StartOriginWrite();
   // Writing to the lent connection `c` failed: drops what was for it, closes
@@ -188,7 +196,7 @@ class Session : public std::enable_shared_from_this<Session> {
   endpoint::SessionCache cache_;  // the query cache's hooks (endpoint_cache.h)
   std::unique_ptr<endpoint::SessionCore> core_;
 
-  std::string session_id_;      // hyperpool.session_id of the hello
+  std::string session_id_;      // hyperpool.session_id of the hello (moved into core_ once it exists)
   std::int32_t app_pid_ = 0;    // hyperpool.backend_pid of the hello
   bool probe_ = false;          // a placement probe link
   bool watch_ = false;          // an invalidation watch link (RunWatch)
@@ -226,6 +234,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool link_closed_ = false;
   bool finished_ = false;        // Finish() ran
   bool executing_ = false;       // Execute() is on the stack
+  bool idle_queued_ = false;     // in Endpoint::Impl::idle_sessions (NoteIdle)
   endpoint::Signal client_wake_;  // the core may want link bytes again
   endpoint::Signal origin_wake_;  // the core may want origin frames again
   endpoint::Signal sent_;         // a link Send finished

@@ -276,6 +276,50 @@ void Session::Execute(bool flush_link) {
     }
   }
   if (core_->ending() && !link_sending_ && link_out_.empty() && core_->outbox().to_client.empty()) Finish();
+  if (!idle_queued_ && Idle()) NoteIdle();
+}
+
+bool Session::Idle() const {
+  return !finished_ && !lease_ && releasing_.empty() && !link_sending_ && !origin_writer_ && !acquiring_ &&
+         core_->state() == endpoint::SessionCore::State::kIdle && core_->outbox().commands.empty();
+}
+
+void Session::NoteIdle() {
+  // Not at once: a session between two transactions would give its
+  // buffers back and grow them again for the next (~1k instructions per
+  // transaction); one still idle at the next sweep does.
+  idle_queued_ = true;
+  Endpoint::Impl& ep = *endpoint_;
+  ep.idle_sessions.push_back(weak_from_this());
+  if (ep.idle_sweep_armed) return;
+  if (!ep.idle_sweep) ep.idle_sweep = std::make_unique<asio::steady_timer>(ep.executor);
+  ep.idle_sweep_armed = true;
+  ep.idle_sweep->expires_after(kIdleSweepDelay);
+  ep.idle_sweep->async_wait([weak = std::weak_ptr<Endpoint::Impl>(endpoint_)](std::error_code) {
+    std::shared_ptr<Endpoint::Impl> impl = weak.lock();
+    if (!impl) return;
+    impl->idle_sweep_armed = false;
+    std::vector<std::weak_ptr<Session>> sessions;
+    sessions.swap(impl->idle_sessions);
+    for (const std::weak_ptr<Session>& weak_session : sessions) {
+      std::shared_ptr<Session> session = weak_session.lock();
+      if (!session) continue;
+      session->idle_queued_ = false;
+      if (session->Idle()) session->ReleaseIdleBuffers();
+    }
+  });
+}
+
+void Session::ReleaseIdleBuffers() {
+  // Idle: no connection, nothing in flight either way. The buffers that
+  // carried the last unit go back to the Endpoint's pool (docs/architecture.md,
+  // "What an idle session holds").
+  endpoint::BufferPool& pool = endpoint_->buffers;
+  pool.Give(in_);
+  pool.Give(link_out_);
+  pool.Give(origin_out_);
+  pool.Give(origin_writing_buf_);
+  core_->ReleaseIdleBuffers();
 }
 
 void Session::StartOriginWrite() {
@@ -478,7 +522,7 @@ void Session::Finish() {
   if (registered_) {
     registered_ = false;
     endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(session_id_);
+    auto it = endpoint_->sessions_by_id.find(core_->session_id());
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
   }
   link_closed_ = true;

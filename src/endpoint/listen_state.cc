@@ -109,9 +109,10 @@ void ListenTracker::OnFrontend(char tag, std::string_view payload, const cache::
       if (!t.simple_read() && MayListen(t.sql())) connection_listened_ = true;
       std::vector<ListenOp> ops = ParseListenOps(t);
       if (ops.empty()) {
-        statements_.erase(std::string(p->statement));
+        if (statements_) statements_->erase(std::string(p->statement));
       } else {
-        statements_[std::string(p->statement)] = std::move(ops);
+        if (!statements_) statements_ = std::make_unique<std::unordered_map<std::string, std::vector<ListenOp>>>();
+        (*statements_)[std::string(p->statement)] = std::move(ops);
       }
       break;
     }
@@ -120,8 +121,9 @@ void ListenTracker::OnFrontend(char tag, std::string_view payload, const cache::
       std::string_view portal;
       std::string_view statement;
       if (!protocol::TakeCString(rest, portal) || !protocol::TakeCString(rest, statement)) break;
-      auto it = statements_.find(std::string(statement));
-      if (it != statements_.end()) {
+      if (!statements_) break;
+      auto it = statements_->find(std::string(statement));
+      if (it != statements_->end()) {
         connection_listened_ = true;
         AddToCurrentUnit(it->second);
       }

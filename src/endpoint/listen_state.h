@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -104,7 +105,9 @@ class ListenTracker {
   std::vector<ListenOp> pending_;      // completed, waiting for the transaction's end
   bool doomed_ = false;                // the current transaction will not commit
   bool connection_listened_ = false;
-  std::unordered_map<std::string, std::vector<ListenOp>> statements_;  // by client statement name
+  // By client statement name; made by the first Parse that LISTENs (most
+  // sessions never do, and an empty map is 56 bytes).
+  std::unique_ptr<std::unordered_map<std::string, std::vector<ListenOp>>> statements_;
 };
 
 // Per Endpoint: channel -> subscribers. Pure bookkeeping; the listener

@@ -46,7 +46,7 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
       cache_(cache),
       id_(std::move(identity)),
       timeouts_(endpoint.options.query_timeout, endpoint.options.idle_in_transaction_timeout),
-      settings_(id_.hello),
+      settings_(id_.hello, &endpoint.startup_settings),
       serial_(++endpoint.last_session_serial),
       statements_(endpoint.statements) {
   if (endpoint_.options.pool.mode == PoolMode::kTransaction) {
@@ -55,6 +55,9 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
     cache_.TrackSettings(&settings_, [this] { return pins_.empty() && !statements_.pinned(); });
   }
   cache_.Start(id_.hello);
+  // Read by the two above only: an idle session does not keep them (they
+  // were ~600 bytes per session with their vector's spare room).
+  std::vector<std::pair<std::string, std::string>>().swap(id_.hello);
   last_activity_ = std::chrono::steady_clock::now();
 }
 
@@ -127,6 +130,8 @@ bool SessionCore::wants_client() const {
 
 void SessionCore::OnClientBytes(std::string_view bytes) {
   if (ending()) return;
+  TakeSpareBuffers();
+  if (in_.empty()) endpoint_.buffers.Take(in_);
   in_.append(bytes.data(), bytes.size());
   Advance();
 }
@@ -136,6 +141,7 @@ void SessionCore::TakeClientBytes(std::string& bytes) {
     bytes.clear();
     return;
   }
+  TakeSpareBuffers();
   if (in_.empty()) {
     in_.swap(bytes);
   } else {
@@ -538,7 +544,7 @@ void SessionCore::OnPinWaitFailed(const absl::Status& status) {
   // A connection is lent (a transaction block): the origin raises the error
   // in place of the statement, so the block aborts as PostgreSQL's would.
   if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_.acquire_timeouts++;
-  pin_refusal_ = protocol::ErrorForAcquire(status);
+  pin_refusal_ = std::make_unique<protocol::PoolerError>(protocol::ErrorForAcquire(status));
   Advance();
 }
 

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -117,7 +118,9 @@ class SessionCore {
   struct Identity {
     std::string session_id;  // hyperpool.session_id (cancel routing)
     std::int32_t app_pid = 0;  // hyperpool.backend_pid: the pid the app knows
-    std::vector<std::pair<std::string, std::string>> hello;  // the hello's parameters
+    // The hello's parameters: read by the constructor (settings, the query
+    // cache's fingerprint), then freed.
+    std::vector<std::pair<std::string, std::string>> hello;
     ListenRegistry::Subscriber listen_id = 0;
   };
 
@@ -230,6 +233,10 @@ class SessionCore {
   bool discard_output() const { return link_gone_; }
   // Once `to_client` is flushed in kEnding: the session is closed.
   void OnFlushedForEnd();
+  // The session is idle (no connection, nothing buffered, the outbox
+  // drained): its buffers give their storage back, so an idle session keeps
+  // no reserved capacity (the next unit allocates what it needs again).
+  void ReleaseIdleBuffers();
   OriginConnection* connection() const { return conn_; }
   SessionSettings& settings() { return settings_; }
   SessionTimeouts& timeouts() { return timeouts_; }
@@ -317,6 +324,7 @@ class SessionCore {
   std::string_view BoundParse(std::string_view bind_payload) const;
 
   // ----- Origin frames, releases, the end (session_core_origin.cc) -----
+  void TakeSpareBuffers();  // from endpoint_.buffers, for a unit that starts
   bool ProcessOriginFrame(const protocol::Frame& frame, HoldStep from);
   bool NotificationViaListener(std::string_view payload) const;
   bool IdleForNotifications() const;
@@ -377,7 +385,6 @@ class SessionCore {
   std::uint64_t parameter_mark_ = 0;
   HoldStep hold_ = HoldStep::kNone;   // a held origin frame
   std::string held_frame_;            // ...its bytes
-  std::vector<ListenOp> held_ops_;    // ...the LISTEN operations it committed
 
   SessionSettings settings_;
   PinSet pins_;
@@ -398,7 +405,7 @@ class SessionCore {
   bool pin_waiting_ = false;
   bool pin_noted_ = false;
   std::vector<PinReason> waiting_pins_;
-  std::optional<protocol::PoolerError> pin_refusal_;
+  std::unique_ptr<protocol::PoolerError> pin_refusal_;  // (made when it happens: rare)
   // The head Query is a pg_cancel/terminate_backend of an app pid
   // (kSignalSession pending), or was checked and goes to the origin.
   bool signal_pending_ = false;

@@ -476,6 +476,26 @@ void SessionCore::ForgetSession() {
   pending_notifications_.clear();
 }
 
+void SessionCore::TakeSpareBuffers() {
+  // An idle session gave its buffers back (ReleaseIdleBuffers): the unit
+  // these bytes start takes spares instead of growing fresh ones.
+  if (state_ != State::kIdle || conn_ != nullptr) return;
+  endpoint_.buffers.Take(out_.to_origin);
+  endpoint_.buffers.Take(out_.to_client);
+}
+
+void SessionCore::ReleaseIdleBuffers() {
+  if (state_ != State::kIdle || conn_ != nullptr) return;
+  BufferPool& pool = endpoint_.buffers;
+  pool.Give(in_);
+  pool.Give(rewritten_);
+  pool.Give(held_frame_);
+  pool.Give(out_.to_client);
+  pool.Give(out_.to_origin);
+  out_.commands.release();
+  statements_.ReleaseBuffers();
+}
+
 void SessionCore::OnFlushedForEnd() {
   if (state_ == State::kEnding) SetState(State::kClosed);
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
+#include <memory>
 #include <span>
 
 #include "absl/strings/ascii.h"
@@ -438,20 +440,46 @@ PinReason PinSet::First() const {
   return PinReason::kNone;
 }
 
-SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters)
-    : startup_(SettingsFromStartup(hello_parameters)) {
+std::shared_ptr<const SettingMap> StartupSettingsTable::Intern(SettingMap settings) {
+  std::string content;
+  for (const auto& [name, value] : settings) {
+    // Length-prefixed: no two maps make the same content.
+    content += std::to_string(name.size());
+    content += ':';
+    content += name;
+    content += std::to_string(value.size());
+    content += ':';
+    content += value;
+  }
+  std::weak_ptr<const SettingMap>& entry = by_content_[content];
+  if (std::shared_ptr<const SettingMap> shared = entry.lock()) return shared;
+  auto shared = std::make_shared<const SettingMap>(std::move(settings));
+  entry = shared;
+  if (by_content_.size() >= prune_at_) {
+    for (auto it = by_content_.begin(); it != by_content_.end();) {
+      it = it->second.expired() ? by_content_.erase(it) : std::next(it);
+    }
+    prune_at_ = std::max<std::size_t>(64, 2 * by_content_.size());
+  }
+  return shared;
+}
+
+SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters,
+                                 StartupSettingsTable* table) {
+  SettingMap startup = SettingsFromStartup(hello_parameters);
   // An app that names itself nothing sees '' as on a direct connection, not
   // the origin login's application_name (hyperpool's own, for the DBA).
-  startup_.emplace("application_name", "");
-  desired_ = startup_;
-  for (const auto& [name, value] : startup_) {
-    if (IsCustomSettingName(name)) custom_names_.insert(name);
+  startup.emplace("application_name", "");
+  startup_ = table != nullptr ? table->Intern(std::move(startup))
+                              : std::make_shared<const SettingMap>(std::move(startup));
+  for (const auto& [name, value] : *startup_) {
+    if (IsCustomSettingName(name)) changed().custom_names.insert(name);
   }
 }
 
 void SessionSettings::Absorb(const SessionEffects& fx) {
   if (fx.settings) capture_owed_ = true;
-  custom_names_.insert(fx.custom_names.begin(), fx.custom_names.end());
+  if (!fx.custom_names.empty()) changed().custom_names.insert(fx.custom_names.begin(), fx.custom_names.end());
 }
 
 SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text) {
@@ -480,28 +508,28 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
       // A Parse is usually followed by its Execute; count it now as well.
       Absorb(fx);
       if (fx.empty()) {
-        if (!statements_.empty()) statements_.erase(std::string(*name));
+        if (changed_ && !changed_->statements.empty()) changed_->statements.erase(std::string(*name));
       } else {
-        statements_[std::string(*name)] = fx;
+        changed().statements[std::string(*name)] = fx;
       }
       return fx;
     }
     case 'B': {
-      if (statements_.empty()) return {};
+      if (!changed_ || changed_->statements.empty()) return {};
       auto portal = ReadCString(payload, pos);
       if (!portal) return {};
       auto name = ReadCString(payload, pos);
       if (!name) return {};
-      auto it = statements_.find(std::string(*name));
-      if (it == statements_.end()) return {};
+      auto it = changed_->statements.find(std::string(*name));
+      if (it == changed_->statements.end()) return {};
       Absorb(it->second);
       return it->second;
     }
     case 'C': {
-      if (statements_.empty() || payload.empty() || payload[0] != 'S') return {};
+      if (!changed_ || changed_->statements.empty() || payload.empty() || payload[0] != 'S') return {};
       pos = 1;
       auto name = ReadCString(payload, pos);
-      if (name) statements_.erase(std::string(*name));
+      if (name) changed_->statements.erase(std::string(*name));
       return {};
     }
     case 'F': {
@@ -515,7 +543,16 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
 }
 
 void SessionSettings::OnCaptured(const SettingMap& captured) {
-  desired_ = MergeWithStartup(captured, startup_);
+  SettingMap merged = MergeWithStartup(captured, *startup_);
+  // Most sessions never change a setting: their desired() is the startup
+  // map itself, not a copy (shared with the Endpoint's other sessions that
+  // started with the same settings).
+  desired_is_startup_ = merged == *startup_;
+  if (desired_is_startup_) {
+    if (changed_) changed_->desired.clear();
+  } else {
+    changed().desired = std::move(merged);
+  }
   ++captures_;
   capture_owed_ = false;
 }

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -139,16 +140,33 @@ class PinSet {
 // capture is owed, and which placeholder names it has touched. Also
 // remembers the effects of the client's named prepared statements, so that a
 // later Bind of "SET ..." prepared earlier counts too.
+// One Endpoint's startup setting maps, each kept once however many sessions
+// start with it (apps mostly send the same few parameters). Confined to the
+// Endpoint's executor; entries of maps no session holds any more are pruned
+// as the table grows.
+class StartupSettingsTable {
+ public:
+  std::shared_ptr<const SettingMap> Intern(SettingMap settings);
+  std::size_t size() const { return by_content_.size(); }
+
+ private:
+  std::unordered_map<std::string, std::weak_ptr<const SettingMap>> by_content_;
+  std::size_t prune_at_ = 64;
+};
+
 class SessionSettings {
  public:
-  SessionSettings() = default;
+  SessionSettings() : startup_(std::make_shared<const SettingMap>()) {}
   // Startup settings from the hello; application_name is '' when the hello
-  // has none (the origin login's own name must not show through).
-  explicit SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters);
+  // has none (the origin login's own name must not show through). With
+  // `table`, the map is shared with the Endpoint's other sessions that
+  // start with the same settings.
+  explicit SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters,
+                           StartupSettingsTable* table = nullptr);
 
-  const SettingMap& startup() const { return startup_; }
+  const SettingMap& startup() const { return *startup_; }
   // What every connection the session borrows must carry.
-  const SettingMap& desired() const { return desired_; }
+  const SettingMap& desired() const { return desired_is_startup_ ? *startup_ : changed_->desired; }
   // A unit of work may have changed settings; capture them at the next 'I'.
   bool capture_owed() const { return capture_owed_; }
   void MarkCaptureOwed() { capture_owed_ = true; }
@@ -160,7 +178,7 @@ class SessionSettings {
   // it here.
   SessionEffects NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text = nullptr);
 
-  std::string CaptureQuery() const { return BuildCaptureQuery(custom_names_); }
+  std::string CaptureQuery() const { return BuildCaptureQuery(changed_ ? changed_->custom_names : std::set<std::string>{}); }
   // Stores a capture: `captured` is what the connection now carries.
   void OnCaptured(const SettingMap& captured);
   // Counts captures: changes whenever desired() has been re-read from a
@@ -171,10 +189,21 @@ class SessionSettings {
  private:
   void Absorb(const SessionEffects& effects);
 
-  SettingMap startup_;
-  SettingMap desired_;
-  std::set<std::string> custom_names_;
-  std::unordered_map<std::string, SessionEffects> statements_;  // named statements with effects
+  // What only a session that changed something has, made on first use:
+  // most sessions keep their startup settings and name no placeholder.
+  struct Changed {
+    SettingMap desired;  // desired() unless desired_is_startup_ (then empty)
+    std::set<std::string> custom_names;
+    std::unordered_map<std::string, SessionEffects> statements;  // named statements with effects
+  };
+  Changed& changed() {
+    if (!changed_) changed_ = std::make_unique<Changed>();
+    return *changed_;
+  }
+
+  std::shared_ptr<const SettingMap> startup_;  // never null
+  bool desired_is_startup_ = true;
+  std::unique_ptr<Changed> changed_;
   bool capture_owed_ = false;
   std::uint64_t captures_ = 0;
 };

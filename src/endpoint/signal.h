@@ -15,7 +15,9 @@
 #include <asio/awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/channel.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <memory>
 #include <utility>
 
 #include "common/fifo_channel.h"
@@ -24,11 +26,15 @@ namespace hyperpool::endpoint {
 
 class Signal {
  public:
-  explicit Signal(asio::any_io_executor executor) : channel_(std::move(executor), 0) {}
+  Signal() = default;
 
   asio::awaitable<void> Wait() {
+    // The channel is made by the first wait, on the waiter's executor: most
+    // sessions never wait on most of their signals (an idle session parks
+    // with callbacks), and each channel is ~150 bytes.
+    if (!channel_) channel_ = std::make_unique<Channel>(co_await asio::this_coro::executor, 0);
     ++waiting_;
-    (void)co_await channel_.async_receive(asio::experimental::as_tuple(asio::use_awaitable));
+    (void)co_await channel_->async_receive(asio::experimental::as_tuple(asio::use_awaitable));
     --waiting_;
   }
 
@@ -37,18 +43,20 @@ class Signal {
   // waiting it costs a compare: it is called after every event.
   void Notify() {
     if (waiting_ == 0) return;
-    while (channel_.try_send(asio::error_code{}, true)) {
+    while (channel_->try_send(asio::error_code{}, true)) {
     }
   }
 
  private:
-  // Waits begun and not yet resumed (a resumption already handed a message
-  // but not yet run still counts: Notify then tries once more, harmlessly).
-  int waiting_ = 0;
   // (void(error_code) alone is ambiguous in Asio 1.22's channel_traits.)
   // Capacity 0: its buffer never holds anything, so it allocates nothing
   // (FifoChannelTraits; the default deque took 576 bytes per signal).
-  asio::experimental::basic_channel<asio::any_io_executor, FifoChannelTraits<>, void(asio::error_code, bool)> channel_;
+  using Channel =
+      asio::experimental::basic_channel<asio::any_io_executor, FifoChannelTraits<>, void(asio::error_code, bool)>;
+  // Waits begun and not yet resumed (a resumption already handed a message
+  // but not yet run still counts: Notify then tries once more, harmlessly).
+  int waiting_ = 0;
+  std::unique_ptr<Channel> channel_;
 };
 
 }  // namespace hyperpool::endpoint

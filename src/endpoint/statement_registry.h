@@ -119,6 +119,19 @@ class StatementCatalog {
   // Statements made so far (the counter behind the server names).
   std::uint64_t created() const { return counter_; }
 
+  // Scratch space for the sessions' statement work (StatementSession), one
+  // per catalog, as the catalog is confined to one executor: nothing here
+  // outlives one synchronous call of a session, so an idle session keeps
+  // no scratch buffers of its own.
+  struct Scratch {
+    std::string key;        // a statement key
+    std::string name;       // a DEALLOCATE / EXECUTE name
+    std::string exec_text;  // RewriteExecute's text
+    std::vector<StatementRef> evicted;
+    std::vector<StatementRef> own;
+  };
+  Scratch& scratch() { return scratch_; }
+
  private:
   void PruneExpired();
 
@@ -128,6 +141,7 @@ class StatementCatalog {
   std::uint64_t epoch_ = 0;
   std::size_t prune_at_ = 64;
   absl::flat_hash_map<std::string, std::weak_ptr<const StatementInfo>> by_key_;
+  Scratch scratch_;
 };
 
 // Per client session: the client's statement names and its unnamed statement.

@@ -113,8 +113,8 @@ void StatementSession::Pop() {
 
 void StatementSession::AppendScope() {
   if (scope_.empty()) return;
-  key_.push_back('\0');
-  key_.append(scope_);
+  catalog_.scratch().key.push_back('\0');
+  catalog_.scratch().key.append(scope_);
 }
 
 void StatementSession::Reset() {
@@ -123,6 +123,12 @@ void StatementSession::Reset() {
   skipping_ = false;
   discarding_ = false;
   shape_check_pending_ = false;
+}
+
+void StatementSession::ReleaseBuffers() {
+  if (head_ != ops_.size()) return;
+  std::vector<Op>().swap(ops_);
+  head_ = 0;
 }
 
 void StatementSession::EmitLeadingSynthetic(std::string& out) {
@@ -148,14 +154,14 @@ void StatementSession::EmitPendingCloses(ConnectionStatements& conn, std::string
 }
 
 void StatementSession::AddToConnection(const StatementRef& statement, ConnectionStatements& conn, std::string& out) {
-  evicted_.clear();
-  conn.Add(statement, &evicted_);
-  for (StatementRef& victim : evicted_) {
+  catalog_.scratch().evicted.clear();
+  conn.Add(statement, &catalog_.scratch().evicted);
+  for (StatementRef& victim : catalog_.scratch().evicted) {
     AppendClose(out, victim->server_name);
     Push(Kind::kClose, Mode::kHidden, std::move(victim));
     ops_.back().eviction = true;
   }
-  evicted_.clear();
+  catalog_.scratch().evicted.clear();
 }
 
 void StatementSession::Replay(const StatementRef& statement, ConnectionStatements& conn, std::string& out) {
@@ -184,12 +190,12 @@ void StatementSession::ShowOwnStatements(ConnectionStatements& conn, std::string
     ops_.back().eviction = true;
   }
   conn.Clear();
-  client_.InOrder(own_);
-  for (const StatementRef& statement : own_) {
+  client_.InOrder(catalog_.scratch().own);
+  for (const StatementRef& statement : catalog_.scratch().own) {
     Replay(statement, conn, out);
     ops_.back().view_only = true;
   }
-  own_.clear();
+  catalog_.scratch().own.clear();
   if (sync) EndOwnSyncGroup(first, out);
 }
 
@@ -307,10 +313,10 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
       out.append(types_raw);
       client_.SetUnnamed(std::string_view(out).substr(start), catalog_.NextUnnamedId());
       unnamed_is_dealloc_ = false;
-    } else if (ParseDeallocate(query, name_) && client_.Find(name_) != nullptr) {
+    } else if (ParseDeallocate(query, catalog_.scratch().name) && client_.Find(catalog_.scratch().name) != nullptr) {
       // psycopg's "DEALLOCATE _pg3_N" (sent as an unnamed Parse): forget the
       // mapping; an empty statement stands in for it.
-      client_.Erase(name_);
+      client_.Erase(catalog_.scratch().name);
       const std::size_t start = out.size();
       AppendHeader(out, 'P', 1 + 1 + 2);
       protocol::AppendByte(out, 0);
@@ -343,9 +349,9 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
     conn.pending_close.emplace_back(name);
     return;
   }
-  BuildStatementKey(query, types_raw, key_);
+  BuildStatementKey(query, types_raw, catalog_.scratch().key);
   AppendScope();
-  StatementRef statement = catalog_.Intern(key_, query, types_raw);
+  StatementRef statement = catalog_.Intern(catalog_.scratch().key, query, types_raw);
   if (runs != nullptr) statement->runs = std::move(runs);
   const std::uint64_t order = client_.Set(name, statement);
   if (conn.Touch(statement.get())) {
@@ -382,10 +388,10 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   if (runs != nullptr) {
     AppendHeader(out, 'Q', sql.size() + 1);
     protocol::AppendCString(out, sql);
-  } else if (read && ParseDeallocate(sql, name_) && client_.Find(name_) != nullptr) {
+  } else if (read && ParseDeallocate(sql, catalog_.scratch().name) && client_.Find(catalog_.scratch().name) != nullptr) {
     // psql's or psycopg's DEALLOCATE of a protocol-level name: forget the
     // mapping; an empty query stands in for it.
-    client_.Erase(name_);
+    client_.Erase(catalog_.scratch().name);
     AppendHeader(out, 'Q', 1);
     protocol::AppendByte(out, 0);
     dealloc = true;
@@ -420,9 +426,9 @@ bool StatementSession::AnswerParseOnly(const protocol::Frame& frame, std::string
   std::string_view name;
   std::string_view query;
   if (frame.tag == 'P' && TakeCString(rest, name) && TakeCString(rest, query) && !name.empty()) {
-    BuildStatementKey(query, rest, key_);
+    BuildStatementKey(query, rest, catalog_.scratch().key);
     AppendScope();
-    client_.Set(name, catalog_.Intern(key_, query, rest));
+    client_.Set(name, catalog_.Intern(catalog_.scratch().key, query, rest));
   }
   protocol::AppendFrame(out, '1', {});
   return true;

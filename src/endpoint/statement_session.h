@@ -115,6 +115,9 @@ class StatementSession {
   // The lent connection went back to the pool or was lost: nothing is
   // pending on it any more.
   void Reset();
+  // Nothing is pending: the queue gives its storage back (an idle session
+  // keeps none; a unit's worth is made again by its first message).
+  void ReleaseBuffers();
 
   // Parse-only units -- named Parses up to a Sync, as libpq's PQprepare
   // sends -- need no origin connection: the Parse is recorded and replayed
@@ -250,12 +253,8 @@ class StatementSession {
   bool unnamed_is_dealloc_ = false;  // the client's unnamed statement is an intercepted DEALLOCATE
   bool portal_is_dealloc_ = false;   // ...and the unnamed portal is bound to it
   std::size_t sql_prepared_ = 0;     // SQL-level PREPAREd statements the client holds
-  std::string key_;                  // scratch: statement key
   std::string scope_;                // set_scope()
-  std::string name_;                 // scratch: DEALLOCATE / EXECUTE name
-  std::string exec_text_;            // scratch: RewriteExecute's text
-  std::vector<StatementRef> evicted_;  // scratch
-  std::vector<StatementRef> own_;      // scratch (ShowOwnStatements)
+  // (Scratch buffers are the catalog's: StatementCatalog::scratch().)
 };
 
 }  // namespace hyperpool::endpoint

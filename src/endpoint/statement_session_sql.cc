@@ -19,8 +19,8 @@ std::string_view StatementSession::RewriteExecute(std::string_view sql, Connecti
                                                   ReplayMode mode, StatementRef* runs) {
   std::size_t pos = 0;
   std::size_t len = 0;
-  if (!ParseExecute(sql, name_, pos, len)) return sql;
-  const StatementRef* ref = client_.Find(name_);
+  if (!ParseExecute(sql, catalog_.scratch().name, pos, len)) return sql;
+  const StatementRef* ref = client_.Find(catalog_.scratch().name);
   if (ref == nullptr || (*ref)->retired) return sql;  // SQL-level PREPARE (pinned), or missing: as sent
   const StatementRef target = *ref;
   if (!conn.Touch(target.get())) {
@@ -36,11 +36,11 @@ std::string_view StatementSession::RewriteExecute(std::string_view sql, Connecti
   } else if (target->runs != nullptr && !conn.Touch(target->runs.get())) {
     return sql;  // (a statement that EXECUTEs another: not followed further)
   }
-  exec_text_.assign(sql.substr(0, pos));
-  exec_text_.append(target->server_name);
-  exec_text_.append(sql.substr(pos + len));
+  catalog_.scratch().exec_text.assign(sql.substr(0, pos));
+  catalog_.scratch().exec_text.append(target->server_name);
+  catalog_.scratch().exec_text.append(sql.substr(pos + len));
   *runs = target;
-  return exec_text_;
+  return catalog_.scratch().exec_text;
 }
 
 }  // namespace hyperpool::endpoint

@@ -222,6 +222,30 @@ TEST_CASE("application_name is '' for an app that gives none, its own otherwise"
   CHECK(s.desired() == SettingMap{{"application_name", ""}});
 }
 
+TEST_CASE("an idle session keeps one settings map, shared by the sessions that start alike") {
+  StartupSettingsTable table;
+  SessionSettings a(Params{{"application_name", "app"}, {"TimeZone", "UTC"}}, &table);
+  SessionSettings b(Params{{"TimeZone", "UTC"}, {"application_name", "app"}}, &table);
+  SessionSettings c(Params{{"application_name", "other"}, {"TimeZone", "UTC"}}, &table);
+  CHECK(&a.startup() == &b.startup());  // one map for both
+  CHECK(&a.desired() == &a.startup());  // not a copy of it
+  CHECK(&c.startup() != &a.startup());
+  CHECK(c.desired().at("application_name") == "other");
+  CHECK(table.size() == 2);
+  // A capture that differs gives the session a map of its own; one equal to
+  // the startup settings goes back to the shared one.
+  a.OnCaptured({{"application_name", "app"}, {"timezone", "Asia/Tokyo"}});
+  CHECK(a.desired().at("timezone") == "Asia/Tokyo");
+  CHECK(b.desired().at("timezone") == "UTC");
+  CHECK(a.startup().at("timezone") == "UTC");
+  a.OnCaptured({{"application_name", "app"}, {"timezone", "UTC"}});
+  CHECK(&a.desired() == &b.startup());
+  // Names are length-prefixed in the table's key: no two maps collide.
+  SessionSettings d(Params{{"a", "b:c"}}, &table);
+  SessionSettings e(Params{{"a:b", "c"}}, &table);
+  CHECK(&d.startup() != &e.startup());
+}
+
 TEST_CASE("a named statement's effects count again at each Bind, until it is closed") {
   SessionSettings s(Params{{"TimeZone", "UTC"}});
   CHECK(s.desired() == SettingMap{{"application_name", ""}, {"timezone", "UTC"}});

@@ -25,7 +25,7 @@ asio::awaitable<void> WaitAndCount(Signal& signal, int& woken) {
 
 TEST_CASE("Notify wakes every waiter, after Notify returns (posted, never inline)") {
   asio::io_context io(1);
-  Signal signal(io.get_executor());
+  Signal signal;
   int woken = 0;
   asio::co_spawn(io, WaitAndCount(signal, woken), asio::detached);
   asio::co_spawn(io, WaitAndCount(signal, woken), asio::detached);
@@ -39,7 +39,7 @@ TEST_CASE("Notify wakes every waiter, after Notify returns (posted, never inline
 
 TEST_CASE("a Notify with nobody waiting is not remembered") {
   asio::io_context io(1);
-  Signal signal(io.get_executor());
+  Signal signal;
   signal.Notify();
   int woken = 0;
   asio::co_spawn(io, WaitAndCount(signal, woken), asio::detached);
@@ -52,7 +52,7 @@ TEST_CASE("a Notify with nobody waiting is not remembered") {
 
 TEST_CASE("a Signal can be waited on again after each wake-up") {
   asio::io_context io(1);
-  Signal signal(io.get_executor());
+  Signal signal;
   int woken = 0;
   for (int i = 1; i <= 100; ++i) {
     asio::co_spawn(io, WaitAndCount(signal, woken), asio::detached);
