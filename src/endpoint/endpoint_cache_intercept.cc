@@ -170,27 +170,24 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   ctx.params = unit.params;
   ctx.oracle = cache_->Oracle();
   ctx.standard_conforming_strings = StandardConformingStrings();
-  cache::Decision d = cache::DecideSql(unit_text, ctx);
+  // DecideSql, from the Endpoint's memo when the text (or one differing
+  // only in its integer literals) was decided on the same catalog.
+  cache::MemoDecision md = cache_->Decide(unit_text, ctx);
+  cache::Decision& d = md.decision;
   if (d.reason != cache::Reason::kNotAQuery) cache_->NoteDecidedWith(ctx.oracle);
-  // The text's own analysis (no copy); null if the decision needed none.
-  const cache::StatementAnalysis* analysis = unit_text.normalized_analysis_if_done();
-  if (analysis != nullptr && (!analysis->functions.empty() || !analysis->relations_read.empty())) {
-    cache_->WantCatalog();
-  }
+  if (md.wants_catalog) cache_->WantCatalog();
+  const uint64_t fingerprint = md.analysed ? md.fingerprint : 0;
+  auto normalized = [&] { return md.analysed ? unit_text.normalized_text() : std::string(); };
   if (d.unknown_name && cache_->NameUnknown()) {
     // e.g. a table created on the origin directly: this unit waits for the
     // catalog refresh (bounded), then goes to the origin; the next one is
     // decided on the new catalog.
-    cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason, [&] {
-      return analysis != nullptr ? unit_text.normalized_text() : std::string();
-    });
+    cache_->RecordDecision(fingerprint, d.reason, normalized);
     lookup_ = Lookup{};
     lookup_->wait = Lookup::Wait::kCatalog;
     return InterceptResult::kWait;
   }
-  cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason, [&] {
-    return analysis != nullptr ? unit_text.normalized_text() : std::string();
-  });
+  cache_->RecordDecision(fingerprint, d.reason, normalized);
   if (!d.cacheable()) return InterceptResult::kNotServed;
 
   cache::CacheKeyInput in;
