@@ -201,7 +201,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   in.form = unit.form;
   std::string key = cache::BuildCacheKey(in);
   cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_);
-  const uint64_t digest = cache::Fnv1a64(unit.frames);
+  const uint64_t digest = cache::UnitDigest(unit.frames);
 
   lookup_ = Lookup{};
   lookup_->key = std::move(key);
@@ -266,7 +266,13 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
         // tier's answer would be served in place of its named Parse.)
         const bool ask_shared = cache_->shared() != nullptr && cache_->shared()->up() && !l.refresh_only;
         leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(l.key);
+        // stale-if-error's fallback: an entry past its max age kept within
+        // the bound (only that option keeps one: a second look-up of the key
+        // otherwise finds nothing).
+        if (lk.status == CacheLookupStatus::kMissLeader &&
+            cache_->options().stale_if_error > std::chrono::milliseconds(0)) {
+          leader_->fallback = cache_->tier().Get(l.key);
+        }
         leader_->key = ask_shared ? l.key : std::move(l.key);
         leader_->digest = l.digest;
         leader_->generation = cache_->generation();
