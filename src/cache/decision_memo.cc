@@ -1,5 +1,6 @@
 #include "cache/decision_memo.h"
 
+#include <array>
 #include <utility>
 
 namespace hyperpool::cache {
@@ -18,6 +19,14 @@ bool JoinsDigits(char c) {
 }
 
 constexpr char kNumberMark = '\0';  // never in a Query or Parse text (NUL-terminated)
+
+// The bytes KeyOf stops at: digits and single quotes.
+constexpr std::array<bool, 256> kKeyStop = [] {
+  std::array<bool, 256> t{};
+  for (char c = '0'; c <= '9'; ++c) t[static_cast<unsigned char>(c)] = true;
+  t[static_cast<unsigned char>('\'')] = true;
+  return t;
+}();
 
 }  // namespace
 
@@ -41,6 +50,7 @@ bool DecisionMemo::KeyOf(const SqlText& text, const DecisionContext& ctx, std::s
   size_t copied = 0;  // sql[copied, i) is still to be appended
   for (size_t i = 0; i < sql.size(); ++i) {
     const char c = sql[i];
+    if (!kKeyStop[static_cast<unsigned char>(c)]) continue;
     if (c == '\'') {
       in_string = !in_string;
       continue;

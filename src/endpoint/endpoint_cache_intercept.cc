@@ -122,18 +122,25 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   // by its text (the unnamed statement is not resolved: a unit answered here
   // skips its Parse, so what the session's unnamed statement is may differ).
   StatementText* named = nullptr;  // the named statement the unit Binds, if any
-  const cache::StatementLookup lookup = [this, after_describe, &named](std::string_view name, std::string_view* sql,
-                                                                       std::vector<uint32_t>* types) {
-    if (name.empty() && after_describe && unnamed_known_) {
+  // One pointer captured: the std::function holds it without allocating.
+  struct LookupState {
+    SessionCache* self;
+    bool after_describe;
+    StatementText** named;
+  } state{this, after_describe, &named};
+  const cache::StatementLookup lookup = [s = &state](std::string_view name, std::string_view* sql,
+                                                     std::vector<uint32_t>* types) {
+    SessionCache* const self = s->self;
+    if (name.empty() && s->after_describe && self->unnamed_known_) {
       // Parsed in this very transaction: that Parse reached the origin.
-      *sql = unnamed_text_.sql;
-      *types = unnamed_text_.types;
+      *sql = self->unnamed_text_.sql;
+      *types = self->unnamed_text_.types;
       return true;
     }
     if (name.empty()) return false;
-    auto it = statement_texts_.find(std::string(name));
-    if (it == statement_texts_.end() || it->second.poisoned) return false;
-    named = &it->second;
+    auto it = self->statement_texts_.find(std::string(name));
+    if (it == self->statement_texts_.end() || it->second.poisoned) return false;
+    *s->named = &it->second;
     *sql = it->second.sql;
     *types = it->second.types;
     return true;
