@@ -41,7 +41,7 @@ std::string_view MemoryCache::TableKeyView(std::string_view db, std::string_view
 
 CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
   const size_t hash = StringHash{}(key);
-  auto it = index_.find(std::string_view(key), hash);
+  auto it = index_.find(HashedKey{key, hash});
   if (it != index_.end()) {
     List::iterator node = it->second;
     TimePoint now = Now();
@@ -141,7 +141,7 @@ void MemoryCache::CancelWait(const std::string& key, uint64_t wait_id) {
 }
 
 std::shared_ptr<const CacheEntry> MemoryCache::Get(const std::string& key) {
-  auto it = index_.find(std::string_view(key));
+  auto it = index_.find(Hashed(key));
   if (it == index_.end()) return nullptr;
   const CacheEntry& e = *it->second->entry;
   if (Now() >= std::max(e.stale_until, e.keep_until)) {
@@ -161,7 +161,7 @@ void MemoryCache::Put(const std::string& key, CacheEntry entry) {
 bool MemoryCache::Store(const std::string& key, size_t hash,
                         std::shared_ptr<const CacheEntry> entry) {
   size_t cost = Cost(key, *entry);
-  if (auto it = index_.find(std::string_view(key), hash); it != index_.end()) Remove(it->second);
+  if (auto it = index_.find(HashedKey{key, hash}); it != index_.end()) Remove(it->second);
   if (cost > limits_.max_entry_bytes || cost > limits_.max_bytes || limits_.max_entries == 0) {
     return false;
   }
@@ -173,7 +173,7 @@ bool MemoryCache::Store(const std::string& key, size_t hash,
   lru_.push_front(Node{key, std::move(entry), cost, hash});
   List::iterator node = lru_.begin();
   node->self = node;
-  index_.emplace(std::string_view(node->key), node);
+  index_.emplace(HashedKey{node->key, hash}, node);
   const CacheEntry& e = *node->entry;
   Join(*node, GroupOf(by_database_, e.database));
   for (const std::string& t : e.tables) Join(*node, GroupOf(by_table_, TableKeyView(e.database, t)));
@@ -217,7 +217,7 @@ void MemoryCache::Leave(Node& node) {
 
 void MemoryCache::Remove(List::iterator node) {
   Leave(*node);
-  if (auto it = index_.find(std::string_view(node->key), node->hash); it != index_.end()) {
+  if (auto it = index_.find(HashedKey{node->key, node->hash}); it != index_.end()) {
     index_.erase(it);
   }
   stats_.bytes -= node->cost;
@@ -226,7 +226,7 @@ void MemoryCache::Remove(List::iterator node) {
 }
 
 void MemoryCache::Erase(const std::string& key) {
-  auto it = index_.find(std::string_view(key));
+  auto it = index_.find(Hashed(key));
   if (it == index_.end()) return;
   ++stats_.invalidations;
   Remove(it->second);

@@ -120,8 +120,20 @@ class MemoryCache final : public Cache {
   Clock clock_;
   CacheStats stats_;
   List lru_;  // Front: most recently used.
-  // Views point into Node::key (list nodes never move).
-  absl::flat_hash_map<std::string_view, List::iterator, StringHash, StringEq> index_;
+  // A key with its StringHash, computed once per call: the index hashes
+  // nothing itself (a store used to hash its key again to insert it).
+  struct HashedKey {
+    std::string_view key;  // views Node::key in the index (list nodes never move)
+    size_t hash;
+  };
+  struct HashedKeyHash {
+    size_t operator()(const HashedKey& k) const { return k.hash; }
+  };
+  struct HashedKeyEq {
+    bool operator()(const HashedKey& a, const HashedKey& b) const { return a.hash == b.hash && a.key == b.key; }
+  };
+  static HashedKey Hashed(std::string_view key) { return HashedKey{key, StringHash{}(key)}; }
+  absl::flat_hash_map<HashedKey, List::iterator, HashedKeyHash, HashedKeyEq> index_;
   // Entries by table (TableKey) and by database: a store hashes each of
   // its names once to find the group, an eviction hashes nothing.
   GroupMap by_table_;
