@@ -99,7 +99,7 @@ class MemoryCache final : public Cache {
   // call hashes its (long) key once.
   bool Store(const std::string& key, size_t hash, std::shared_ptr<const CacheEntry> entry);
   void Remove(List::iterator it);
-  void StartFlight(const std::string& key);
+  void StartFlight(const std::string& key, size_t hash);
   // Takes the flight of `key` out and wakes its waiters with `entry`.
   void Finish(const std::string& key, size_t hash,
               const std::shared_ptr<const CacheEntry>& entry);
@@ -134,12 +134,31 @@ class MemoryCache final : public Cache {
   };
   static HashedKey Hashed(std::string_view key) { return HashedKey{key, StringHash{}(key)}; }
   absl::flat_hash_map<HashedKey, List::iterator, HashedKeyHash, HashedKeyEq> index_;
+  // The same for the flights' own (owned) keys, searched with a HashedKey.
+  struct FlightKey {
+    std::string key;
+    size_t hash;
+  };
+  struct FlightKeyHash {
+    using is_transparent = void;
+    size_t operator()(const FlightKey& k) const { return k.hash; }
+    size_t operator()(const HashedKey& k) const { return k.hash; }
+  };
+  struct FlightKeyEq {
+    using is_transparent = void;
+    static HashedKey View(const FlightKey& k) { return HashedKey{k.key, k.hash}; }
+    static HashedKey View(const HashedKey& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return HashedKeyEq{}(View(a), View(b));
+    }
+  };
   // Entries by table (TableKey) and by database: a store hashes each of
   // its names once to find the group, an eviction hashes nothing.
   GroupMap by_table_;
   GroupMap by_database_;
 
-  absl::flat_hash_map<std::string, Flight, StringHash, StringEq> flights_;
+  absl::flat_hash_map<FlightKey, Flight, FlightKeyHash, FlightKeyEq> flights_;
   uint64_t next_wait_id_ = 1;
   // Invalidations seen while fetches were in flight: a fetch that started at
   // epoch E must not store if what it read was invalidated after E.
