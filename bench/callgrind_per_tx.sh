@@ -14,8 +14,10 @@
 #
 # Environment: HYPERPOOL_BINARY (build/hyperpool), CG_SERVE_ARGS (extra
 # `serve` flags, "" = cache on), CG_MODES ("simple prepared"), CG_TX (1000
-# per client), CG_CLIENTS (4), CG_WARMUP (300 per client... total), CG_TOP
+# per client), CG_CLIENTS (4), CG_WARMUP (300 transactions in all), CG_TOP
 # (25 functions shown), CG_KEEP=1 keeps the work directory (callgrind.out.*).
+# Needs valgrind (Debian's `valgrind` package, not in scripts/setup.sh: no
+# test uses it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${HYPERPOOL_BINARY:-$ROOT/build/hyperpool}
