@@ -85,6 +85,7 @@ struct EndpointCacheReport {
   std::array<uint64_t, kReasons> decided{};     // candidate units by cache::Reason
   uint64_t decided_without_catalog = 0;  // ... decided with no catalog loaded (or after unbounded DDL)
   uint64_t decided_with_changes = 0;     // ... decided while names changed by DDL were not re-read yet
+  uint64_t decided_from_memo = 0;        // ... answered by the memo of decisions (cache/decision_memo.h)
   uint64_t invalidations = 0;   // write invalidations (each bumps the generation)
   uint64_t catalog_refreshes = 0;
   uint64_t catalog_reads = 0;  // reads of the origin's catalog started (each five queries)
@@ -138,7 +139,10 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   // this Endpoint's memo of decisions (cache/decision_memo.h), kept per
   // state of the catalog: a snapshot loaded or an overlay change empties it.
   cache::MemoDecision Decide(const cache::SqlText& text, const cache::DecisionContext& context) {
-    return decisions_memo_.Decide(text, context, cache::CatalogVersion{catalog_loads_, overlay_.version()});
+    cache::MemoDecision d =
+        decisions_memo_.Decide(text, context, cache::CatalogVersion{catalog_loads_, overlay_.version()});
+    if (d.from_memo) ++counters_.decided_from_memo;
+    return d;
   }
   // A statement that may change the catalog was sent through hyperpool
   // (OpenCatalogChange), and the transaction that ran it ended
