@@ -88,7 +88,7 @@ std::string_view ReasonName(Reason reason) {
   return "unknown";
 }
 
-Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
+std::optional<Decision> DecideBeforeParams(const StatementAnalysis& a, const DecisionContext& ctx) {
   if (!ctx.enabled) return Make(Reason::kDisabled);
   if (a.statement_count > 1) return Make(Reason::kMultipleStatements);
   if (a.kind != StatementKind::kSelect) {
@@ -102,11 +102,19 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
     return Make(Reason::kVolatile, Cat("value function ", a.value_functions.front()));
   }
   if (a.has_time_literal) return Make(Reason::kVolatile, "time literal");
-  for (const ParamValue& p : ctx.params) {
+  return std::nullopt;
+}
+
+std::optional<Decision> DecideParams(absl::Span<const ParamValue> params) {
+  for (const ParamValue& p : params) {
     if (p.format == 0 && p.value.has_value() && ContainsTimeWord(*p.value)) {
       return Make(Reason::kVolatile, "time parameter");
     }
   }
+  return std::nullopt;
+}
+
+Decision DecideAfterParams(const StatementAnalysis& a, const DecisionContext& ctx) {
   for (const QualifiedName& f : a.functions) {
     std::optional<Volatility> v =
         ctx.oracle != nullptr ? ctx.oracle->FunctionVolatility(f) : std::nullopt;
@@ -143,6 +151,12 @@ Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
   }
   d.reason = Reason::kCacheable;
   return d;
+}
+
+Decision Decide(const StatementAnalysis& a, const DecisionContext& ctx) {
+  if (std::optional<Decision> d = DecideBeforeParams(a, ctx)) return std::move(*d);
+  if (std::optional<Decision> d = DecideParams(ctx.params)) return std::move(*d);
+  return DecideAfterParams(a, ctx);
 }
 
 Decision DecideSql(std::string_view sql, const DecisionContext& ctx, LexOptions options) {

@@ -139,6 +139,14 @@ struct Decision {
 
 // Decides from an analysis (the ordered checks are listed in Reason).
 Decision Decide(const StatementAnalysis& analysis, const DecisionContext& context);
+// Decide in its three steps, which it runs in this order: the checks that
+// read only the analysis and the context's flags (nullopt: none decided),
+// the text-format parameters' time words (nullopt: none), and the catalog
+// look-ups of what the statement calls and reads. The first and last are
+// independent of `context.params` (DecisionMemo keeps them per text).
+std::optional<Decision> DecideBeforeParams(const StatementAnalysis& analysis, const DecisionContext& context);
+std::optional<Decision> DecideParams(absl::Span<const ParamValue> params);
+Decision DecideAfterParams(const StatementAnalysis& analysis, const DecisionContext& context);
 // Checks the cheap reasons (disabled, size) first, then lexes and decides.
 Decision DecideSql(std::string_view sql, const DecisionContext& context, LexOptions options = {});
 // The same for one text whose analysis the caller shares with other passes

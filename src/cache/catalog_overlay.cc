@@ -21,12 +21,14 @@ CatalogChange CatalogChange::Of(const StatementAnalysis& a) {
 }
 
 void CatalogOverlay::Open(const CatalogChange& change) {
+  if (change.any()) ++version_;
   if (change.all) OpenEntry(all_);
   if (change.cascade) OpenEntry(cascade_);
   for (const std::string& n : change.names) OpenEntry(names_[n]);
 }
 
 void CatalogOverlay::Settle(const CatalogChange& change) {
+  if (change.any()) ++version_;
   if (change.all) SettleEntry(all_);
   if (change.cascade) SettleEntry(cascade_);
   for (const std::string& n : change.names) {
@@ -36,6 +38,7 @@ void CatalogOverlay::Settle(const CatalogChange& change) {
 }
 
 void CatalogOverlay::ReadLoaded(uint64_t token) {
+  ++version_;
   if (Clearable(all_, token)) all_ = Entry{};
   if (Clearable(cascade_, token)) cascade_ = Entry{};
   absl::erase_if(names_, [token](const auto& kv) { return Clearable(kv.second, token); });

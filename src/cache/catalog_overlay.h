@@ -63,6 +63,9 @@ class CatalogOverlay {
   bool empty() const { return !all_unknown() && !cascade_pending() && names_.empty(); }
   bool Changed(std::string_view name) const;
   size_t size() const { return names_.size(); }
+  // Changes with every Open, Settle and ReadLoaded that changes anything:
+  // what OverlayOracle answers may differ only across a change of it.
+  uint64_t version() const { return version_; }
 
  private:
   struct Entry {
@@ -78,6 +81,7 @@ class CatalogOverlay {
   static bool Pending(const Entry& e) { return e.open > 0 || e.settled != 0; }
 
   uint64_t epoch_ = 0;
+  uint64_t version_ = 0;
   Entry all_;
   Entry cascade_;
   absl::flat_hash_map<std::string, Entry> names_;

@@ -11,8 +11,8 @@ MemoryCache::MemoryCache(MemoryCacheLimits limits, Clock clock)
 MemoryCache::~MemoryCache() {
   // Never leave a follower hanging: wake them (they go to the origin).
   while (!flights_.empty()) {
-    const std::string& key = flights_.begin()->first;
-    Finish(key, StringHash{}(key), nullptr);
+    const FlightKey& first = flights_.begin()->first;
+    Finish(first.key, first.hash, nullptr);
   }
 }
 
@@ -41,7 +41,7 @@ std::string_view MemoryCache::TableKeyView(std::string_view db, std::string_view
 
 CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
   const size_t hash = StringHash{}(key);
-  auto it = index_.find(std::string_view(key), hash);
+  auto it = index_.find(HashedKey{key, hash});
   if (it != index_.end()) {
     List::iterator node = it->second;
     TimePoint now = Now();
@@ -54,10 +54,10 @@ CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
     if (now < e.stale_until) {
       ++stats_.stale_hits;
       lru_.splice(lru_.begin(), lru_, node);
-      if (flights_.find(key, hash) != flights_.end()) {
+      if (flights_.find(HashedKey{key, hash}) != flights_.end()) {
         return CacheLookup{CacheLookupStatus::kStale, node->entry, 0};
       }
-      StartFlight(key);
+      StartFlight(key, hash);
       return CacheLookup{CacheLookupStatus::kStaleRefresh, node->entry, 0};
     }
     // Past stale_until: a miss, but an entry kept for stale-if-error stays
@@ -68,9 +68,9 @@ CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
     }
   }
   ++stats_.misses;
-  auto f = flights_.find(key, hash);
+  auto f = flights_.find(HashedKey{key, hash});
   if (f == flights_.end()) {
-    StartFlight(key);
+    StartFlight(key, hash);
     return CacheLookup{CacheLookupStatus::kMissLeader, nullptr, 0};
   }
   ++stats_.coalesced;
@@ -79,8 +79,8 @@ CacheLookup MemoryCache::Lookup(const std::string& key, CacheWaiter on_ready) {
   return CacheLookup{CacheLookupStatus::kMissFollower, nullptr, id};
 }
 
-void MemoryCache::StartFlight(const std::string& key) {
-  Flight& f = flights_[key];
+void MemoryCache::StartFlight(const std::string& key, size_t hash) {
+  Flight& f = flights_[FlightKey{key, hash}];
   f.started_epoch = epoch_;
 }
 
@@ -101,7 +101,7 @@ bool MemoryCache::InvalidatedSince(const CacheEntry& entry, uint64_t epoch) cons
 
 void MemoryCache::Complete(const std::string& key, CacheEntry entry) {
   const size_t hash = StringHash{}(key);
-  auto f = flights_.find(key, hash);
+  auto f = flights_.find(HashedKey{key, hash});
   uint64_t started = f == flights_.end() ? epoch_ : f->second.started_epoch;
   auto shared = std::make_shared<const CacheEntry>(std::move(entry));
   bool stored = !InvalidatedSince(*shared, started) && Now() < shared->stale_until &&
@@ -114,7 +114,7 @@ void MemoryCache::Abandon(const std::string& key) { Finish(key, StringHash{}(key
 
 void MemoryCache::Finish(const std::string& key, size_t hash,
                          const std::shared_ptr<const CacheEntry>& entry) {
-  auto f = flights_.find(key, hash);
+  auto f = flights_.find(HashedKey{key, hash});
   if (f == flights_.end()) return;
   std::vector<std::pair<uint64_t, CacheWaiter>> waiters = std::move(f->second.waiters);
   flights_.erase(f);
@@ -129,7 +129,7 @@ void MemoryCache::Finish(const std::string& key, size_t hash,
 }
 
 void MemoryCache::CancelWait(const std::string& key, uint64_t wait_id) {
-  auto f = flights_.find(key);
+  auto f = flights_.find(Hashed(key));
   if (f == flights_.end()) return;
   auto& w = f->second.waiters;
   for (auto it = w.begin(); it != w.end(); ++it) {
@@ -141,7 +141,7 @@ void MemoryCache::CancelWait(const std::string& key, uint64_t wait_id) {
 }
 
 std::shared_ptr<const CacheEntry> MemoryCache::Get(const std::string& key) {
-  auto it = index_.find(std::string_view(key));
+  auto it = index_.find(Hashed(key));
   if (it == index_.end()) return nullptr;
   const CacheEntry& e = *it->second->entry;
   if (Now() >= std::max(e.stale_until, e.keep_until)) {
@@ -161,7 +161,7 @@ void MemoryCache::Put(const std::string& key, CacheEntry entry) {
 bool MemoryCache::Store(const std::string& key, size_t hash,
                         std::shared_ptr<const CacheEntry> entry) {
   size_t cost = Cost(key, *entry);
-  if (auto it = index_.find(std::string_view(key), hash); it != index_.end()) Remove(it->second);
+  if (auto it = index_.find(HashedKey{key, hash}); it != index_.end()) Remove(it->second);
   if (cost > limits_.max_entry_bytes || cost > limits_.max_bytes || limits_.max_entries == 0) {
     return false;
   }
@@ -173,7 +173,7 @@ bool MemoryCache::Store(const std::string& key, size_t hash,
   lru_.push_front(Node{key, std::move(entry), cost, hash});
   List::iterator node = lru_.begin();
   node->self = node;
-  index_.emplace(std::string_view(node->key), node);
+  index_.emplace(HashedKey{node->key, hash}, node);
   const CacheEntry& e = *node->entry;
   Join(*node, GroupOf(by_database_, e.database));
   for (const std::string& t : e.tables) Join(*node, GroupOf(by_table_, TableKeyView(e.database, t)));
@@ -217,7 +217,7 @@ void MemoryCache::Leave(Node& node) {
 
 void MemoryCache::Remove(List::iterator node) {
   Leave(*node);
-  if (auto it = index_.find(std::string_view(node->key), node->hash); it != index_.end()) {
+  if (auto it = index_.find(HashedKey{node->key, node->hash}); it != index_.end()) {
     index_.erase(it);
   }
   stats_.bytes -= node->cost;
@@ -226,7 +226,7 @@ void MemoryCache::Remove(List::iterator node) {
 }
 
 void MemoryCache::Erase(const std::string& key) {
-  auto it = index_.find(std::string_view(key));
+  auto it = index_.find(Hashed(key));
   if (it == index_.end()) return;
   ++stats_.invalidations;
   Remove(it->second);

@@ -99,7 +99,7 @@ class MemoryCache final : public Cache {
   // call hashes its (long) key once.
   bool Store(const std::string& key, size_t hash, std::shared_ptr<const CacheEntry> entry);
   void Remove(List::iterator it);
-  void StartFlight(const std::string& key);
+  void StartFlight(const std::string& key, size_t hash);
   // Takes the flight of `key` out and wakes its waiters with `entry`.
   void Finish(const std::string& key, size_t hash,
               const std::shared_ptr<const CacheEntry>& entry);
@@ -120,14 +120,45 @@ class MemoryCache final : public Cache {
   Clock clock_;
   CacheStats stats_;
   List lru_;  // Front: most recently used.
-  // Views point into Node::key (list nodes never move).
-  absl::flat_hash_map<std::string_view, List::iterator, StringHash, StringEq> index_;
+  // A key with its StringHash, computed once per call: the index hashes
+  // nothing itself (a store used to hash its key again to insert it).
+  struct HashedKey {
+    std::string_view key;  // views Node::key in the index (list nodes never move)
+    size_t hash;
+  };
+  struct HashedKeyHash {
+    size_t operator()(const HashedKey& k) const { return k.hash; }
+  };
+  struct HashedKeyEq {
+    bool operator()(const HashedKey& a, const HashedKey& b) const { return a.hash == b.hash && a.key == b.key; }
+  };
+  static HashedKey Hashed(std::string_view key) { return HashedKey{key, StringHash{}(key)}; }
+  absl::flat_hash_map<HashedKey, List::iterator, HashedKeyHash, HashedKeyEq> index_;
+  // The same for the flights' own (owned) keys, searched with a HashedKey.
+  struct FlightKey {
+    std::string key;
+    size_t hash;
+  };
+  struct FlightKeyHash {
+    using is_transparent = void;
+    size_t operator()(const FlightKey& k) const { return k.hash; }
+    size_t operator()(const HashedKey& k) const { return k.hash; }
+  };
+  struct FlightKeyEq {
+    using is_transparent = void;
+    static HashedKey View(const FlightKey& k) { return HashedKey{k.key, k.hash}; }
+    static HashedKey View(const HashedKey& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return HashedKeyEq{}(View(a), View(b));
+    }
+  };
   // Entries by table (TableKey) and by database: a store hashes each of
   // its names once to find the group, an eviction hashes nothing.
   GroupMap by_table_;
   GroupMap by_database_;
 
-  absl::flat_hash_map<std::string, Flight, StringHash, StringEq> flights_;
+  absl::flat_hash_map<FlightKey, Flight, FlightKeyHash, FlightKeyEq> flights_;
   uint64_t next_wait_id_ = 1;
   // Invalidations seen while fetches were in flight: a fetch that started at
   // epoch E must not store if what it read was invalidated after E.

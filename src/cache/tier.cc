@@ -1,7 +1,9 @@
 #include "cache/tier.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
+#include <cstring>
 #include <optional>
 #include <span>
 
@@ -9,6 +11,51 @@
 #include "protocol/codec.h"
 
 namespace hyperpool::cache {
+namespace {
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull;
+constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4Full;
+constexpr uint64_t kP3 = 0x165667B19E3779F9ull;
+constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ull;
+constexpr uint64_t kP5 = 0x27D4EB2F165667C5ull;
+
+template <typename T>
+T LoadLittle(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  if constexpr (std::endian::native == std::endian::big) {
+    if constexpr (sizeof(T) == 8) {
+      v = __builtin_bswap64(v);
+    } else {
+      v = __builtin_bswap32(v);
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+uint64_t UnitDigest(std::string_view frames) {
+  const char* p = frames.data();
+  const char* const end = p + frames.size();
+  uint64_t h = kP5 + frames.size();
+  for (; end - p >= 8; p += 8) {
+    const uint64_t k = std::rotl(LoadLittle<uint64_t>(p) * kP2, 31) * kP1;
+    h = std::rotl(h ^ k, 27) * kP1 + kP4;
+  }
+  if (end - p >= 4) {
+    h = std::rotl(h ^ (LoadLittle<uint32_t>(p) * kP1), 23) * kP2 + kP3;
+    p += 4;
+  }
+  for (; p < end; ++p) h = std::rotl(h ^ (static_cast<unsigned char>(*p) * kP5), 11) * kP1;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
 namespace {
 
 // Big-endian, one append each (push_back per byte costs a capacity check
@@ -63,6 +110,20 @@ struct Reader {
 
 void Frame(std::string& out, const std::string& payload) { protocol::AppendFrame(out, kControlTag, payload); }
 
+// A control frame written straight into `out` (no payload string of its
+// own): Open writes the tag and a length to be patched by Close.
+size_t OpenFrame(std::string& out, size_t payload_hint) {
+  const size_t start = out.size();
+  out.reserve(start + 5 + payload_hint);
+  out.push_back(kControlTag);
+  out.append(4, '\0');
+  return start;
+}
+void CloseFrame(std::string& out, size_t start) {
+  const auto len = static_cast<uint32_t>(out.size() - start - 1);
+  for (int i = 0; i < 4; ++i) out[start + 1 + static_cast<size_t>(i)] = static_cast<char>(len >> (8 * (3 - i)));
+}
+
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) {
@@ -110,16 +171,16 @@ void AppendControl(std::string& out, const BeginControl& c) {
 }
 
 void AppendControl(std::string& out, const StoreControl& c) {
-  std::string p(1, 'S');
   size_t tables = 0;
   for (const std::string& t : c.tables) tables += t.size() + 1;
-  p.reserve(1 + 8 + 4 + 8 + 4 + tables + 8);
-  PutU64(p, c.digest);
-  PutU32(p, static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
-  PutU64(p, c.generation);
-  PutTables(p, c.tables);
-  if (c.source != 0) PutU64(p, c.source);
-  Frame(out, p);
+  const size_t start = OpenFrame(out, 1 + 8 + 4 + 8 + 4 + tables + 8);
+  out.push_back('S');
+  PutU64(out, c.digest);
+  PutU32(out, static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
+  PutU64(out, c.generation);
+  PutTables(out, c.tables);
+  if (c.source != 0) PutU64(out, c.source);
+  CloseFrame(out, start);
 }
 
 void AppendControl(std::string& out, const InvalidateControl& c) {

@@ -35,8 +35,17 @@ namespace hyperpool::cache {
 
 using link::kControlTag;  // protocol/link_protocol.h
 
+// The digest of a unit's frontend frames that names it in the control
+// messages below: computed by the Endpoint on what it received and by the
+// Client on what it sent, so it must be the same function in every process
+// (no per-process seed); a Client and an Endpoint of different versions that
+// disagree on it only never match a result to a unit (nothing is stored in
+// the Client tier). Eight bytes per step (xxHash64's short-input rounds):
+// FNV-1a took a multiply per byte.
+uint64_t UnitDigest(std::string_view frames);
+
 // 'B': the result of the unit at the head of the Client's queue follows and
-// is cacheable; `digest` is Fnv1a64 of the unit's frontend frames.
+// is cacheable; `digest` is UnitDigest of the unit's frontend frames.
 struct BeginControl {
   uint64_t digest = 0;
 };

@@ -361,7 +361,7 @@ asio::awaitable<void> ClientSession::AppToLink() {
         if (first_candidate && units_in_batch == 0 && batch == first.frames.size()) {
           // The digest is of what the Endpoint receives for the unit.
           unit.candidate = true;
-          unit.digest = cache::Fnv1a64(to_link);
+          unit.digest = cache::UnitDigest(to_link);
           unit.key = std::move(first_key);
           unit.sent = std::chrono::steady_clock::now();
         }

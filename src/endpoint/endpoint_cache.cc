@@ -236,6 +236,7 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     // DDL settled meanwhile stays in the overlay: no need to read again.
     snapshot_ = std::move(snapshot);
     oracle_ = snapshot_->Oracle(std::move(path));
+    ++catalog_loads_;
     overlay_oracle_.set_base(oracle_.get());
     overlay_.ReadLoaded(token);
     // A feed change that came during the read keeps the read-again limit.

@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "cache/cacheability.h"
 #include "cache/catalog_overlay.h"
+#include "cache/decision_memo.h"
 #include "cache/memory_cache.h"
 #include "cache/result_store.h"
 #include "cache/shared_cache.h"
@@ -84,6 +85,7 @@ struct EndpointCacheReport {
   std::array<uint64_t, kReasons> decided{};     // candidate units by cache::Reason
   uint64_t decided_without_catalog = 0;  // ... decided with no catalog loaded (or after unbounded DDL)
   uint64_t decided_with_changes = 0;     // ... decided while names changed by DDL were not re-read yet
+  uint64_t decided_from_memo = 0;        // ... answered by the memo of decisions (cache/decision_memo.h)
   uint64_t invalidations = 0;   // write invalidations (each bumps the generation)
   uint64_t catalog_refreshes = 0;
   uint64_t catalog_reads = 0;  // reads of the origin's catalog started (each five queries)
@@ -132,6 +134,15 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   const cache::VolatilityOracle* Oracle() const {
     if (!oracle_ || overlay_.all_unknown()) return nullptr;
     return overlay_.empty() ? oracle_.get() : &overlay_oracle_;
+  }
+  // DecideSql(text, context) for a context whose oracle is Oracle(), through
+  // this Endpoint's memo of decisions (cache/decision_memo.h), kept per
+  // state of the catalog: a snapshot loaded or an overlay change empties it.
+  cache::MemoDecision Decide(const cache::SqlText& text, const cache::DecisionContext& context) {
+    cache::MemoDecision d =
+        decisions_memo_.Decide(text, context, cache::CatalogVersion{catalog_loads_, overlay_.version()});
+    if (d.from_memo) ++counters_.decided_from_memo;
+    return d;
   }
   // A statement that may change the catalog was sent through hyperpool
   // (OpenCatalogChange), and the transaction that ran it ended
@@ -243,6 +254,8 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::unique_ptr<cache::VolatilityOracle> oracle_;
   cache::CatalogOverlay overlay_;  // what changed since oracle_ was read
   cache::OverlayOracle overlay_oracle_{nullptr, &overlay_};  // oracle_ seen through overlay_
+  uint64_t catalog_loads_ = 0;  // snapshots loaded (oracle_ replaced)
+  cache::DecisionMemo decisions_memo_;
   bool refreshing_ = false;
   std::chrono::steady_clock::time_point loaded_at_{};
   std::vector<std::weak_ptr<asio::steady_timer>> refresh_waiters_;  // OnRefreshEnd

@@ -122,18 +122,25 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   // by its text (the unnamed statement is not resolved: a unit answered here
   // skips its Parse, so what the session's unnamed statement is may differ).
   StatementText* named = nullptr;  // the named statement the unit Binds, if any
-  const cache::StatementLookup lookup = [this, after_describe, &named](std::string_view name, std::string_view* sql,
-                                                                       std::vector<uint32_t>* types) {
-    if (name.empty() && after_describe && unnamed_known_) {
+  // One pointer captured: the std::function holds it without allocating.
+  struct LookupState {
+    SessionCache* self;
+    bool after_describe;
+    StatementText** named;
+  } state{this, after_describe, &named};
+  const cache::StatementLookup lookup = [s = &state](std::string_view name, std::string_view* sql,
+                                                     std::vector<uint32_t>* types) {
+    SessionCache* const self = s->self;
+    if (name.empty() && s->after_describe && self->unnamed_known_) {
       // Parsed in this very transaction: that Parse reached the origin.
-      *sql = unnamed_text_.sql;
-      *types = unnamed_text_.types;
+      *sql = self->unnamed_text_.sql;
+      *types = self->unnamed_text_.types;
       return true;
     }
     if (name.empty()) return false;
-    auto it = statement_texts_.find(std::string(name));
-    if (it == statement_texts_.end() || it->second.poisoned) return false;
-    named = &it->second;
+    auto it = self->statement_texts_.find(std::string(name));
+    if (it == self->statement_texts_.end() || it->second.poisoned) return false;
+    *s->named = &it->second;
     *sql = it->second.sql;
     *types = it->second.types;
     return true;
@@ -170,27 +177,24 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   ctx.params = unit.params;
   ctx.oracle = cache_->Oracle();
   ctx.standard_conforming_strings = StandardConformingStrings();
-  cache::Decision d = cache::DecideSql(unit_text, ctx);
+  // DecideSql, from the Endpoint's memo when the text (or one differing
+  // only in its integer literals) was decided on the same catalog.
+  cache::MemoDecision md = cache_->Decide(unit_text, ctx);
+  cache::Decision& d = md.decision;
   if (d.reason != cache::Reason::kNotAQuery) cache_->NoteDecidedWith(ctx.oracle);
-  // The text's own analysis (no copy); null if the decision needed none.
-  const cache::StatementAnalysis* analysis = unit_text.normalized_analysis_if_done();
-  if (analysis != nullptr && (!analysis->functions.empty() || !analysis->relations_read.empty())) {
-    cache_->WantCatalog();
-  }
+  if (md.wants_catalog) cache_->WantCatalog();
+  const uint64_t fingerprint = md.analysed ? md.fingerprint : 0;
+  auto normalized = [&] { return md.analysed ? unit_text.normalized_text() : std::string(); };
   if (d.unknown_name && cache_->NameUnknown()) {
     // e.g. a table created on the origin directly: this unit waits for the
     // catalog refresh (bounded), then goes to the origin; the next one is
     // decided on the new catalog.
-    cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason, [&] {
-      return analysis != nullptr ? unit_text.normalized_text() : std::string();
-    });
+    cache_->RecordDecision(fingerprint, d.reason, normalized);
     lookup_ = Lookup{};
     lookup_->wait = Lookup::Wait::kCatalog;
     return InterceptResult::kWait;
   }
-  cache_->RecordDecision(analysis != nullptr ? analysis->fingerprint : 0, d.reason, [&] {
-    return analysis != nullptr ? unit_text.normalized_text() : std::string();
-  });
+  cache_->RecordDecision(fingerprint, d.reason, normalized);
   if (!d.cacheable()) return InterceptResult::kNotServed;
 
   cache::CacheKeyInput in;
@@ -204,7 +208,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   in.form = unit.form;
   std::string key = cache::BuildCacheKey(in);
   cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_);
-  const uint64_t digest = cache::Fnv1a64(unit.frames);
+  const uint64_t digest = cache::UnitDigest(unit.frames);
 
   lookup_ = Lookup{};
   lookup_->key = std::move(key);
@@ -269,7 +273,13 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
         // tier's answer would be served in place of its named Parse.)
         const bool ask_shared = cache_->shared() != nullptr && cache_->shared()->up() && !l.refresh_only;
         leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
-        if (lk.status == CacheLookupStatus::kMissLeader) leader_->fallback = cache_->tier().Get(l.key);
+        // stale-if-error's fallback: an entry past its max age kept within
+        // the bound (only that option keeps one: a second look-up of the key
+        // otherwise finds nothing).
+        if (lk.status == CacheLookupStatus::kMissLeader &&
+            cache_->options().stale_if_error > std::chrono::milliseconds(0)) {
+          leader_->fallback = cache_->tier().Get(l.key);
+        }
         leader_->key = ask_shared ? l.key : std::move(l.key);
         leader_->digest = l.digest;
         leader_->generation = cache_->generation();

@@ -22,8 +22,8 @@ std::string FormatCacheReport(const EndpointCacheReport& r) {
   for (std::size_t i = 0; i < kReasons; ++i) {
     if (r.decided[i] != 0) out += fmt::format(" {} {}", cache::ReasonName(static_cast<cache::Reason>(i)), r.decided[i]);
   }
-  out += fmt::format(" (without catalog {}, with names changed since the read {}; catalog reads {})\n",
-                     r.decided_without_catalog, r.decided_with_changes, r.catalog_reads);
+  out += fmt::format(" (without catalog {}, with names changed since the read {}; catalog reads {}; from the memo {})\n",
+                     r.decided_without_catalog, r.decided_with_changes, r.catalog_reads, r.decided_from_memo);
   static constexpr std::string_view kCauses[kBypassCauses] = {"off", "session-state", "startup",
                                                                "serve-gate", "unit-changes-state", "zero-ttl"};
   out += "endpoint bypassed:";

@@ -184,10 +184,12 @@ TEST_CASE("the Endpoint's report counts decisions by reason and bypasses by caus
   r.decided[static_cast<std::size_t>(cache::Reason::kVolatile)] = 3;
   r.decided_without_catalog = 2;
   r.decided_with_changes = 4;
+  r.decided_from_memo = 6;
+  r.catalog_reads = 1;
   r.bypass[static_cast<std::size_t>(BypassCause::kSessionState)] = 5;
   const std::string text = FormatCacheReport(r);
   CHECK(text.find("endpoint decisions: cacheable 7 volatile 3 (without catalog 2, with names changed since the "
-                  "read 4;") != std::string::npos);
+                  "read 4; catalog reads 1; from the memo 6)") != std::string::npos);
   CHECK(text.find("endpoint bypassed: off 0 session-state 5 startup 0") != std::string::npos);
 }
 

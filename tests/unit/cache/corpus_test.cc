@@ -11,7 +11,10 @@
 //   - LeadingKeywordOfPlainText + StatementKindOfKeyword: one statement of
 //     that kind;
 //   - AnalyzeStatement's memo, keyed by the lexer's shape of the text
-//     (literals replaced): the analysis of the text itself.
+//     (literals replaced): the analysis of the text itself;
+//   - DecisionMemo's key of a plain SELECT (its standalone integers
+//     masked): the parser's analysis of the text with other integers there
+//     is this text's.
 // A text the parser rejects is not held against anything: the server
 // rejects it too, so it runs nothing.
 
@@ -28,6 +31,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include "cache/decision_memo.h"
 #include "cache/sql_analysis.h"
 
 namespace hyperpool::cache {
@@ -168,6 +172,35 @@ bool SameAnalysis(const StatementAnalysis& a, const StatementAnalysis& b) {
          a.relations_written == b.relations_written;
 }
 
+// DecisionMemo::KeyOf's claim for `text` (analysed by the parser as `p`):
+// the text with every masked integer replaced by another has the same
+// analysis, by the parser and by AnalyzeStatement (fingerprint included).
+// "" when it holds or the key is the text itself.
+std::string MemoKeyDisagreement(const std::string& text, const StatementAnalysis& p) {
+  std::string key;
+  if (!DecisionMemo::KeyOf(SqlText(text), DecisionContext{}, key) || (key[0] & 1) == 0) return "";
+  std::string variant;
+  for (size_t i = 1; i < key.size(); ++i) {
+    if (key[i] == '\0') {
+      variant += "907";
+    } else {
+      variant.push_back(key[i]);
+    }
+  }
+  std::string again;
+  if (!DecisionMemo::KeyOf(SqlText(variant), DecisionContext{}, again) || again != key) {
+    return "memo key: the variant has another key: " + Excerpt(variant);
+  }
+  const absl::StatusOr<StatementAnalysis> pv = ParseAnalysis(variant);
+  if (!pv.ok() || !SameAnalysis(*pv, p)) return "memo key: the parser tells the variant apart: " + Excerpt(variant);
+  const absl::StatusOr<StatementAnalysis> a = AnalyzeStatement(text);
+  const absl::StatusOr<StatementAnalysis> av = AnalyzeStatement(variant);
+  if (a.ok() != av.ok() || (a.ok() && (!SameAnalysis(*a, *av) || a->fingerprint != av->fingerprint))) {
+    return "memo key: the lexer tells the variant apart: " + Excerpt(variant);
+  }
+  return "";
+}
+
 TEST_CASE("the regression suite's SQL is there to be read") {
   const Corpus& c = LoadCorpus();
   INFO("corpus: " << CorpusDir() << " (set HYPERPOOL_REGRESS_SQL or run scripts/setup.sh)");
@@ -203,6 +236,7 @@ TEST_CASE("every shortcut agrees with PostgreSQL's parser on the regression suit
     if (const absl::StatusOr<StatementAnalysis> m = AnalyzeStatement(text); m.ok() && !SameAnalysis(*m, *p)) {
       disagree.push_back("the memo's analysis of this shape is another text's: " + Excerpt(text));
     }
+    if (std::string why = MemoKeyDisagreement(text, *p); !why.empty()) disagree.push_back(why);
     if (std::optional<std::string> kw = LeadingKeywordOfPlainText(text)) {
       if (std::optional<StatementKind> k = StatementKindOfKeyword(*kw)) {
         ++keyword;

@@ -1,6 +1,10 @@
 // Unit tests of the cache tiers' shared pure logic (src/cache/tier.h) and the
 // Client tier's generation checks (src/client/client_cache.h).
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
@@ -562,6 +566,39 @@ TEST_CASE("statement kinds from the leading keyword give the full analysis's ans
   } else {
     CHECK(fx.changes_session_state == expected);
   }
+}
+
+}  // namespace
+}  // namespace hyperpool::cache
+
+namespace hyperpool::cache {
+namespace {
+
+TEST_CASE("a unit's digest is the same function in every process, and tells units apart") {
+  // Pinned values: no per-process seed (the Client and the Endpoint may run
+  // in two processes). The empty input is XXH64("", 0).
+  CHECK(UnitDigest("") == 0xef46db3751d8e999ull);
+  const std::string q = "SELECT abalance FROM pgbench_accounts WHERE aid = 1;";
+  std::string frame = "Q";
+  const uint32_t len = static_cast<uint32_t>(q.size() + 1 + 4);
+  for (int shift = 24; shift >= 0; shift -= 8) frame.push_back(static_cast<char>((len >> shift) & 0xff));
+  frame += q;
+  frame.push_back('\0');
+  CHECK(UnitDigest(frame) == 0xb487bb86ec886075ull);
+  // Every length and every byte counts.
+  std::vector<uint64_t> seen;
+  std::string s;
+  for (int n = 0; n < 40; ++n) {
+    seen.push_back(UnitDigest(s));
+    for (size_t i = 0; i < s.size(); ++i) {
+      std::string t = s;
+      t[i] ^= 1;
+      seen.push_back(UnitDigest(t));
+    }
+    s.push_back(static_cast<char>('a' + n % 26));
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
 }
 
 }  // namespace

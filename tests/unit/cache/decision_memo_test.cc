@@ -1,0 +1,217 @@
+// DecisionMemo (cache/decision_memo.h): the Endpoint's memo of cacheability
+// decisions answers exactly what DecideSql answers, and never a decision
+// made on another catalog, another oracle (role, database, search_path: one
+// memo per EndpointCache, whose oracle is its own), other context flags or
+// another text (but one differing only in its standalone integers).
+
+#include "cache/decision_memo.h"
+
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "cache/catalog_overlay.h"
+
+namespace hyperpool::cache {
+namespace {
+
+DecisionContext Ctx(const VolatilityOracle* oracle) {
+  DecisionContext c;
+  c.oracle = oracle;
+  return c;
+}
+
+std::string Key(std::string_view sql, const DecisionContext& ctx = {}) {
+  SqlText t(sql);
+  std::string k;
+  REQUIRE(DecisionMemo::KeyOf(t, ctx, k));
+  return k;
+}
+
+void CheckSame(const Decision& a, const Decision& b) {
+  CHECK(a.reason == b.reason);
+  CHECK(a.detail == b.detail);
+  CHECK(a.tables == b.tables);
+  CHECK(a.unknown_name == b.unknown_name);
+}
+
+// memo.Decide against DecideSql on a fresh text.
+MemoDecision Through(DecisionMemo& memo, std::string_view sql, const DecisionContext& ctx, CatalogVersion v = {}) {
+  SqlText t(sql);
+  MemoDecision m = memo.Decide(t, ctx, v);
+  SqlText fresh(sql);
+  CheckSame(m.decision, DecideSql(fresh, ctx));
+  return m;
+}
+
+TEST_CASE("a plain SELECT's key masks its standalone integers and nothing else") {
+  CHECK(Key("SELECT abalance FROM pgbench_accounts WHERE aid = 17;") ==
+        Key("SELECT abalance FROM pgbench_accounts WHERE aid = 98231;"));
+  CHECK(Key("SELECT * FROM t WHERE a = 1 AND b IN (2, 3) LIMIT 10") ==
+        Key("SELECT * FROM t WHERE a = 4 AND b IN (5, 66) LIMIT 7"));
+  // Digits that are part of a name, a parameter, a string, a decimal or an
+  // exponent, or a hex literal are kept.
+  CHECK(Key("SELECT * FROM t1") != Key("SELECT * FROM t2"));
+  CHECK(Key("SELECT $1 FROM t") != Key("SELECT $2 FROM t"));
+  CHECK(Key("SELECT * FROM t WHERE s = '1'") != Key("SELECT * FROM t WHERE s = '2'"));
+  CHECK(Key("SELECT * FROM t WHERE s = 'it''s 1'") != Key("SELECT * FROM t WHERE s = 'it''s 2'"));
+  CHECK(Key("SELECT 1.5") != Key("SELECT 1.6"));
+  CHECK(Key("SELECT 1e5") != Key("SELECT 1e6"));
+  CHECK(Key("SELECT 0x1F") != Key("SELECT 0x2F"));
+  CHECK(Key("SELECT 1_000") != Key("SELECT 2_000"));
+  // Not a plain SELECT (a comment could hold anything): the text itself.
+  CHECK(Key("SELECT 1 -- x") != Key("SELECT 2 -- x"));
+  CHECK(Key("INSERT INTO t VALUES (1)") != Key("INSERT INTO t VALUES (2)"));
+  // The context's flags are part of the key.
+  DecisionContext off;
+  off.standard_conforming_strings = false;
+  CHECK(Key("SELECT 1", off) != Key("SELECT 1"));
+  DecisionContext txn;
+  txn.in_transaction = true;
+  CHECK(Key("SELECT 1", txn) != Key("SELECT 1"));
+}
+
+TEST_CASE("the memo answers what DecideSql answers, first and again, for texts of one key") {
+  FakeOracle oracle;
+  oracle.Table("t").Table("pgbench_accounts").Function("f", Volatility::kVolatile).Sequence("s");
+  oracle.Function("g", Volatility::kImmutable);
+  DecisionMemo memo;
+  const DecisionContext ctx = Ctx(&oracle);
+  const std::vector<std::string> texts = {
+      "SELECT abalance FROM pgbench_accounts WHERE aid = 17;",
+      "SELECT abalance FROM pgbench_accounts WHERE aid = 98231;",
+      "SELECT * FROM t WHERE a = 1",
+      "SELECT f(1) FROM t",
+      "SELECT g(2) FROM t",
+      "SELECT * FROM nosuch WHERE a = 3",
+      "SELECT nextval('s')",
+      "SELECT now()",
+      "SELECT * FROM t WHERE d = 'now'",
+      "SELECT * FROM t FOR UPDATE",
+      "UPDATE t SET a = 1",
+      "SELECT 1; SELECT 2",
+      "SELECT * FROM t /* 1 */ WHERE a = 1",
+      "SELECT 'unterminated",
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string& s : texts) {
+      INFO(s << " round " << round);
+      MemoDecision m = Through(memo, s, ctx);
+      if (round == 1 && m.analysed) CHECK(m.from_memo);
+    }
+  }
+  CHECK(memo.hits() > 0);
+  // A text that does not lex is never kept: its error names a position.
+  SqlText bad("SELECT 'unterminated");
+  CHECK_FALSE(memo.Decide(bad, ctx, {}).from_memo);
+}
+
+TEST_CASE("a memoized decision still reads the unit's own parameters") {
+  FakeOracle oracle;
+  oracle.Table("t");
+  DecisionMemo memo;
+  DecisionContext ctx = Ctx(&oracle);
+  std::vector<ParamValue> params = {ParamValue{std::string_view("42"), 0}};
+  ctx.params = params;
+  CHECK(Through(memo, "SELECT * FROM t WHERE d = $1", ctx).decision.cacheable());
+  params[0].value = std::string_view("now");
+  MemoDecision m = Through(memo, "SELECT * FROM t WHERE d = $1", ctx);
+  CHECK(m.from_memo);
+  CHECK(m.decision.reason == Reason::kVolatile);
+  CHECK(m.decision.detail == "time parameter");
+  // A decision made before the parameters are read stays what it was.
+  CHECK(Through(memo, "SELECT * FROM t FOR SHARE", ctx).decision.reason == Reason::kRowLocks);
+  CHECK(Through(memo, "SELECT * FROM t FOR SHARE", ctx).decision.reason == Reason::kRowLocks);
+}
+
+TEST_CASE("a decision is not reused after the catalog changed (DDL through the overlay, a new read)") {
+  FakeOracle base;
+  base.Table("orders").Function("price", Volatility::kImmutable);
+  CatalogOverlay overlay;
+  OverlayOracle oracle(&base, &overlay);
+  DecisionMemo memo;
+  uint64_t loads = 1;
+  auto version = [&] { return CatalogVersion{loads, overlay.version()}; };
+  const DecisionContext ctx = Ctx(&oracle);
+  const std::string q = "SELECT price(id) FROM orders WHERE id = 1";
+  CHECK(Through(memo, q, ctx, version()).decision.cacheable());
+  CHECK(Through(memo, q, ctx, version()).from_memo);
+
+  // ALTER TABLE orders ...: sent (opened), the same text is unknown now.
+  CatalogChange ddl;
+  ddl.names = {"orders"};
+  overlay.Open(ddl);
+  MemoDecision after = Through(memo, q, ctx, version());
+  CHECK_FALSE(after.from_memo);
+  CHECK(after.decision.unknown_name);
+  CHECK(Through(memo, q, ctx, version()).decision.unknown_name);
+
+  // Settled, then a read that began after it: decided on the new catalog.
+  overlay.Settle(ddl);
+  CHECK(Through(memo, q, ctx, version()).decision.unknown_name);
+  FakeOracle reread;
+  reread.Table("orders").Function("price", Volatility::kVolatile);  // CREATE OR REPLACE ... VOLATILE
+  oracle.set_base(&reread);
+  overlay.ReadLoaded(overlay.ReadStarting());
+  ++loads;
+  MemoDecision now = Through(memo, q, ctx, version());
+  CHECK_FALSE(now.from_memo);
+  CHECK(now.decision.reason == Reason::kVolatile);
+}
+
+TEST_CASE("a decision is not reused under another oracle or other flags") {
+  FakeOracle plain, temp;
+  plain.Table("t");
+  temp.Table("t", /*temporary=*/true);  // e.g. another role's or search_path's view of the name
+  DecisionMemo memo;
+  const std::string q = "SELECT * FROM t WHERE id = 1";
+  CHECK(Through(memo, q, Ctx(&plain)).decision.cacheable());
+  MemoDecision other = Through(memo, q, Ctx(&temp));
+  CHECK_FALSE(other.from_memo);
+  CHECK(other.decision.reason == Reason::kTemporaryTable);
+  // No oracle (no catalog loaded): unknown, not the loaded catalog's answer.
+  CHECK_FALSE(Through(memo, q, Ctx(nullptr)).decision.cacheable());
+
+  DecisionContext txn = Ctx(&plain);
+  CHECK(Through(memo, q, txn).decision.cacheable());
+  txn.in_transaction = true;
+  CHECK(Through(memo, q, txn).decision.reason == Reason::kInTransaction);
+  DecisionContext small = Ctx(&plain);
+  small.max_query_bytes = 10;
+  CHECK(Through(memo, q, small).decision.reason == Reason::kOversizedQuery);
+  DecisionContext off = Ctx(&plain);
+  off.standard_conforming_strings = false;
+  CHECK(Through(memo, "SELECT * FROM t WHERE s = 'a\\b'", off).decision.reason == Reason::kParseError);
+}
+
+TEST_CASE("the memo's catalog version moves with every overlay change") {
+  CatalogOverlay o;
+  uint64_t v = o.version();
+  CatalogChange c;
+  c.names = {"t"};
+  o.Open(c);
+  CHECK(o.version() != v);
+  v = o.version();
+  o.Settle(c);
+  CHECK(o.version() != v);
+  v = o.version();
+  o.ReadLoaded(o.ReadStarting());
+  CHECK(o.version() != v);
+  v = o.version();
+  o.Committed(CatalogChange::All());
+  CHECK(o.version() != v);
+}
+
+TEST_CASE("the memo stays bounded") {
+  FakeOracle oracle;
+  oracle.Table("t");
+  DecisionMemo memo;
+  for (size_t i = 0; i < 3 * DecisionMemo::kCapacity; ++i) {
+    Through(memo, "SELECT c" + std::to_string(i) + " FROM t", Ctx(&oracle));
+  }
+  CHECK(memo.size() <= 2 * DecisionMemo::kCapacity);
+}
+
+}  // namespace
+}  // namespace hyperpool::cache
