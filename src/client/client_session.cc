@@ -83,9 +83,7 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   impl_->login_time.Observe(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started_));
   ArmIdleTimer();
-  key_.Start(database_, app_params_);
-  cache::ApplyStartupParameters(app_params_, cache_settings_);
-  ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, key_.fingerprint());
+  core_.Start(&impl_->core_config, database_, app_params_);
   PumpApp();
 }
 
@@ -173,7 +171,7 @@ void ClientSession::ArmIdleTimer() {
     if (ec) return;
     auto self = weak.lock();
     if (!self || self->idle_generation_ != generation) return;
-    if (self->state_ != State::kIdle || self->outstanding_ != 0 || self->txn_status_ != 'I') return;
+    if (self->state_ != State::kIdle || self->core_.outstanding() != 0 || self->core_.txn_status() != 'I') return;
     if (self->reason_ != EndReason::kNone) return;
     // Set now, not when the coroutine starts: PumpApp must not send on
     // the link in between.

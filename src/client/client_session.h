@@ -5,6 +5,9 @@
 // console) and client_session_forward.cc (the link, the Client cache tier,
 // the app reader, the link reader and the writer).
 //
+// The decisions per message are ClientCore's (client_core.h, no I/O); this
+// class is its driver.
+//
 // After the handshake a session is a record driven by callbacks on its
 // worker's executor (a strand of it when the executor's io_context may run
 // on several threads); a coroutine runs only where something must wait
@@ -15,7 +18,7 @@
 //              turns whole frontend frames into one chunk for the link
 //              (one Send per read, many frames per Send) and the answers
 //              made at once;
-//   the link reader (OnLinkReadable, PumpLink's steps): parked on a link
+//   the link reader (OnLinkReadable, ForwardLinkBytes): parked on a link
 //              callback when the link has one (the direct link of
 //              `serve`), else a Receive coroutine; tracks ReadyForQuery
 //              for the transaction status;
@@ -48,6 +51,7 @@
 #include "client/app_outbox.h"
 #include "client/app_tls.h"
 #include "client/client_cache.h"
+#include "client/client_core.h"
 #include "client/client_impl.h"
 #include "client/client_util.h"
 #include "client/extended_session.h"
@@ -188,64 +192,14 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Opens the session's link with the hello and the first frames; starts LinkToApp.
   asio::awaitable<bool> OpenLink(std::string first_frames);
 
-  // ---- The Client cache tier (client_cache.h, docs/architecture.md "Query cache") ----
-
-  // Whether a unit starting now may be answered locally / become a candidate.
-  bool CacheUsable() const;
-
-  // The unit at the start of `bytes` if it may be cached (shape and text);
-  // `key` is its Client-tier key. `plain_select`: its text is one plain
-  // SELECT (cache::SqlText::plain_select), which changes no session state.
-  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key,
-                      bool& plain_select) const;
-
-  // Whether the session's name resolution can key statement metadata.
-  bool MetadataKeyable() const { return key_.keyable(); }
-
-  // Applies what a forwarded Query / Parse text does to the session's cache
-  // state (hyperpool.* settings, settings that a key cannot describe).
-  void NoteForwardedFrame(const pr::Frame& f, std::string_view rest);
-
   // One line per batch for the round-trip trace (link_trace.h).
   void TraceFlight(std::string_view to_link, std::string_view local) const;
 
-  // The unit at the front of in_ that ServeLocalHits parsed as a local-tier
-  // candidate and did not find (candidate false: none).
-  struct LocalMiss {
-    bool candidate = false;
-    // The unit's text is one plain SELECT: forwarding its Query needs no
-    // NoteForwardedFrame (no second decode and scan of the same text).
-    bool plain_select = false;
-    cache::CandidateUnit unit;
-    std::string key;
-  };
-  // Answers units at the front of in_ from the local tier, as long as they
-  // hit; the first one that does not is left in `miss`. False: stop
-  // reading (the answers wait in the outbox: OnAppDrained resumes, or the
-  // session closed).
-  bool ServeLocalHits(LocalMiss& miss);
-
-  // One batch of whole frontend frames from in_ (consumed): what goes on
-  // the link, what is answered at once, and how the batch ended.
-  struct AppBatch {
-    std::string to_link;
-    std::string local;
-    bool send_to_link = false;
-    bool sent_local = false;  // `local` went to the outbox
-    bool terminate = false;
-    absl::Status bad;
-    std::string_view bad_sqlstate;
-  };
-  AppBatch TakeBatch(LocalMiss& miss);
-
-  // A control message from the Endpoint (never forwarded to the app).
-  void OnControl(std::string_view payload);
-
-  // Splits received link bytes into whole frames: control messages are
-  // consumed, the rest is appended to `out` for the app (large DataRows
-  // stream through unbuffered). `consumed`: bytes of `buf` handled (a partial
-  // frame stays). False on a malformed header.
-  bool ProcessLinkBytes(const std::string& buf, client::AppBytes& out, size_t& consumed);
+  // Answers units at the front of in_ from the local tier (ClientCore::
+  // ServeLocalHit), as long as they hit; the first one that does not is
+  // left in `miss`. False: stop reading (the answers wait in the outbox:
+  // OnAppDrained resumes, or the session closed).
+  bool ServeLocalHits(client::ClientCore::LocalMiss& miss);
 
   // The app reader: local hits and batches while whole frames are buffered;
   // then parks (ParkApp), or stops for the outbox or the link (a coroutine
@@ -253,9 +207,12 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void PumpApp();
   // After a batch went to the link (or had nothing for it): the session's
   // state, Terminate, a protocol error. True: read on (PumpApp continues).
-  bool AfterBatch(AppBatch& batch);
-  asio::awaitable<void> OpenLinkThen(std::shared_ptr<ClientSession> self, AppBatch batch);
-  asio::awaitable<void> SendThen(std::shared_ptr<ClientSession> self, AppBatch batch);
+  // `sent_local`: the batch's local answers went to the outbox.
+  bool AfterBatch(client::ClientCore::AppBatch& batch, bool sent_local);
+  asio::awaitable<void> OpenLinkThen(std::shared_ptr<ClientSession> self, client::ClientCore::AppBatch batch,
+                                     bool sent_local);
+  asio::awaitable<void> SendThen(std::shared_ptr<ClientSession> self, client::ClientCore::AppBatch batch,
+                                 bool sent_local);
 
   // The app reader needs more bytes: instead of a coroutine suspended in a
   // read (its frames and a read buffer held for as long as the app stays
@@ -300,8 +257,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // Writing to the app failed: the session ends (a vanished client).
   void AppWriteFailed();
-
-  void OnReadyForQuery(char status);
 
   // The link stopped delivering: tell the app why (unless it left or we
   // stopped), after what is queued for it, and close.
@@ -352,32 +307,15 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::string session_id_;
   std::unique_ptr<Link> link_;
   std::string link_in_;  // link bytes not yet forwarded (a partial frame); empty and freed while parked
-  size_t passthrough_ = 0;  // bytes of a partly received DataRow still to forward as they come
-  char last_tag_ = '\0';    // tag of the last frame forwarded to the app
-
-  // The query cache (client_cache.h).
-  client::SessionKey key_;  // what keys its entries and metadata (session_key.h)
-  cache::SessionCacheSettings cache_settings_;
-  struct PendingUnit {
-    bool candidate = false;
-    uint64_t digest = 0;
-    std::string key;
-  };
-  SmallFifo<PendingUnit> units_;
-  // The extended protocol as forwarded: local Parse/Describe answers,
-  // deferred Parses, result-shape checks (extended_session.h).
-  std::unique_ptr<client::ExtendedSession> ext_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery
-  std::unique_ptr<cache::ResultCapture> capture_;
-  std::string capture_key_;
-  std::optional<cache::StoreControl> capture_store_;
+  // Every per-message decision (the cache tier, statement metadata, the
+  // units in flight, the transaction status): client_core.h.
+  client::ClientCore core_;
   client::AppOutbox app_out_;        // bytes for the app not written yet (the one writer: FlushApp)
   uint32_t app_want_ = 1;            // bytes the app reader needs for its partial frame
   bool app_write_waiting_ = false;   // FlushApp waits for the socket to take more
   bool app_waits_out_ = false;       // the app reader stopped until the outbox drains
   bool link_waits_out_ = false;      // the link reader stopped until the outbox drains
   bool close_when_drained_ = false;  // SendAppThenClose: close once the outbox drains
-  size_t outstanding_ = 0;
-  char txn_status_ = 'I';  // from the latest ReadyForQuery (for the cache's later use)
   bool farewell_sent_ = false;
   std::string pending_error_;
   std::atomic<bool> admin_{false};  // an admin console session (RunAdmin); read by SHOW CLIENTS

@@ -34,22 +34,6 @@
 #include "protocol/link_protocol.h"
 
 namespace hyperpool {
-namespace {
-
-// Longest statement text the Client lexes for the cache (ClassifyStatements);
-// a session that sends a longer one bypasses the Client tier from then on.
-constexpr size_t kMaxClassifiedSql = 1 << 20;
-
-// True when `bytes` starts with a frame header whose (well-formed) length
-// is above `limit`: a size we refuse, not a malformed stream.
-bool DeclaresLengthAbove(std::string_view bytes, uint32_t limit) {
-  if (bytes.size() < 5) return false;
-  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
-  const uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
-  return len < 0x80000000u && len > limit;
-}
-
-}  // namespace
 
 // ---- Forwarding
 
@@ -98,69 +82,6 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
 
 // ---- The Client cache tier (client_cache.h, docs/architecture.md "Query cache")
 
-bool ClientSession::CacheUsable() const {
-  return impl_->cache && cache_settings_.enabled && key_.keyable() &&
-         outstanding_ == 0 && txn_status_ == 'I' && state_ == State::kIdle && ext_->idle() && !ext_->lost() &&
-         !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
-}
-
-bool ClientSession::LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key,
-                                   bool& plain_select) const {
-  plain_select = false;
-  const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
-                                               std::vector<uint32_t>* types) {
-    const client::SessionStatement* st = ext_->Find(name);
-    if (st == nullptr) return false;
-    *sql = st->sql;
-    *types = st->param_types;
-    return true;
-  };
-  if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return false;
-  // As on the Endpoint: longer queries are never cached (and a key would
-  // copy the whole unit).
-  if (unit.sql.size() > impl_->options.cache.max_query_bytes) return false;
-  const cache::SqlText text(unit.sql);
-  cache::StatementEffects fx = cache::ClassifyStatements(text, nullptr);
-  if (fx.nocache_hint || fx.changes_session_state || fx.only_cache_settings) return false;
-  plain_select = text.plain_select();
-  // Extended units always travel with a Describe(portal) (see
-  // ExtendedContext::describe_portal): one key with or without the
-  // driver's own.
-  if (unit.form == cache::ProtocolForm::kExtended && unit.describe == 0) unit.describe = 'P';
-  key = unit.form == cache::ProtocolForm::kSimple
-            ? cache::ClientLocalKey(key_.fingerprint(), cache_settings_, unit.frames)
-            : cache::ClientExtendedKey(key_.fingerprint(), cache_settings_, unit);
-  return true;
-}
-
-void ClientSession::NoteForwardedFrame(const pr::Frame& f, std::string_view rest) {
-  std::string_view sql;
-  if (f.tag == 'Q') {
-    auto q = pr::DecodeQuery(f.payload);
-    if (!q.ok()) return;
-    sql = q->query;
-  } else if (f.tag == 'P') {
-    auto p = pr::DecodeParse(f.payload);
-    if (!p.ok()) return;
-    sql = p->query;
-  } else if (f.tag == 'F') {
-    key_.Invalidate();
-    return;
-  } else {
-    return;
-  }
-  if (sql.size() > kMaxClassifiedSql) {
-    // Lexing it would cost several times its size; assume the worst.
-    key_.Invalidate();
-    return;
-  }
-  const cache::SqlText text(sql);
-  cache::StatementEffects fx = cache::ClassifyStatements(text, &cache_settings_);
-  if (!fx.changes_session_state) return;
-  const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && client::OwnUnit(f.tag, text, rest);
-  if (key_.Note(sql, fx, lasts)) ext_->set_fingerprint(key_.fingerprint());
-}
-
 void ClientSession::TraceFlight(std::string_view to_link, std::string_view local) const {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::steady_clock::now().time_since_epoch()).count() % 1000000;
@@ -170,113 +91,23 @@ void ClientSession::TraceFlight(std::string_view to_link, std::string_view local
                   local.empty() ? "" : " | answered locally: ", client::SummarizeFlight(local, false)));
 }
 
-bool ClientSession::ServeLocalHits(LocalMiss& miss) {
-  miss.candidate = false;
-  while (CacheUsable()) {
-    cache::CandidateUnit& unit = miss.unit;
-    std::string& key = miss.key;
-    unit = cache::CandidateUnit{};
-    key.clear();
-    if (!LocalCandidate(in_.view(), unit, key, miss.plain_select)) return true;
-    // From here on a return leaves the unit at the front of in_ and says so:
-    // the caller forwards it as a candidate without parsing it again.
-    miss.candidate = true;
-    // After an extended message that reached the origin without its Sync
-    // (Parse + Describe + Flush), the unit must go there: its Sync ends the
-    // implicit transaction the Parse began. It is still a candidate.
-    if (ext_->unsynced()) return true;
-    std::shared_ptr<const CacheEntry> entry = impl_->cache->GetFresh(key);
-    if (!entry) return true;
-    std::string out;
-    if (!cache::AppendReplay(entry->messages, unit.replay, out).ok()) return true;
-    if (unit.replay.parse) {
-      // The driver's statement now exists for it: its Parse is deferred
-      // (extended_session.h), which needs its metadata; the unnamed
-      // statement is simply forgotten without it.
-      pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
-      pr::FrameReader::Result r = reader.Read(unit.frames);
-      if (!r.is_frame()) return true;
-      if (!ext_->AdoptServedParse(r.frame(), MetadataKeyable()) && unit.named_parse) return true;
-    }
-    miss.candidate = false;  // served: the unit leaves in_
-    in_.Consume(unit.frames.size());
-    if (impl_->trace_link) TraceFlight({}, out);
+bool ClientSession::ServeLocalHits(client::ClientCore::LocalMiss& miss) {
+  for (;;) {
+    std::string answer;
+    const size_t n = core_.ServeLocalHit(in_.view(), miss, answer);
+    if (n == 0) return true;
+    in_.Consume(n);
+    if (impl_->trace_link) TraceFlight({}, answer);
     // Queued after the link's bytes of earlier units (the outbox is one
     // queue): they reach the app first.
-    SendApp(std::move(out));
+    SendApp(std::move(answer));
     if (state_ == State::kClosed) return false;
     ArmIdleTimer();  // a ReadyForQuery 'I' went out
-    if (!app_out_.empty()) {
+    if (app_write_waiting_) {
       app_waits_out_ = true;  // the app is slow to read: read no more until it has
       return false;
     }
   }
-  return true;
-}
-
-void ClientSession::OnControl(std::string_view payload) {
-  std::optional<cache::Control> c = cache::DecodeControl(payload);
-  if (!c) return;
-  if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->drops_metadata()) {
-    if (impl_->trace_link) Log(fmt::format("trace {} invalidate all (statement metadata dropped)", cancel_pid_));
-    impl_->metadata->InvalidateAll();  // DDL (or what may have run it): statement shapes may change
-  }
-  if (!impl_->cache) return;
-  if (const auto* b = std::get_if<cache::BeginControl>(&*c)) {
-    capture_.reset();
-    capture_store_.reset();
-    if (!units_.empty() && units_.front().candidate && units_.front().digest == b->digest) {
-      capture_ = std::make_unique<cache::ResultCapture>(impl_->cache->options().max_entry_bytes);
-      capture_key_ = units_.front().key;
-    }
-  } else if (auto* s = std::get_if<cache::StoreControl>(&*c)) {
-    if (capture_ && !units_.empty() && units_.front().digest == s->digest) capture_store_ = std::move(*s);
-  } else if (const auto* i = std::get_if<cache::InvalidateControl>(&*c)) {
-    impl_->cache->Invalidate(*i);
-  }
-}
-
-bool ClientSession::ProcessLinkBytes(const std::string& buf, client::AppBytes& out, size_t& consumed) {
-  size_t pos = 0;
-  if (passthrough_ > 0) {
-    size_t take = std::min(passthrough_, buf.size());
-    out.Append(std::string_view(buf).substr(0, take));
-    passthrough_ -= take;
-    pos = take;
-  }
-  while (buf.size() - pos >= 5) {
-    const char* p = buf.data() + pos;
-    const char tag = p[0];
-    const auto* u = reinterpret_cast<const unsigned char*>(p + 1);
-    uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
-    if (len < 4 || len >= 0x80000000u) {
-      consumed = buf.size();
-      return false;
-    }
-    const size_t total = size_t{len} + 1;
-    const size_t have = buf.size() - pos;
-    if (have < total) {
-      if ((tag == 'D' || tag == 'd') && !capture_ && ext_->StreamsRows()) {
-        out.Append(std::string_view(p, have));
-        passthrough_ = total - have;
-        last_tag_ = tag;
-        pos = buf.size();
-      }
-      break;
-    }
-    std::string_view frame(p, total);
-    if (tag == cache::kControlTag) {
-      OnControl(frame.substr(5));
-    } else {
-      if (capture_) capture_->Feed(tag, frame);
-      ext_->OnBackend(tag, frame, out);
-      last_tag_ = tag;
-      if (tag == 'Z' && total >= 6) OnReadyForQuery(p[5]);
-    }
-    pos += total;
-  }
-  consumed = pos;
-  return true;
 }
 
 void ClientSession::AppReadEnded() {
@@ -358,121 +189,49 @@ void ClientSession::OnAppDrained() {
 
 // ---- The app reader
 
-ClientSession::AppBatch ClientSession::TakeBatch(LocalMiss& miss) {
-  const uint32_t max_length = static_cast<uint32_t>(
-      std::min<size_t>(impl_->options.max_message_size, pr::kDefaultMaxMessageLength));
-  pr::FrameReader reader(pr::FrameReader::Mode::kTagged, pr::FrameLimits{.max_message_length = max_length});
-  std::string_view view = in_.view();
-  // The first unit of this batch may become a local-tier entry: the one
-  // ServeLocalHits parsed and missed (in_ has not moved since).
-  const cache::CandidateUnit& first = miss.unit;
-  std::string& first_key = miss.key;
-  const bool first_candidate = miss.candidate && CacheUsable();
-  size_t units_in_batch = 0;
-  size_t batch = 0;
-  AppBatch out;
-  out.bad_sqlstate = kSqlStateProtocolViolation;
-  app_want_ = 1;
-  // What goes on the link (the driver's frames, with deferred Parses
-  // and checks added: extended_session.h) and what is answered at once.
-  std::string& to_link = out.to_link;
-  for (;;) {
-    pr::FrameReader::Result r = reader.Read(view.substr(batch));
-    if (r.is_need_more()) {
-      // bytes_needed() counts from the frame's start; `want` from the end.
-      const size_t have = view.size() - batch;
-      const size_t want = r.bytes_needed() > have ? r.bytes_needed() - have : 1;
-      app_want_ = static_cast<uint32_t>(std::min<size_t>(want, client::InBuffer::kMaxReadChunk));
-      break;
-    }
-    if (r.is_error()) {
-      out.bad = r.status();
-      if (DeclaresLengthAbove(view.substr(batch), max_length)) out.bad_sqlstate = kSqlStateProgramLimitExceeded;
-      break;
-    }
-    const char tag = r.frame().tag;
-    if (!pr::IsFrontendTag(tag) || tag == 'p') {
-      out.bad = pr::ProtocolError(fmt::format("invalid frontend message type {}", int(static_cast<unsigned char>(tag))));
-      break;
-    }
-    batch += r.frame().size();
-    // The candidate ServeLocalHits classified, when it is one plain
-    // SELECT in a Query: NoteForwardedFrame would decode and scan the same
-    // text again to find that it changes nothing.
-    const bool classified = first_candidate && miss.plain_select && units_in_batch == 0 && tag == 'Q' &&
-                            batch == first.frames.size();
-    if (!classified) NoteForwardedFrame(r.frame(), view.substr(batch));
-    client::ExtendedContext ctx;
-    ctx.keyable = MetadataKeyable();
-    ctx.txn_status = txn_status_;
-    ctx.nothing_sent = to_link.empty() && outstanding_ == 0;
-    ctx.describe_portal = first_candidate && units_in_batch == 0 && first.form == cache::ProtocolForm::kExtended &&
-                          first.replay.describe == cache::ReplayRequest::Describe::kNone;
-    client::ExtendedSession::FrontendResult fr =
-        ext_->OnFrontend(r.frame(), view.substr(batch), ctx, to_link, out.local);
-    batch += fr.rest_consumed;
-    if (!fr.forwarded) continue;  // answered locally (a Sync among them included)
-    if (tag == 'Q' || tag == 'S' || tag == 'F') {
-      ++outstanding_;
-      PendingUnit unit;
-      if (first_candidate && units_in_batch == 0 && batch == first.frames.size()) {
-        // The digest is of what the Endpoint receives for the unit.
-        unit.candidate = true;
-        unit.digest = cache::Fnv1a64(to_link);
-        unit.key = std::move(first_key);
-      }
-      ++units_in_batch;
-      units_.push_back(std::move(unit));
-    }
-    if (tag == 'X') {
-      out.terminate = true;
-      break;
-    }
-  }
-  // Set before the Terminate goes out: the Endpoint may close the link
-  // before Send() returns, and the link reader must not call that a failure.
-  if (out.terminate && reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
-  if (batch > 0) DisarmIdleTimer();  // a message arrived: not idle until the next ReadyForQuery
-  in_.Consume(batch);
-  out.send_to_link = !to_link.empty() && !(out.terminate && !link_ && to_link.size() == 5);
-  if (impl_->trace_link && (out.send_to_link || !out.local.empty())) {
-    TraceFlight(out.send_to_link ? to_link : "", out.local);
-  }
-  if (out.send_to_link && client::ExpectsAnswer(to_link)) impl_->link_flights.fetch_add(1, std::memory_order_relaxed);
-  return out;
-}
-
 void ClientSession::PumpApp() {
   for (;;) {
     // The idle timeout or a Kill ended the session while we waited for the
     // app (EndSession): nothing more may be sent on the link.
     if (reason_ == EndReason::kIdleTimeout || reason_ == EndReason::kKilled) return;
     if (state_ == State::kClosed) return;
-    LocalMiss miss;
+    client::ClientCore::LocalMiss miss;
     if (!ServeLocalHits(miss)) return;
-    AppBatch batch = TakeBatch(miss);
-    if (!batch.local.empty()) {
+    client::ClientCore::AppBatch batch = core_.TakeBatch(in_.view(), miss, link_ != nullptr);
+    // Set before the Terminate goes out: the Endpoint may close the link
+    // before Send() returns, and the link reader must not call that a failure.
+    if (batch.terminate && reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
+    if (batch.consumed > 0) DisarmIdleTimer();  // a message arrived: not idle until the next ReadyForQuery
+    in_.Consume(batch.consumed);
+    app_want_ = static_cast<uint32_t>(batch.want);
+    if (impl_->trace_link && (batch.send_to_link || !batch.local.empty())) {
+      TraceFlight(batch.send_to_link ? batch.to_link : "", batch.local);
+    }
+    if (batch.send_to_link && client::ExpectsAnswer(batch.to_link)) {
+      impl_->link_flights.fetch_add(1, std::memory_order_relaxed);
+    }
+    const bool sent_local = !batch.local.empty();
+    if (sent_local) {
       // Before anything this batch sends: their answers come later.
       SendApp(std::move(batch.local));
-      batch.local.clear();
       if (state_ == State::kClosed) return;
-      batch.sent_local = true;
     }
     if (batch.send_to_link) {
       if (!link_) {
-        asio::co_spawn(executor(), OpenLinkThen(shared_from_this(), std::move(batch)), asio::detached);
+        asio::co_spawn(executor(), OpenLinkThen(shared_from_this(), std::move(batch), sent_local), asio::detached);
         return;
       }
       if (!link_->TrySend(batch.to_link)) {
-        asio::co_spawn(executor(), SendThen(shared_from_this(), std::move(batch)), asio::detached);
+        asio::co_spawn(executor(), SendThen(shared_from_this(), std::move(batch), sent_local), asio::detached);
         return;
       }
     }
-    if (!AfterBatch(batch)) return;
+    if (!AfterBatch(batch, sent_local)) return;
   }
 }
 
-asio::awaitable<void> ClientSession::OpenLinkThen(std::shared_ptr<ClientSession> self, AppBatch batch) {
+asio::awaitable<void> ClientSession::OpenLinkThen(std::shared_ptr<ClientSession> self,
+                                                  client::ClientCore::AppBatch batch, bool sent_local) {
   // Not `if (!co_await ...)`: GCC 12 miscompiles that in this coroutine
   // (a by-value aggregate parameter): SIGILL on resumption.
   const bool opened = co_await OpenLink(std::move(batch.to_link));
@@ -482,17 +241,18 @@ asio::awaitable<void> ClientSession::OpenLinkThen(std::shared_ptr<ClientSession>
     if (!close_when_drained_) CloseSocket();
     co_return;
   }
-  if (self->AfterBatch(batch)) PumpApp();
+  if (self->AfterBatch(batch, sent_local)) PumpApp();
 }
 
-asio::awaitable<void> ClientSession::SendThen(std::shared_ptr<ClientSession> self, AppBatch batch) {
+asio::awaitable<void> ClientSession::SendThen(std::shared_ptr<ClientSession> self, client::ClientCore::AppBatch batch,
+                                              bool sent_local) {
   absl::Status sent = co_await link_->Send(std::move(batch.to_link));
   if (!sent.ok()) co_return;  // the link reader reports the broken link
-  if (self->AfterBatch(batch)) PumpApp();
+  if (self->AfterBatch(batch, sent_local)) PumpApp();
 }
 
-bool ClientSession::AfterBatch(AppBatch& batch) {
-  if (batch.send_to_link && outstanding_ > 0 && state_ == State::kIdle) SetState(State::kBusy);
+bool ClientSession::AfterBatch(client::ClientCore::AppBatch& batch, bool sent_local) {
+  if (batch.send_to_link && core_.outstanding() > 0 && state_ == State::kIdle) SetState(State::kBusy);
   if (batch.terminate) {
     if (reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
     CloseLink();
@@ -513,7 +273,7 @@ bool ClientSession::AfterBatch(AppBatch& batch) {
     }
     return false;
   }
-  if (batch.sent_local && app_write_waiting_) {
+  if (sent_local && app_write_waiting_) {
     // Read no more until the app has read its answers (OnAppDrained runs
     // PumpApp again).
     app_waits_out_ = true;
@@ -574,7 +334,13 @@ ClientSession::LinkStep ClientSession::ForwardLinkBytes() {
     std::string copy;
     size_t consumed = 0;
     client::AppBytes out(link_in_, copy);
-    malformed = !ProcessLinkBytes(link_in_, out, consumed);
+    client::ClientCore::LinkEvents events;
+    malformed = !core_.OnLinkBytes(link_in_, out, consumed, events);
+    if (events.metadata_dropped && impl_->trace_link) {
+      Log(fmt::format("trace {} invalidate all (statement metadata dropped)", cancel_pid_));
+    }
+    if (core_.outstanding() == 0 && state_ == State::kBusy) SetState(State::kIdle);
+    if (events.ready_idle) ArmIdleTimer();
     if (!out.verbatim()) {
       link_in_.erase(0, consumed);
       SendApp(std::move(copy));
@@ -657,25 +423,12 @@ void ClientSession::AppWriteFailed() {
   SetState(State::kClosed);
 }
 
-void ClientSession::OnReadyForQuery(char status) {
-  txn_status_ = status;
-  if (capture_ && capture_store_ && capture_->state() == cache::ResultCapture::State::kComplete && impl_->cache) {
-    impl_->cache->Store(capture_key_, capture_->TakeMessages(), std::move(*capture_store_));
-  }
-  capture_.reset();
-  capture_store_.reset();
-  if (!units_.empty()) units_.pop_front();
-  if (outstanding_ > 0) --outstanding_;
-  if (outstanding_ == 0 && state_ == State::kBusy) SetState(State::kIdle);
-  if (outstanding_ == 0 && status == 'I') ArmIdleTimer();
-}
-
 void ClientSession::LinkEnded() {
   std::string error;
   switch (reason_) {
     case EndReason::kNone: {
       reason_ = EndReason::kLinkFailed;
-      bool endpoint_said_why = farewell_sent_ || (passthrough_ == 0 && last_tag_ == 'E');
+      bool endpoint_said_why = farewell_sent_ || core_.ended_with_error();
       if (!endpoint_said_why) {
         Log("the link to the endpoint failed");
         error = ErrorFrame(pr::LinkFailure("lost the connection to the hyperpool endpoint"));
