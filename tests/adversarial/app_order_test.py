@@ -9,10 +9,18 @@ local hit once nothing is outstanding), several rounds in one write and
 round by round; then it reads slowly, in small pieces, and checks every
 answer in order. With the hit answered while the large result is still
 being written, a second writer would interleave its bytes inside the result
-(a malformed stream) or put the hit first.
+(a malformed stream) or put the hit first. (This one passes on the code
+before the single writer too: its flags ordered these two writers.)
+
+And an admin's KILL_CLIENT while a large local answer is still being
+written: the app gets the whole answer, then FATAL 57P01, then the close.
+Before the single writer the FATAL was a second write racing the first and
+the socket closed under it: the app got the answer cut short.
 """
 
 import os
+import select
+import struct
 import sys
 import threading
 
@@ -100,6 +108,79 @@ def test_hits_and_link_bytes_keep_their_order():
     check(SERVE.proc.poll() is None, "serve exited: %s" % SERVE.stderr_text()[-2000:])
 
 
+CACHED_BIG = 24 * 1024 * 1024  # a cached result far larger than the socket buffers
+CACHED_SQL = "SELECT repeat('x', %d) AS cached_big" % CACHED_BIG
+
+
+def read_to_eof(sock, seconds=60):
+    """Every byte until the peer closes, as (tag, payload) messages, and the
+    number of bytes left over (a message cut short)."""
+    data = bytearray()
+    sock.settimeout(seconds)
+    while True:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    msgs, pos = [], 0
+    while pos + 5 <= len(data):
+        (length,) = struct.unpack("!I", data[pos + 1:pos + 5])
+        if pos + 1 + length > len(data):
+            break  # cut short
+        msgs.append((chr(data[pos]), bytes(data[pos + 5:pos + 1 + length])))
+        pos += 1 + length
+    return msgs, len(data) - pos
+
+
+def admin(sql):
+    conn = wire.Conn(SERVE.host, SERVE.port)
+    try:
+        conn.login(SERVE.user, SERVE.password, "hyperpool")
+        conn.send(wire.query(sql))
+        return conn.read_until("Z")
+    finally:
+        conn.close()
+
+
+def test_a_kill_waits_for_a_local_answer_being_written():
+    # The FATAL of KILL_CLIENT goes out after the whole local answer that
+    # the app has not read yet, never inside it.
+    conn = wire.Conn(SERVE.host, SERVE.port, timeout=60.0)
+    try:
+        conn.login(SERVE.user, SERVE.password, SERVE.database)
+        for _ in range(2):  # the Endpoint's answer stores it in the Client tier
+            conn.send(wire.query(CACHED_SQL))
+            got = conn.read_until("ZE")
+            check("".join(t for t, _ in got) == "TDCZ", "warm-up answered %r" % [t for t, _ in got])
+        conn.send(wire.query(CACHED_SQL))
+        # The answer has started to arrive (and cannot all fit in the socket).
+        ready, _, _ = select.select([conn.sock], [], [], 20)
+        check(ready, "no answer within 20 s")
+        port = conn.sock.getsockname()[1]
+        rows = [p for t, p in admin("SHOW CLIENTS") if t == "D"]
+        ids = []
+        for r in rows:
+            (n,) = struct.unpack("!H", r[:2])
+            cols, pos = [], 2
+            for _ in range(n):
+                (ln,) = struct.unpack("!i", r[pos:pos + 4])
+                cols.append(r[pos + 4:pos + 4 + ln].decode() if ln >= 0 else None)
+                pos += 4 + max(ln, 0)
+            if str(port) in cols and "app" in cols and SERVE.database in cols:
+                ids.append(cols[1])
+        check(len(ids) == 1, "SHOW CLIENTS rows for port %d: %r" % (port, ids))
+        killed = admin("KILL_CLIENT %s" % ids[0])
+        check(killed and killed[-1][0] == "Z" and not any(t == "E" for t, _ in killed), "KILL_CLIENT: %r" % killed)
+        msgs, tail = read_to_eof(conn.sock)
+        tags = "".join(t for t, _ in msgs)
+        check(tags == "TDCZE" and tail == 0, "the app got %r (+%d bytes)" % (tags[:20], tail))
+        row = msgs[1][1]
+        check(len(row) == 6 + CACHED_BIG and row[6:].count(b"x") == CACHED_BIG, "the row was changed")
+        check(b"57P01" in msgs[4][1], "the FATAL: %r" % msgs[4][1][:80])
+    finally:
+        conn.close()
+
+
 if __name__ == "__main__":
-    with wire.Serve(["--pool-size", "4"]) as SERVE:
-        wire.run([test_hits_and_link_bytes_keep_their_order])
+    with wire.Serve(["--pool-size", "4", "--admin-user", "app"]) as SERVE:
+        wire.run([test_hits_and_link_bytes_keep_their_order, test_a_kill_waits_for_a_local_answer_being_written])
