@@ -320,6 +320,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   const bool watched = impl->options.cache.enabled && impl->options.cache_watch.value_or(false);
   if (impl->options.cache.enabled) impl->cache = std::make_shared<client::ClientTier>(impl->options.cache, watched);
   impl->metadata = std::make_shared<client::StatementMetadataStore>();
+  impl->core_config.cache = impl->cache.get();
+  impl->core_config.metadata = impl->metadata.get();
+  impl->core_config.max_query_bytes = impl->options.cache.max_query_bytes;
+  impl->core_config.max_message_length = static_cast<uint32_t>(
+      std::min<size_t>(impl->options.max_message_size, pr::kDefaultMaxMessageLength));
   impl->trace_link = client::LinkTraceEnabled();
   {
     // Invalidations (DDL drops statement metadata too) reach one link of

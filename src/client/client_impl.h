@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "client/client_cache.h"
+#include "client/client_core.h"
 #include "client/client_util.h"
 #include "client/invalidation_watch.h"
 #include "client/server_handshake.h"
@@ -132,6 +133,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Statement metadata answered locally (statement_metadata.h): protocol
   // work, kept with the cache on or off.
   std::shared_ptr<client::StatementMetadataStore> metadata;
+  // What every session's ClientCore works with (the two above, the limits):
+  // one copy per Client, not per session.
+  client::ClientCore::Config core_config;
   // Sent in every link hello (hyperpool.client_id): the Endpoint sends
   // invalidations to one link of each Client.
   std::string client_id;

@@ -33,8 +33,7 @@ ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket soc
       peer_(client::PeerAddress(peer)),
       started_(std::chrono::steady_clock::now()),
       handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())),
-      idle_timer_(socket_.get_executor()),
-      write_done_(socket_.get_executor()) {}
+      idle_timer_(socket_.get_executor()) {}
 
 ClientSession::~ClientSession() {
   if (logged_in_ && impl_->logger->log_disconnections()) {
@@ -84,10 +83,8 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   impl_->login_time.Observe(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started_));
   ArmIdleTimer();
-  key_.Start(database_, app_params_);
-  cache::ApplyStartupParameters(app_params_, cache_settings_);
-  ext_ = std::make_unique<client::ExtendedSession>(impl_->metadata.get(), database_, key_.fingerprint());
-  co_await AppToLink();
+  core_.Start(&impl_->core_config, database_, app_params_);
+  PumpApp();
 }
 
 void ClientSession::ParkApp() {
@@ -98,16 +95,16 @@ void ClientSession::ParkApp() {
 }
 
 void ClientSession::OnAppReadable(asio::error_code ec) {
-  // As AppToLink after a read: the idle timeout or a Kill ended the session
+  // As PumpApp: the idle timeout or a Kill ended the session
   // (EndSession closes); a closed socket or a failed read ends forwarding.
   if (reason_ == EndReason::kIdleTimeout || reason_ == EndReason::kKilled) return;
   if (ec || reason_ != EndReason::kNone) {
     AppReadEnded();
     return;
   }
-  // The read AppToLink's Fill would make, without a coroutine: most wake-ups
-  // carry a whole message, and only then does AppToLink start.
-  auto [space, space_size] = in_.Prepare(in_.ReadSize(1));
+  // Most wake-ups carry a whole message; a large one is read in chunks of
+  // what its header declared (InBuffer bounds them).
+  auto [space, space_size] = in_.Prepare(in_.ReadSize(app_want_));
   const size_t n = socket_.read_some(asio::buffer(space, space_size), ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
     in_.Commit(0);
@@ -120,7 +117,7 @@ void ClientSession::OnAppReadable(asio::error_code ec) {
   }
   received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   in_.Commit(n);
-  asio::co_spawn(executor(), [self = shared_from_this()]() { return self->AppToLink(); }, asio::detached);
+  PumpApp();
 }
 
 void ClientSession::Shutdown() {
@@ -174,9 +171,9 @@ void ClientSession::ArmIdleTimer() {
     if (ec) return;
     auto self = weak.lock();
     if (!self || self->idle_generation_ != generation) return;
-    if (self->state_ != State::kIdle || self->outstanding_ != 0 || self->txn_status_ != 'I') return;
+    if (self->state_ != State::kIdle || self->core_.outstanding() != 0 || self->core_.txn_status() != 'I') return;
     if (self->reason_ != EndReason::kNone) return;
-    // Set now, not when the coroutine starts: AppToLink must not send on
+    // Set now, not when the coroutine starts: PumpApp must not send on
     // the link in between.
     self->reason_ = EndReason::kIdleTimeout;
     asio::co_spawn(self->executor(),
@@ -194,17 +191,15 @@ asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> s
   pending_error_ = ErrorFrame(error);
   Log(fmt::format("closing an app connection: {}", error.message));
   if (link_) {
-    // LinkToApp is the socket's writer: it delivers pending_error_ when
-    // the link ends.
+    // The link reader delivers pending_error_ when the link ends
+    // (LinkEnded), after what is queued for the app.
     std::string terminate;
     pr::Encode(pr::Terminate{}, terminate);
     (void)co_await link_->Send(std::move(terminate));
     CloseLink();
     co_return;
   }
-  co_await Write(pending_error_);
-  CloseSocket();
-  SetState(State::kClosed);
+  SendAppThenClose(pending_error_);
 }
 
 void ClientSession::CloseSocket() {

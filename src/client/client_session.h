@@ -3,21 +3,35 @@
 // Client::Impl::StartSession (client.cc); its methods are in
 // client_session.cc (construction, the handshake, cancels, the admin
 // console) and client_session_forward.cc (the link, the Client cache tier,
-// AppToLink and LinkToApp).
+// the app reader, the link reader and the writer).
 //
-// One coroutine per app connection, on one worker's executor (a strand of it
-// when the executor's io_context may run on several threads).
-// After the handshake two legs run concurrently on that strand:
-//   AppToLink: reads whole frontend frames from the socket, sends them on the
-//              link (one Send per read, many frames per Send); with nothing
-//              buffered it parks (ParkApp): the coroutine returns and a
-//              readability wait on the socket starts it again;
-//   LinkToApp: the only writer to the socket: one write per received chunk,
-//              tracking ReadyForQuery for the transaction status; between
-//              chunks it parks (ParkLink) on a link callback when the link
-//              has one (the direct link of `serve`).
-// Each leg, when it ends, closes what the other is waiting on, so the session
-// unwinds without joins; the Session object lives as long as either leg.
+// The decisions per message are ClientCore's (client_core.h, no I/O); this
+// class is its driver.
+//
+// After the handshake a session is a record driven by callbacks on its
+// worker's executor (a strand of it when the executor's io_context may run
+// on several threads); a coroutine runs only where something must wait
+// (opening the link, a Send the link cannot take at once, a link that
+// cannot call back). Two readers feed one writer:
+//   the app reader (PumpApp): runs from a readability wait on the app's
+//              socket (ParkApp / OnAppReadable): answers local cache hits,
+//              turns whole frontend frames into one chunk for the link
+//              (one Send per read, many frames per Send) and the answers
+//              made at once;
+//   the link reader (OnLinkReadable, ForwardLinkBytes): parked on a link
+//              callback when the link has one (the direct link of
+//              `serve`), else a Receive coroutine; tracks ReadyForQuery
+//              for the transaction status;
+//   the writer (SendApp / FlushApp): the only one that writes to the app's
+//              socket after the login: one outbox (client/app_outbox.h),
+//              gathered writes, one wait for writability at a time. What
+//              is queued first arrives first, so a local hit queued after
+//              the link's bytes of an earlier unit follows them. A reader
+//              whose bytes wait in the outbox stops reading until it drains
+//              (backpressure), and OnAppDrained resumes it.
+// Each reader, when it ends, closes what the other is waiting on, so the
+// session unwinds without joins; the Session object lives as long as a
+// callback or coroutine holds it.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -34,8 +48,10 @@
 
 #include "absl/status/statusor.h"
 #include "cache/tier.h"
+#include "client/app_outbox.h"
 #include "client/app_tls.h"
 #include "client/client_cache.h"
+#include "client/client_core.h"
 #include "client/client_impl.h"
 #include "client/client_util.h"
 #include "client/extended_session.h"
@@ -129,10 +145,27 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Reads once, so that (when possible) `needed` bytes in total are buffered.
   asio::awaitable<bool> Fill(size_t needed);
 
+  // The login and the admin console's writes (one writer: the coroutine
+  // that runs them); after the login every write goes through SendApp.
   asio::awaitable<void> Write(std::string_view bytes);
   // Writes all of `bytes` to the app: at once (no suspension) when the
   // socket takes them, the rest asynchronously. The error and bytes written.
   asio::awaitable<std::tuple<asio::error_code, size_t>> WriteApp(std::string_view bytes);
+
+  // ---- The writer (the outbox to the app, app_outbox.h) ----
+
+  // Queues `bytes` for the app and writes what the socket takes now.
+  // A failed write ends the session (AppWriteFailed).
+  void SendApp(std::string bytes);
+  // Queues `bytes` (may be empty) and closes the session once everything
+  // queued is written.
+  void SendAppThenClose(std::string bytes);
+  // Writes the outbox (gathered) until it is empty or the socket is full;
+  // then one wait for writability continues it.
+  void FlushApp();
+  // The outbox drained after a wait: closes (SendAppThenClose), or resumes
+  // the readers that stopped for it.
+  void OnAppDrained();
 
   // Sends a FATAL ErrorResponse and closes the socket.
   asio::awaitable<void> Fatal(std::string_view sqlstate, std::string message);
@@ -159,97 +192,75 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Opens the session's link with the hello and the first frames; starts LinkToApp.
   asio::awaitable<bool> OpenLink(std::string first_frames);
 
-  // ---- The Client cache tier (client_cache.h, docs/architecture.md "Query cache") ----
-
-  // Whether a unit starting now may be answered locally / become a candidate.
-  bool CacheUsable() const;
-
-  // The unit at the start of `bytes` if it may be cached (shape and text);
-  // `key` is its Client-tier key. `plain_select`: its text is one plain
-  // SELECT (cache::SqlText::plain_select), which changes no session state.
-  bool LocalCandidate(std::string_view bytes, cache::CandidateUnit& unit, std::string& key,
-                      bool& plain_select) const;
-
-  // Whether the session's name resolution can key statement metadata.
-  bool MetadataKeyable() const { return key_.keyable(); }
-
-  // Applies what a forwarded Query / Parse text does to the session's cache
-  // state (hyperpool.* settings, settings that a key cannot describe).
-  void NoteForwardedFrame(const pr::Frame& f, std::string_view rest);
-
   // One line per batch for the round-trip trace (link_trace.h).
   void TraceFlight(std::string_view to_link, std::string_view local) const;
 
-  asio::awaitable<void> WaitWriteDone();
+  // Answers units at the front of in_ from the local tier (ClientCore::
+  // ServeLocalHit), as long as they hit; the first one that does not is
+  // left in `miss`. False: stop reading (the answers wait in the outbox:
+  // OnAppDrained resumes, or the session closed).
+  bool ServeLocalHits(client::ClientCore::LocalMiss& miss);
 
-  // The unit at the front of in_ that ServeLocalHits parsed as a local-tier
-  // candidate and did not find (candidate false: none).
-  struct LocalMiss {
-    bool candidate = false;
-    // The unit's text is one plain SELECT: forwarding its Query needs no
-    // NoteForwardedFrame (no second decode and scan of the same text).
-    bool plain_select = false;
-    cache::CandidateUnit unit;
-    std::string key;
-  };
-  // Answers units at the front of in_ from the local tier, as long as they
-  // hit; the first one that does not is left in `miss`. False if the app
-  // connection failed.
-  asio::awaitable<bool> ServeLocalHits(LocalMiss& miss);
+  // The app reader: local hits and batches while whole frames are buffered;
+  // then parks (ParkApp), or stops for the outbox or the link (a coroutine
+  // that continues it: OpenLinkThen, SendThen).
+  void PumpApp();
+  // After a batch went to the link (or had nothing for it): the session's
+  // state, Terminate, a protocol error. True: read on (PumpApp continues).
+  // `sent_local`: the batch's local answers went to the outbox.
+  bool AfterBatch(client::ClientCore::AppBatch& batch, bool sent_local);
+  asio::awaitable<void> OpenLinkThen(std::shared_ptr<ClientSession> self, client::ClientCore::AppBatch batch,
+                                     bool sent_local);
+  asio::awaitable<void> SendThen(std::shared_ptr<ClientSession> self, client::ClientCore::AppBatch batch,
+                                 bool sent_local);
 
-  // A control message from the Endpoint (never forwarded to the app).
-  void OnControl(std::string_view payload);
-
-  // Splits received link bytes into whole frames: control messages are
-  // consumed, the rest is appended to `out` for the app (large DataRows
-  // stream through unbuffered). `consumed`: bytes of `buf` handled (a partial
-  // frame stays). False on a malformed header.
-  bool ProcessLinkBytes(const std::string& buf, std::string& out, size_t& consumed);
-
-  asio::awaitable<void> AppToLink();
-
-  // AppToLink has nothing buffered: instead of a coroutine suspended in a
+  // The app reader needs more bytes: instead of a coroutine suspended in a
   // read (its frames and a read buffer held for as long as the app stays
   // idle), a readability wait on the socket whose completion reads and
-  // starts AppToLink again. The same syscalls as the read it replaces: Asio
+  // runs PumpApp again (no buffer kept when nothing is buffered). The same syscalls as the read it replaces: Asio
   // re-arms the socket for the wait (epoll_ctl) instead of trying a read
   // that fails (EAGAIN).
   void ParkApp();
-  // ParkApp's wait completed: reads what arrived and starts AppToLink, or
+  // ParkApp's wait completed: reads what arrived and runs PumpApp, or
   // parks again (nothing there), or ends forwarding (closed, failed).
   void OnAppReadable(asio::error_code ec);
 
-  // The app's socket ended or failed while AppToLink read it: closes what
+  // The app's socket ended or failed while PumpApp read it: closes what
   // the session's end needs closed.
   void AppReadEnded();
 
-  // Link-ready, then ForwardFromLink.
+  // Link-ready, then the link reader.
   asio::awaitable<void> LinkToApp(std::shared_ptr<ClientSession> self);
 
-  // Sends `out` (bytes for the app not written yet) and then what arrives on
-  // the link to the app, waiting for the socket and for local answers being
-  // written; `malformed`: the link's stream was, after `out`. With nothing
-  // left it parks (ParkLink) and returns.
-  asio::awaitable<void> ForwardFromLink(std::shared_ptr<ClientSession> self, std::string out, bool malformed);
+  // Forwards the whole frames in link_in_ to the outbox (the bytes
+  // themselves when they pass unchanged: AppBytes). kMore: read the link
+  // again; kWait: they wait in the outbox (OnAppDrained resumes with
+  // WaitLink); kEnded: the session is ending.
+  enum class LinkStep { kMore, kWait, kEnded };
+  LinkStep ForwardLinkBytes();
+
+  // Waits for the link: a WhenReadable callback (ParkLink), else a Receive
+  // coroutine (ReceiveLink).
+  void WaitLink();
 
   // Nothing from the link is pending: a WhenReadable callback instead of a
   // coroutine suspended in Receive. False: the link cannot (a socket or
   // channel link): keep receiving.
   bool ParkLink(const std::shared_ptr<ClientSession>& self);
 
-  // ParkLink's callback: forwards what arrived with one non-blocking write
-  // per chunk and parks again; hands over to ForwardFromLink when something
-  // must wait (a partial write, a local answer being written) and to
-  // LinkEnded when the link ended.
+  // ParkLink's callback: forwards what arrived, chunk by chunk, and parks
+  // again; stops for the outbox and ends at LinkEnded.
   void OnLinkReadable();
+
+  // The link reader of a link that cannot call back.
+  asio::awaitable<void> ReceiveLink(std::shared_ptr<ClientSession> self);
 
   // Writing to the app failed: the session ends (a vanished client).
   void AppWriteFailed();
 
-  void OnReadyForQuery(char status);
-
-  // The link stopped delivering: tell the app why (unless it left or we stopped).
-  asio::awaitable<void> LinkEnded();
+  // The link stopped delivering: tell the app why (unless it left or we
+  // stopped), after what is queued for it, and close.
+  void LinkEnded();
 
   // A connection refused or closed during the handshake (ServerHandshake's
   // reason); a failed password at warn, as PostgreSQL logs it at FATAL.
@@ -296,33 +307,15 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::string session_id_;
   std::unique_ptr<Link> link_;
   std::string link_in_;  // link bytes not yet forwarded (a partial frame); empty and freed while parked
-  size_t passthrough_ = 0;  // bytes of a partly received DataRow still to forward as they come
-  char last_tag_ = '\0';    // tag of the last frame forwarded to the app
-
-  // The query cache (client_cache.h).
-  client::SessionKey key_;  // what keys its entries and metadata (session_key.h)
-  cache::SessionCacheSettings cache_settings_;
-  struct PendingUnit {
-    bool candidate = false;
-    uint64_t digest = 0;
-    std::string key;
-    // When a candidate left for the Endpoint: the Endpoint's ttl counts
-    // from a moment after this, so an entry's expiry counted from here is
-    // never later than the Endpoint meant, however late the result arrives.
-    std::chrono::steady_clock::time_point sent{};
-  };
-  SmallFifo<PendingUnit> units_;
-  // The extended protocol as forwarded: local Parse/Describe answers,
-  // deferred Parses, result-shape checks (extended_session.h).
-  std::unique_ptr<client::ExtendedSession> ext_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery
-  std::unique_ptr<cache::ResultCapture> capture_;
-  std::string capture_key_;
-  std::optional<cache::StoreControl> capture_store_;
-  bool link_writing_ = false;  // LinkToApp is writing to the app
-  bool hit_writing_ = false;   // AppToLink is writing a local hit
-  asio::steady_timer write_done_;
-  size_t outstanding_ = 0;
-  char txn_status_ = 'I';  // from the latest ReadyForQuery (for the cache's later use)
+  // Every per-message decision (the cache tier, statement metadata, the
+  // units in flight, the transaction status): client_core.h.
+  client::ClientCore core_;
+  client::AppOutbox app_out_;        // bytes for the app not written yet (the one writer: FlushApp)
+  uint32_t app_want_ = 1;            // bytes the app reader needs for its partial frame
+  bool app_write_waiting_ = false;   // FlushApp waits for the socket to take more
+  bool app_waits_out_ = false;       // the app reader stopped until the outbox drains
+  bool link_waits_out_ = false;      // the link reader stopped until the outbox drains
+  bool close_when_drained_ = false;  // SendAppThenClose: close once the outbox drains
   bool farewell_sent_ = false;
   std::string pending_error_;
   std::atomic<bool> admin_{false};  // an admin console session (RunAdmin); read by SHOW CLIENTS

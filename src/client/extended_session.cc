@@ -423,7 +423,7 @@ ExtendedSession::FrontendResult ExtendedSession::Dispatch(const protocol::Frame&
 
 bool ExtendedSession::StreamsRows() const { return lost_ || !swallow_to_ready_; }
 
-void ExtendedSession::Lose(std::string_view raw, std::string& out) {
+void ExtendedSession::Lose(std::string_view raw, AppBytes& out) {
   lost_ = true;
   out += held_;
   held_.clear();
@@ -431,7 +431,7 @@ void ExtendedSession::Lose(std::string_view raw, std::string& out) {
   pending_.clear();
 }
 
-void ExtendedSession::OnError(std::string_view raw, std::string& out) {
+void ExtendedSession::OnError(std::string_view raw, AppBytes& out) {
   Pending& front = pending_.front();
   if (store_ != nullptr && raw.size() > 5) {
     // The origin's own "cached plan must not change result type": DDL this
@@ -470,7 +470,7 @@ void ExtendedSession::OnError(std::string_view raw, std::string& out) {
   skipping_ = pending_.empty();
 }
 
-void ExtendedSession::OnBackend(char tag, std::string_view raw, std::string& out) {
+void ExtendedSession::OnBackend(char tag, std::string_view raw, AppBytes& out) {
   if (lost_) {
     out += raw;
     return;
@@ -552,7 +552,7 @@ void ExtendedSession::OnBackend(char tag, std::string_view raw, std::string& out
       if (front.check && !SameRowShape(raw, front.check->row_description)) {
         // DDL the Endpoint did not see changed the result type.
         held_.clear();
-        AppendCachedPlanChanged(out);
+        AppendCachedPlanChanged(out.owned());
         if (store_ != nullptr) {
           if (!front.key.empty()) store_->Drop(front.key);
           store_->NoteMismatch();

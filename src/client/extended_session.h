@@ -41,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/app_outbox.h"
 #include "client/statement_metadata.h"
 #include "common/small_fifo.h"
 #include "protocol/frame_reader.h"
@@ -96,8 +97,13 @@ class ExtendedSession {
                             std::string& to_link, std::string& local);
 
   // One backend frame (tag, whole raw frame) from the link; appends what
-  // the app gets to `out`.
-  void OnBackend(char tag, std::string_view raw, std::string& out);
+  // the app gets to `out` (app_outbox.h: a frame passed on as it came is
+  // not copied when `raw` lies in the buffer `out` was made for).
+  void OnBackend(char tag, std::string_view raw, AppBytes& out);
+  void OnBackend(char tag, std::string_view raw, std::string& out) {
+    AppBytes bytes(out);
+    OnBackend(tag, raw, bytes);
+  }
   // A partial DataRow may stream to the app as it arrives (it is not being
   // swallowed).
   bool StreamsRows() const;
@@ -159,8 +165,8 @@ class ExtendedSession {
   void Materialize(SessionStatement& st, std::string& to_link);
   // Materializes every named statement answered here if `sql` is a SQL EXECUTE.
   void MaterializeForExecute(std::string_view sql, std::string& to_link);
-  void OnError(std::string_view raw, std::string& out);
-  void Lose(std::string_view raw, std::string& out);
+  void OnError(std::string_view raw, AppBytes& out);
+  void Lose(std::string_view raw, AppBytes& out);
   std::string KeyFor(std::string_view sql, const std::vector<uint32_t>& types, bool keyable) const;
   bool CanAnswer(const ExtendedContext& ctx) const;
 
