@@ -130,9 +130,11 @@ class Conn:
     def send(self, data):
         self.sock.sendall(data)
 
+    recv_size = 65536  # bytes asked of each recv (a subclass may read slower)
+
     def _fill(self):
         try:
-            chunk = self.sock.recv(65536)
+            chunk = self.sock.recv(self.recv_size)
         except ConnectionResetError:
             chunk = b""
         if not chunk:
