@@ -1,0 +1,86 @@
+// EndpointCache's sessions by Client and the invalidations it broadcasts to
+// them (endpoint_cache.h; docs/architecture.md, the link protocol's `I`
+// control).
+#include <string>
+#include <vector>
+
+#include "cache/tier.h"
+#include "endpoint/endpoint_cache.h"
+
+namespace hyperpool::endpoint {
+
+void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std::string& except_client,
+                              bool remote) {
+  // A local write's own session tells its Client in its batch; a remote
+  // one reaches every Client.
+  if (!remote && sessions_.size() <= 1) return;
+  std::string bytes;
+  cache::AppendControl(bytes, control);
+  // A Client's invalidation watches (they hear every invalidation, whether
+  // or not the Client has a session open), else one session of the Client.
+  // Targets first: delivering may end a watch that falls too far behind
+  // (it unregisters).
+  std::vector<SessionCache*> targets;
+  for (const auto& [client, c] : clients_) {
+    if (client == except_client) continue;
+    if (!c.watches.empty()) {
+      targets.insert(targets.end(), c.watches.begin(), c.watches.end());
+    } else if (!c.sessions.empty()) {
+      targets.push_back(*c.sessions.begin());
+    }
+  }
+  for (SessionCache* s : targets) {
+    if (sessions_.contains(s)) s->Deliver(bytes);
+  }
+}
+
+EndpointCache::ClientSessions& EndpointCache::ClientOf(const SessionCache* s) { return clients_[s->client_id()]; }
+
+void EndpointCache::Unindex(SessionCache* s) {
+  auto it = clients_.find(s->client_id());
+  if (it == clients_.end()) return;
+  it->second.sessions.erase(s);
+  it->second.watches.erase(s);
+  if (it->second.sessions.empty() && it->second.watches.empty()) clients_.erase(it);
+}
+
+void EndpointCache::Register(SessionCache* s) {
+  sessions_.insert(s);
+  ClientOf(s).sessions.insert(s);
+}
+
+void EndpointCache::Rekey(SessionCache* s, const std::string& old_client_id) {
+  auto it = clients_.find(old_client_id);
+  if (it != clients_.end()) {
+    it->second.sessions.erase(s);
+    it->second.watches.erase(s);
+    if (it->second.sessions.empty() && it->second.watches.empty()) clients_.erase(it);
+  }
+  if (!sessions_.contains(s)) return;
+  ClientSessions& c = ClientOf(s);
+  (watches_.contains(s) ? c.watches : c.sessions).insert(s);
+}
+
+void EndpointCache::Unregister(SessionCache* s) {
+  Unindex(s);
+  watches_.erase(s);
+  sessions_.erase(s);
+}
+
+void EndpointCache::AddWatch(SessionCache* s) {
+  watches_.insert(s);
+  if (!sessions_.contains(s)) return;
+  ClientSessions& c = ClientOf(s);
+  c.sessions.erase(s);
+  c.watches.insert(s);
+}
+
+void EndpointCache::RemoveWatch(SessionCache* s) {
+  watches_.erase(s);
+  if (!sessions_.contains(s)) return;
+  ClientSessions& c = ClientOf(s);
+  c.watches.erase(s);
+  c.sessions.insert(s);
+}
+
+}  // namespace hyperpool::endpoint
