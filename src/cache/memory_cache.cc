@@ -104,10 +104,15 @@ void MemoryCache::Complete(const std::string& key, CacheEntry entry) {
   auto f = flights_.find(HashedKey{key, hash});
   uint64_t started = f == flights_.end() ? epoch_ : f->second.started_epoch;
   auto shared = std::make_shared<const CacheEntry>(std::move(entry));
-  bool stored = !InvalidatedSince(*shared, started) && Now() < shared->stale_until &&
-                Store(key, hash, shared);
+  const bool invalidated = InvalidatedSince(*shared, started);
+  bool stored = !invalidated && Now() < shared->stale_until && Store(key, hash, shared);
   if (!stored) ++stats_.rejected;
-  Finish(key, hash, shared);
+  // A result invalidated while it was fetched is handed to no waiter: the
+  // leader's query may have run before a write that was acknowledged, and
+  // invalidated, before a waiter asked (served, it read older than the WAL
+  // feed's bound: 539 ms, under load), and a waiter's Client would store it
+  // as of now. The waiters look again and fetch for themselves.
+  Finish(key, hash, invalidated ? nullptr : shared);
 }
 
 void MemoryCache::Abandon(const std::string& key) { Finish(key, StringHash{}(key), nullptr); }

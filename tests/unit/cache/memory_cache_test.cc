@@ -91,6 +91,31 @@ TEST_CASE("single flight: followers get the leader's result or are told to fetch
   if (!complete) CHECK(f.Status("k") == CacheLookupStatus::kMissLeader);
 }
 
+TEST_CASE("a result invalidated while it was fetched reaches no waiter") {
+  // The leader's query may have run before a write that was invalidated
+  // before (or after) a follower joined: the follower fetches for itself.
+  Fixture f;
+  const bool invalidate = GENERATE(true, false);
+  REQUIRE(f.cache.Lookup("k", nullptr).status == CacheLookupStatus::kMissLeader);
+  std::vector<std::shared_ptr<const CacheEntry>> got;
+  auto waiter = [&](std::shared_ptr<const CacheEntry> e) { got.push_back(std::move(e)); };
+  REQUIRE(f.cache.Lookup("k", waiter).status == CacheLookupStatus::kMissFollower);  // before the write
+  if (invalidate) f.cache.InvalidateTables("db", {"public.t"});
+  REQUIRE(f.cache.Lookup("k", waiter).status == CacheLookupStatus::kMissFollower);  // after it
+  f.cache.Complete("k", f.Entry("old", {"public.t"}));
+  REQUIRE(got.size() == 2);
+  for (const auto& e : got) CHECK((e == nullptr) == invalidate);
+  CHECK(f.cache.Stats().entries == (invalidate ? 0u : 1u));
+  // Another table's write changes nothing.
+  got.clear();
+  REQUIRE(f.cache.Lookup("j", nullptr).status == CacheLookupStatus::kMissLeader);
+  REQUIRE(f.cache.Lookup("j", waiter).status == CacheLookupStatus::kMissFollower);
+  f.cache.InvalidateTables("db", {"public.other"});
+  f.cache.Complete("j", f.Entry("v", {"public.t"}));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0] != nullptr);
+}
+
 TEST_CASE("a waiter may re-enter the cache") {
   Fixture f;
   f.cache.Lookup("k", nullptr);
