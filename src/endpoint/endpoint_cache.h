@@ -282,8 +282,10 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
     std::unordered_set<SessionCache*> watches;
   };
   std::unordered_map<std::string, ClientSessions> clients_;
-  ClientSessions& ClientOf(const SessionCache* s);
-  void Unindex(SessionCache* s);
+  // Files a registered session under its Client (a watch or not), and takes
+  // it out from under `client_id`.
+  void Index(SessionCache* s);
+  void Unindex(SessionCache* s, const std::string& client_id);
 
   mutable std::mutex report_mu_;
   EndpointCacheReport counters_;  // executor-side counters (tier copied in Publish)

@@ -34,10 +34,14 @@ void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std
   }
 }
 
-EndpointCache::ClientSessions& EndpointCache::ClientOf(const SessionCache* s) { return clients_[s->client_id()]; }
+void EndpointCache::Index(SessionCache* s) {
+  if (!sessions_.contains(s)) return;
+  ClientSessions& c = clients_[s->client_id()];
+  (watches_.contains(s) ? c.watches : c.sessions).insert(s);
+}
 
-void EndpointCache::Unindex(SessionCache* s) {
-  auto it = clients_.find(s->client_id());
+void EndpointCache::Unindex(SessionCache* s, const std::string& client_id) {
+  auto it = clients_.find(client_id);
   if (it == clients_.end()) return;
   it->second.sessions.erase(s);
   it->second.watches.erase(s);
@@ -46,41 +50,30 @@ void EndpointCache::Unindex(SessionCache* s) {
 
 void EndpointCache::Register(SessionCache* s) {
   sessions_.insert(s);
-  ClientOf(s).sessions.insert(s);
+  Index(s);
 }
 
 void EndpointCache::Rekey(SessionCache* s, const std::string& old_client_id) {
-  auto it = clients_.find(old_client_id);
-  if (it != clients_.end()) {
-    it->second.sessions.erase(s);
-    it->second.watches.erase(s);
-    if (it->second.sessions.empty() && it->second.watches.empty()) clients_.erase(it);
-  }
-  if (!sessions_.contains(s)) return;
-  ClientSessions& c = ClientOf(s);
-  (watches_.contains(s) ? c.watches : c.sessions).insert(s);
+  Unindex(s, old_client_id);
+  Index(s);
 }
 
 void EndpointCache::Unregister(SessionCache* s) {
-  Unindex(s);
+  Unindex(s, s->client_id());
   watches_.erase(s);
   sessions_.erase(s);
 }
 
 void EndpointCache::AddWatch(SessionCache* s) {
+  Unindex(s, s->client_id());
   watches_.insert(s);
-  if (!sessions_.contains(s)) return;
-  ClientSessions& c = ClientOf(s);
-  c.sessions.erase(s);
-  c.watches.insert(s);
+  Index(s);
 }
 
 void EndpointCache::RemoveWatch(SessionCache* s) {
+  Unindex(s, s->client_id());
   watches_.erase(s);
-  if (!sessions_.contains(s)) return;
-  ClientSessions& c = ClientOf(s);
-  c.watches.erase(s);
-  c.sessions.insert(s);
+  Index(s);
 }
 
 }  // namespace hyperpool::endpoint
