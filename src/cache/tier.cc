@@ -110,20 +110,6 @@ struct Reader {
 
 void Frame(std::string& out, const std::string& payload) { protocol::AppendFrame(out, kControlTag, payload); }
 
-// A control frame written straight into `out` (no payload string of its
-// own): Open writes the tag and a length to be patched by Close.
-size_t OpenFrame(std::string& out, size_t payload_hint) {
-  const size_t start = out.size();
-  out.reserve(start + 5 + payload_hint);
-  out.push_back(kControlTag);
-  out.append(4, '\0');
-  return start;
-}
-void CloseFrame(std::string& out, size_t start) {
-  const auto len = static_cast<uint32_t>(out.size() - start - 1);
-  for (int i = 0; i < 4; ++i) out[start + 1 + static_cast<size_t>(i)] = static_cast<char>(len >> (8 * (3 - i)));
-}
-
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) {
@@ -173,14 +159,16 @@ void AppendControl(std::string& out, const BeginControl& c) {
 void AppendControl(std::string& out, const StoreControl& c) {
   size_t tables = 0;
   for (const std::string& t : c.tables) tables += t.size() + 1;
-  const size_t start = OpenFrame(out, 1 + 8 + 4 + 8 + 4 + tables + 8);
+  // Written straight into `out` (no payload string of its own).
+  out.reserve(out.size() + 5 + 1 + 8 + 4 + 8 + 4 + tables + 8);
+  const protocol::MessageStart start = protocol::BeginMessage(out, kControlTag);
   out.push_back('S');
   PutU64(out, c.digest);
   PutU32(out, static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
   PutU64(out, c.generation);
   PutTables(out, c.tables);
   if (c.source != 0) PutU64(out, c.source);
-  CloseFrame(out, start);
+  protocol::FinishMessage(out, start);
 }
 
 void AppendControl(std::string& out, const InvalidateControl& c) {
