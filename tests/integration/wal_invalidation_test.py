@@ -173,6 +173,10 @@ def main():
         off.terminate()
 
         # The walsender terminated: a new slot, and no stale read meanwhile.
+        # Streaming first: on a loaded machine the feed may be between slots
+        # (it passed the test's short hard limit), with no walsender to end.
+        wait_for(lambda: serve_metrics(0).get("hyperpool_wal_feed_serving", 0) == 1,
+                 "the feed streaming before its walsender is terminated", 15)
         before = serve_metrics(0).get("hyperpool_wal_feed_reconnects_total", 0)
         terminated = time.monotonic()
         with psycopg.connect(direct, autocommit=True) as c:
