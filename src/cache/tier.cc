@@ -266,7 +266,7 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const S
         if (stage == kWantParseOrBind) {
           // No Parse in the unit: the session's own statement, by name.
           std::vector<uint32_t> types;
-          if (!(*lookup)(b->statement, &out.sql, &types)) return UnitShape::kNotCandidate;
+          if (!(*lookup)(b->statement, &out.sql, &types, &out.result_type)) return UnitShape::kNotCandidate;
           out.param_types = std::move(types);
         } else if (b->statement != statement) {
           return UnitShape::kNotCandidate;
@@ -765,8 +765,15 @@ std::string ClientExtendedKey(std::string_view hello_fingerprint, const SessionC
   return k;
 }
 
+void SetKeyResultType(std::string& key, uint64_t result_type) {
+  if (key.size() < 9 || key[key.size() - 9] != 'R') return;
+  std::string v;
+  PutU64(v, result_type);
+  key.replace(key.size() - 8, 8, v);
+}
+
 void AppendKeySuffix(std::string& key, std::string_view hello_fingerprint, char describe,
-                     const SessionCacheSettings& s) {
+                     const SessionCacheSettings& s, uint64_t result_type) {
   key.push_back('H');
   PutU32(key, static_cast<uint32_t>(hello_fingerprint.size()));
   key.append(hello_fingerprint);
@@ -774,6 +781,8 @@ void AppendKeySuffix(std::string& key, std::string_view hello_fingerprint, char 
   key.push_back(describe);
   key.push_back('L');
   PutU64(key, s.ttl ? static_cast<uint64_t>(s.ttl->count()) + 1 : 0);
+  key.push_back('R');
+  PutU64(key, result_type);
 }
 
 }  // namespace hyperpool::cache

@@ -127,12 +127,25 @@ struct CandidateUnit {
   ReplayRequest replay;
   char describe = 0;  // 0, 'P' or 'S' (part of the key: the stored form differs).
   bool named_parse = false;  // the unit creates a named statement (the origin must see its Parse)
+  // A unit that Binds a statement prepared earlier (no Parse in the unit):
+  // the result type the session's driver holds for it
+  // (protocol::ResultTypeDigest; 0 when the session does not know it), so
+  // that a result stored by a statement of another shape (the same text
+  // prepared again after DDL) is never handed to a driver that would decode
+  // its rows with the old RowDescription: the Endpoint keys by it
+  // (AppendKeySuffix), the Client checks it against the entry's own
+  // RowDescription. 0 when the unit parses its statement.
+  uint64_t result_type = 0;
 };
 
-// Resolves one of the session's prepared statements by name: its text and
-// declared parameter types (views valid while the unit is used); false if
-// the session has no such statement.
-using StatementLookup = std::function<bool(std::string_view name, std::string_view* sql, std::vector<uint32_t>* types)>;
+// Resolves one of the session's prepared statements by name: its text,
+// declared parameter types (views valid while the unit is used) and the
+// result type its driver holds (CandidateUnit::result_type, 0 if unknown);
+// false if the session has no such statement (or, the caller's choice, one
+// it will not key: then the unit is no candidate, neither served nor
+// stored).
+using StatementLookup = std::function<bool(std::string_view name, std::string_view* sql, std::vector<uint32_t>* types,
+                                           uint64_t* result_type)>;
 
 enum class UnitShape : uint8_t { kCandidate, kNotCandidate, kIncomplete };
 
@@ -246,9 +259,13 @@ std::string ClientExtendedKey(std::string_view hello_fingerprint, const SessionC
                               const CandidateUnit& unit);
 
 // Appends the tier's extra key components (hello fingerprint, describe kind,
-// session TTL) after AppendCacheKey's (prefix-free: fixed trailing tags).
+// session TTL, the unit's CandidateUnit::result_type) after AppendCacheKey's
+// (prefix-free: fixed trailing tags).
 void AppendKeySuffix(std::string& key, std::string_view hello_fingerprint, char describe,
-                     const SessionCacheSettings& s);
+                     const SessionCacheSettings& s, uint64_t result_type = 0);
+// Replaces the result type AppendKeySuffix put last in `key` (a unit whose
+// statement's shape was learnt while it ran).
+void SetKeyResultType(std::string& key, uint64_t result_type);
 
 }  // namespace hyperpool::cache
 

@@ -61,11 +61,12 @@ bool ClientCore::LocalCandidate(std::string_view bytes, cache::CandidateUnit& un
                                    bool& plain_select) const {
   plain_select = false;
   const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
-                                               std::vector<uint32_t>* types) {
+                                               std::vector<uint32_t>* types, uint64_t* result_type) {
     const SessionStatement* st = ext_->Find(name);
     if (st == nullptr) return false;
     *sql = st->sql;
     *types = st->param_types;
+    *result_type = st->result_type;
     return true;
   };
   if (cache::ParseCandidateUnit(bytes, unit, &lookup) != cache::UnitShape::kCandidate) return false;
@@ -133,6 +134,25 @@ size_t ClientCore::ServeLocalHit(std::string_view in, LocalMiss& miss, std::stri
   if (ext_->unsynced()) return 0;
   std::shared_ptr<const CacheEntry> entry = config_->cache->GetFresh(key);
   if (!entry) return 0;
+  // Rows only for a driver that holds their result type (docs/architecture.md,
+  // "Result shapes"): the same text prepared again after DDL made elsewhere
+  // stores rows of another shape under this key. A unit that Binds an
+  // earlier statement needs the one its driver was shown; a unit whose
+  // Parse would be deferred, the one the metadata store promises (a unit
+  // whose unnamed Parse has no metadata and that asks a Describe learns the
+  // shape from this very answer). Not served: it goes to the origin as a
+  // candidate, whose result then replaces the entry.
+  if (unit.form == cache::ProtocolForm::kExtended) {
+    uint64_t want = 0;
+    bool check = true;
+    if (unit.replay.parse) {
+      want = ext_->PromisedResultType(unit.sql, unit.param_types, key_.keyable());
+      check = want != 0 || unit.named_parse || unit.replay.describe == cache::ReplayRequest::Describe::kNone;
+    } else {
+      want = unit.result_type;
+    }
+    if (check && (want == 0 || ResultTypeOfAnswer(entry->messages) != want)) return 0;
+  }
   std::string out;
   if (!cache::AppendReplay(entry->messages, unit.replay, out).ok()) return 0;
   if (unit.replay.parse) {

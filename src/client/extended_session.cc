@@ -74,6 +74,23 @@ void AppendCachedPlanChanged(std::string& out) {
   pr::AppendFrame(out, 'E', p);
 }
 
+uint64_t ResultTypeOfFrame(std::string_view frame) {
+  std::optional<Raw> f = Next(frame);
+  if (!f) return 0;
+  if (f->tag == 'n') return pr::ResultTypeDigest(std::string_view());
+  if (f->tag != 'T') return 0;
+  return pr::ResultTypeDigest(f->payload);
+}
+
+uint64_t ResultTypeOfAnswer(std::string_view frames) {
+  while (std::optional<Raw> f = Next(frames)) {
+    if (f->tag == 'T' || f->tag == 'n') return ResultTypeOfFrame(frames.substr(0, f->size));
+    if (f->tag == 'D' || f->tag == 'C' || f->tag == 'E') return 0;  // rows came first: none
+    frames.remove_prefix(f->size);
+  }
+  return 0;
+}
+
 bool SameRowShape(std::string_view a, std::string_view b) {
   std::optional<Raw> fa = Next(a);
   std::optional<Raw> fb = Next(b);
@@ -99,6 +116,21 @@ bool ExtendedSession::CanAnswer(const ExtendedContext& ctx) const {
 }
 
 void ExtendedSession::Push(Pending p) { pending_.push_back(std::move(p)); }
+
+SessionStatement& ExtendedSession::Define(const std::string& name, SessionStatement st) {
+  st.serial = ++next_serial_;
+  SessionStatement& slot = statements_[name];
+  slot = std::move(st);
+  return slot;
+}
+
+void ExtendedSession::Learn(const Pending& p, std::string_view frame, bool overwrite) {
+  if (!p.learn) return;
+  auto it = statements_.find(p.name);
+  if (it == statements_.end() || it->second.serial != p.serial) return;  // closed or parsed again since
+  if (it->second.result_type != 0 && !overwrite) return;
+  it->second.result_type = ResultTypeOfFrame(frame);
+}
 
 void ExtendedSession::Materialize(SessionStatement& st, std::string& to_link) {
   // While the origin skips to a Sync it would discard the Parse: the
@@ -132,6 +164,14 @@ const SessionStatement* ExtendedSession::Find(std::string_view name) const {
   return it == statements_.end() ? nullptr : &it->second;
 }
 
+uint64_t ExtendedSession::PromisedResultType(std::string_view sql, const std::vector<uint32_t>& types,
+                                             bool keyable) const {
+  std::string key = KeyFor(sql, types, keyable);
+  if (key.empty()) return 0;
+  std::shared_ptr<const StatementMetadata> meta = store_->Get(key);
+  return meta ? ResultTypeOfFrame(meta->row_description) : 0;
+}
+
 bool ExtendedSession::AdoptServedParse(const protocol::Frame& frame, bool keyable) {
   auto p = pr::DecodeParse(frame.payload);
   if (!p.ok() || lost_) return false;
@@ -151,8 +191,9 @@ bool ExtendedSession::AdoptServedParse(const protocol::Frame& frame, bool keyabl
   st.metadata_key = std::move(key);
   pr::Parse rewritten{p->statement, p->query, *declared};
   pr::Encode(rewritten, st.deferred_parse);
+  st.result_type = ResultTypeOfFrame(meta->row_description);
   st.promised = std::move(meta);
-  statements_[std::string(p->statement)] = std::move(st);
+  Define(std::string(p->statement), std::move(st));
   return true;
 }
 
@@ -199,8 +240,9 @@ bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view res
         st.metadata_key = std::move(key);
         pr::Parse rewritten{p->statement, p->query, *declared};
         pr::Encode(rewritten, st.deferred_parse);
+        st.result_type = ResultTypeOfFrame(meta->row_description);
         st.promised = meta;
-        statements_[name] = std::move(st);
+        Define(name, std::move(st));
         local += kParseComplete;
         if (describe) {
           local += meta->parameter_description;
@@ -218,7 +260,7 @@ bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view res
   st.sql = std::string(p->query);
   st.param_types = std::move(types);
   st.metadata_key = std::move(key);
-  if (old == statements_.end() || name.empty()) statements_[name] = std::move(st);
+  if (old == statements_.end() || name.empty()) Define(name, std::move(st));
   to_link += frame.raw;
   if (!skipping_) Push(Pending{Expect::kParse});
   return true;
@@ -247,6 +289,9 @@ bool ExtendedSession::OnDescribe(const protocol::Frame& frame, std::string_view 
         }
       }
       Materialize(st, to_link);
+      p.learn = true;  // the driver holds what the origin answers
+      p.name = std::string(d->name);
+      p.serial = st.serial;
       if (!st.promised) {  // learn what the origin answers
         p.key = st.metadata_key;
         p.sql = st.sql;
@@ -255,15 +300,22 @@ bool ExtendedSession::OnDescribe(const protocol::Frame& frame, std::string_view 
     }
   } else {
     p.kind = Expect::kDescribePortal;
-    if (!check_portal_.empty() || check_promise_) {
-      if (check_portal_ == d->name && check_promise_) {
+    if (!check_portal_.empty() || check_promise_ || describe_learns_) {
+      if (check_portal_ == d->name && (check_promise_ || describe_learns_)) {
         p.check = std::move(check_promise_);
         p.key = std::move(check_key_);
         p.name = std::move(check_statement_);
+        auto it = statements_.find(p.name);
+        if (it != statements_.end()) {
+          p.learn = true;
+          p.serial = it->second.serial;
+        }
       }
       check_portal_.clear();
       check_promise_.reset();
       check_key_.clear();
+      check_statement_.clear();
+      describe_learns_ = false;
     }
   }
   to_link += frame.raw;
@@ -295,11 +347,22 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
       auto d = pr::DecodeDescribe(f1->payload);
       driver_describes = d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal;
     }
+    if (it != statements_.end() && driver_describes) {
+      // Its answer tells the statement's result type, if not yet known.
+      check_portal_ = std::string(b->portal);
+      check_statement_ = std::string(b->statement);
+      describe_learns_ = true;
+    }
     if (ctx.describe_portal && !driver_describes) {
       pr::Describe describe{pr::ObjectKind::kPortal, b->portal};
       pr::Encode(describe, to_link);
       Pending p{Expect::kDescribePortal};
       p.swallow = true;
+      if (it != statements_.end()) {
+        p.learn = true;
+        p.name = std::string(b->statement);
+        p.serial = it->second.serial;
+      }
       Push(std::move(p));
     }
     return true;
@@ -324,6 +387,8 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
   p.check = std::move(promise);
   p.key = std::move(key);
   p.name = std::string(b->statement);
+  p.learn = true;
+  p.serial = it->second.serial;
   Push(std::move(p));
   return true;
 }
@@ -538,6 +603,7 @@ void ExtendedSession::OnBackend(char tag, std::string_view raw, AppBytes& out) {
       }
       if (tag != 'T' && tag != 'n') break;
       out += raw;
+      Learn(front, raw, /*overwrite=*/true);
       if (!front.key.empty() && !front.param_desc.empty() && store_ != nullptr) {
         StatementMetadata m;
         m.parameter_description = std::move(front.param_desc);
@@ -564,6 +630,7 @@ void ExtendedSession::OnBackend(char tag, std::string_view raw, AppBytes& out) {
       out += held_;
       held_.clear();
       if (!front.swallow) out += raw;
+      Learn(front, raw, /*overwrite=*/false);
       pending_.pop_front();
       return;
     case Expect::kExecute:

@@ -57,7 +57,24 @@ struct SessionStatement {
   std::string deferred_parse;
   // What the driver was told locally; checked at the first Bind.
   std::shared_ptr<const StatementMetadata> promised;
+  // The result type the driver holds for it (protocol::ResultTypeDigest of
+  // the RowDescription / NoData it was shown: its Describe(statement)
+  // answer, else the first Describe(portal) answer of a portal bound to
+  // it), 0 while unknown. Part of the Client tier's key for a unit that
+  // Binds it (cache::CandidateUnit::result_type).
+  uint64_t result_type = 0;
+  // Tells this statement from a later one of the same name (answers to
+  // messages sent before a re-Parse are not about it).
+  uint32_t serial = 0;
 };
+
+// protocol::ResultTypeDigest of a whole RowDescription ('T') or NoData
+// ('n') frame; 0 for anything else.
+uint64_t ResultTypeOfFrame(std::string_view frame);
+// The result type of a stored extended answer (`frames`: its first
+// RowDescription or NoData, which every Client-tier entry of an extended
+// unit holds); 0 when there is none before the rows.
+uint64_t ResultTypeOfAnswer(std::string_view frames);
 
 // Whether local answers are allowed for the frame at hand.
 struct ExtendedContext {
@@ -110,6 +127,10 @@ class ExtendedSession {
 
   // The statement `name` as the session knows it, or nullptr.
   const SessionStatement* Find(std::string_view name) const;
+  // The result type the metadata store would promise for a Parse of `sql`
+  // with `types` (what a unit answered here with that Parse deferred tells
+  // the driver), 0 when it does not know the statement.
+  uint64_t PromisedResultType(std::string_view sql, const std::vector<uint32_t>& types, bool keyable) const;
   // A unit answered from the Client tier contained Parse `frame`: the
   // statement now exists for the driver. False (serve nothing) when its
   // metadata is unknown: then the Parse could not be deferred safely.
@@ -142,6 +163,8 @@ class ExtendedSession {
     Expect kind = Expect::kSync;
     bool swallow = false;  // sent by us: its answer is not the driver's
     bool hold = false;     // Bind whose BindComplete waits for the check
+    bool learn = false;    // Describe: its answer tells `name`'s result type (SessionStatement::result_type)
+    uint32_t serial = 0;   // with `learn`: the statement's SessionStatement::serial
     std::string key;       // metadata key (learn / drop)
     std::string name;      // deferred Parse: the statement, and
     std::string parse;     // its frame, to defer again if the origin skips it
@@ -162,6 +185,10 @@ class ExtendedSession {
   bool OnBind(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx, std::string& to_link,
               std::string& local, FrontendResult& result);
   void Push(Pending p);
+  // Records `st` under `name`, with a new serial.
+  SessionStatement& Define(const std::string& name, SessionStatement st);
+  // A Describe answer (`frame`) for a Pending with `learn`.
+  void Learn(const Pending& p, std::string_view frame, bool overwrite);
   void Materialize(SessionStatement& st, std::string& to_link);
   // Materializes every named statement answered here if `sql` is a SQL EXECUTE.
   void MaterializeForExecute(std::string_view sql, std::string& to_link);
@@ -184,6 +211,10 @@ class ExtendedSession {
   std::shared_ptr<const StatementMetadata> check_promise_;
   std::string check_key_;
   std::string check_statement_;
+  // A Bind was followed by the driver's own Describe of its portal: that
+  // Describe's answer tells check_statement_'s result type.
+  bool describe_learns_ = false;
+  uint32_t next_serial_ = 0;
 };
 
 }  // namespace hyperpool::client

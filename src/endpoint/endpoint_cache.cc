@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "endpoint/origin_connection.h"
+#include "endpoint/statement_registry.h"
 #include "protocol/codec.h"
 #include "protocol/link_protocol.h"
 
@@ -516,7 +517,12 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
     }
     case 'D': {
       auto d = protocol::DecodeDescribe(frame.payload);
-      NoteDescribeWindow(d.ok() && d->kind == protocol::ObjectKind::kStatement ? 'D' : 'x');
+      const bool statement = d.ok() && d->kind == protocol::ObjectKind::kStatement;
+      NoteDescribeWindow(statement ? 'D' : 'x');
+      if (statement && describe_window_ == DescribeWindow::kOpen) {
+        ++window_describes_;
+        window_describes_unnamed_ = d->name.empty();
+      }
       break;
     }
     case 'H':
@@ -632,6 +638,9 @@ void SessionCache::NoteDescribeWindow(char what) {
     if (!pending_.empty() || last_status_ != 'I' || leader_) return;
     describe_window_ = DescribeWindow::kOpen;
     describe_answers_ = 0;
+    window_describes_ = 0;
+    window_describes_unnamed_ = false;
+    window_result_type_ = 0;
   }
   if (describe_window_ != DescribeWindow::kOpen) return;
   describe_answers_ += what == 'P' ? 1 : 2;  // ParseComplete; ParameterDescription + RowDescription|NoData
@@ -670,6 +679,9 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
   if (describe_window_ == DescribeWindow::kOpen) {
     if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && describe_answers_ > 0) {
       --describe_answers_;
+      if ((tag == 'T' || tag == 'n') && window_describes_ == 1 && window_describes_unnamed_) {
+        window_result_type_ = protocol::ResultTypeDigest(tag == 'T' ? raw.substr(5) : std::string_view());
+      }
     } else if (tag != 'N' && tag != 'S' && tag != 'A' && tag != link::kControlTag) {
       describe_window_ = DescribeWindow::kNone;  // an error, or anything unexpected
     }
@@ -687,7 +699,11 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
       if (s == cache::ResultCapture::State::kRejected || !l.usable) {
         if (l.owns_key) cache_->tier().Abandon(l.key);
         l.done = true;
+      } else if (s == cache::ResultCapture::State::kComplete && l.shape_pending &&
+                 (!l.shape_pending->shape_known || l.shape_pending->retired)) {
+        l.done = true;  // its result type is still unknown (or changed): not stored
       } else if (s == cache::ResultCapture::State::kComplete) {
+        if (l.shape_pending) cache::SetKeyResultType(l.key, l.shape_pending->shape_digest);
         auto now = std::chrono::steady_clock::now();
         CacheEntry entry;
         entry.messages = l.capture.TakeMessages();

@@ -59,6 +59,9 @@
 
 namespace hyperpool::endpoint {
 
+class ClientStatements;
+struct StatementInfo;
+
 class OriginConnection;
 class SessionCache;
 
@@ -319,6 +322,12 @@ class SessionCache {
   // `tracked()` says whether a change made now will be captured (false
   // while the session is pinned). Both must outlive this object.
   void TrackSettings(const SessionSettings* settings, std::function<bool()> tracked);
+  // The session's statements (statement_registry.h; must outlive this
+  // object). A unit that Binds a statement prepared earlier is a candidate
+  // only when its name maps there to a statement that is not retired and
+  // whose result type is known: that result type is part of the key
+  // (cache::CandidateUnit::result_type). Without it no such unit is.
+  void set_client_statements(const ClientStatements* statements) { client_statements_ = statements; }
 
   // `frame` starts a unit of work; `rest` are the input bytes after it.
   // `idle`: nothing outstanding, transaction status 'I', nothing buffered
@@ -404,6 +413,10 @@ class SessionCache {
     cache::ReplayRequest replay;
     cache::ProtocolForm form = cache::ProtocolForm::kSimple;
     int32_t max_rows = 0;  // the unit's Execute row limit (0: none): AdjustExecute
+    // Lookup::shape_pending: `key` ends with a placeholder result type,
+    // set from the statement's shape when the result is stored (nothing is
+    // stored if it is still unknown or the statement was retired).
+    std::shared_ptr<const StatementInfo> shape_pending;
     explicit Leader(std::size_t max) : capture(max) {}
   };
   // The client's own row limit on a limited Execute raised by AdjustExecute,
@@ -434,6 +447,10 @@ class SessionCache {
     cache::ProtocolForm form = cache::ProtocolForm::kSimple;
     cache::ReplayRequest replay;
     bool refresh_only = false;  // a hit still goes to the origin (a named Parse, or after a Describe flight)
+    // A Bind of a statement whose result type is not known yet (its shape
+    // is learnt on its first run): the unit goes to the origin, and its
+    // result is stored under the key of the shape it turned out to have.
+    std::shared_ptr<const StatementInfo> shape_pending;
     bool waited = false;
     int round = 0;
     Wait wait = Wait::kNone;
@@ -538,6 +555,15 @@ class SessionCache {
   enum class DescribeWindow : uint8_t { kNone, kOpen };
   DescribeWindow describe_window_ = DescribeWindow::kNone;
   int describe_answers_ = 0;
+  // The window's Describes, and the result type the origin described when
+  // it held exactly one, of the unnamed statement (0 otherwise): what the
+  // driver holds for the Bind that follows (CandidateUnit::result_type).
+  int window_describes_ = 0;
+  bool window_describes_unnamed_ = false;
+  uint64_t window_result_type_ = 0;
+  // The session's statement names as the statement registry maps them
+  // (StatementSession): which result type each one's driver holds.
+  const ClientStatements* client_statements_ = nullptr;
   char last_status_ = 'I';  // the origin's latest ReadyForQuery status
 };
 

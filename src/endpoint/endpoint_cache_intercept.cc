@@ -16,6 +16,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "endpoint/endpoint_cache.h"
+#include "endpoint/statement_registry.h"
 #include "protocol/codec.h"
 #include "protocol/link_protocol.h"
 
@@ -127,19 +128,31 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     SessionCache* self;
     bool after_describe;
     StatementText** named;
-  } state{this, after_describe, &named};
+    std::shared_ptr<const StatementInfo>* shape_pending;
+  };
+  std::shared_ptr<const StatementInfo> shape_pending;
+  LookupState state{this, after_describe, &named, &shape_pending};
   const cache::StatementLookup lookup = [s = &state](std::string_view name, std::string_view* sql,
-                                                     std::vector<uint32_t>* types) {
+                                                     std::vector<uint32_t>* types, uint64_t* result_type) {
     SessionCache* const self = s->self;
     if (name.empty() && s->after_describe && self->unnamed_known_) {
-      // Parsed in this very transaction: that Parse reached the origin.
+      // Parsed in this very transaction: that Parse reached the origin,
+      // and the driver holds what the window's Describe answered.
       *sql = self->unnamed_text_.sql;
       *types = self->unnamed_text_.types;
+      *result_type = self->window_result_type_;
       return true;
     }
-    if (name.empty()) return false;
+    if (name.empty() || self->client_statements_ == nullptr) return false;
     auto it = self->statement_texts_.find(std::string(name));
     if (it == self->statement_texts_.end() || it->second.poisoned) return false;
+    // The result type the driver was told for this name: a retired
+    // statement (its result type changed) must reach the origin, which
+    // fails it with 0A000 as PostgreSQL does, whatever is cached.
+    const StatementRef* ref = self->client_statements_->Find(name);
+    if (ref == nullptr || (*ref)->retired || (*ref)->query() != it->second.sql) return false;
+    *result_type = (*ref)->shape_digest;
+    if (!(*ref)->shape_known) *s->shape_pending = *ref;  // learnt on this run: stored, never served
     *s->named = &it->second;
     *sql = it->second.sql;
     *types = it->second.types;
@@ -207,7 +220,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   in.result_formats = unit.result_formats;
   in.form = unit.form;
   std::string key = cache::BuildCacheKey(in);
-  cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_);
+  cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_, unit.result_type);
   const uint64_t digest = cache::UnitDigest(unit.frames);
 
   lookup_ = Lookup{};
@@ -217,6 +230,12 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   lookup_->form = unit.form;
   lookup_->replay = unit.replay;
   lookup_->refresh_only = unit.named_parse || after_describe;
+  if (shape_pending) {
+    // Neither served nor a flight others may wait on: the key's result
+    // type is a placeholder until the origin has described the statement.
+    lookup_->shape_pending = std::move(shape_pending);
+    return RefreshOnly();
+  }
   return Step(local_out, skip_until_sync, skip_status);
 }
 
@@ -236,6 +255,7 @@ SessionCache::InterceptResult SessionCache::RefreshOnly() {
   leader_->ttl = Ttl();
   leader_->owns_key = false;
   leader_->max_rows = l.replay.max_rows;
+  leader_->shape_pending = std::move(l.shape_pending);
   cache_->Publish();
   lookup_.reset();
   return InterceptResult::kNotServed;

@@ -54,6 +54,7 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
     // change made while pinned is not captured, so it bypasses instead.
     cache_.TrackSettings(&settings_, [this] { return pins_.empty() && !statements_.pinned(); });
   }
+  cache_.set_client_statements(&statements_.client());
   cache_.Start(id_.hello);
   // Read by the two above only: an idle session does not keep them (they
   // were ~600 bytes per session with their vector's spare room).
@@ -61,7 +62,10 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
   last_activity_ = std::chrono::steady_clock::now();
 }
 
-SessionCore::~SessionCore() { cache_.TrackSettings(nullptr, nullptr); }
+SessionCore::~SessionCore() {
+  cache_.TrackSettings(nullptr, nullptr);
+  cache_.set_client_statements(nullptr);
+}
 
 // ----- The transition function
 

@@ -60,6 +60,9 @@ struct StatementInfo {
   // shape (StatementSession's shape check).
   mutable std::string shape;
   mutable bool shape_known = false;
+  // protocol::ResultTypeDigest(shape), once `shape_known`: the query
+  // cache's key part for a Bind of it (cache::CandidateUnit::result_type).
+  mutable std::uint64_t shape_digest = 0;
   // The catalog epoch at which `shape` was last confirmed (made or checked);
   // a re-Parse after a later schema change is checked first.
   mutable std::uint64_t shape_epoch = 0;

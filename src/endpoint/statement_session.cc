@@ -240,6 +240,7 @@ bool StatementSession::OnShape(const Op& op, char tag, std::string_view payload,
   if (!statement.shape_known) {
     statement.shape.assign(shape.data(), shape.size());
     statement.shape_known = true;
+    statement.shape_digest = protocol::ResultTypeDigest(shape);
     statement.shape_epoch = catalog_.epoch();
     return true;
   }

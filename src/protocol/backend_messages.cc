@@ -328,6 +328,38 @@ bool SameResultType(std::string_view a, std::string_view b) {
   return true;
 }
 
+uint64_t ResultTypeDigest(std::string_view payload) {
+  constexpr uint64_t kNoData = 0x6e6f44617461ull;  // "noData"
+  if (payload.empty()) return kNoData;
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
+  auto mix = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+  };
+  auto mix_int = [&mix](uint64_t v) {
+    char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
+    mix(std::string_view(b, 8));
+  };
+  auto r = DecodeRowDescription(payload);
+  if (!r.ok()) {
+    mix("malformed");  // never equal to a well-formed description's digest but by chance
+    mix(payload);
+  } else {
+    mix_int(r->fields.size());
+    for (const FieldDescription& f : r->fields) {
+      mix_int(f.name.size());
+      mix(f.name);
+      mix_int(f.type_oid);
+      mix_int(static_cast<uint16_t>(f.type_size));
+      mix_int(static_cast<uint32_t>(f.type_modifier));
+    }
+  }
+  return h == 0 || h == kNoData ? 1 : h;
+}
+
 void Encode(const RowDescription& msg, std::string& out) {
   MessageStart start = BeginMessage(out, Tag(BackendTag::kRowDescription));
   AppendInt16(out, static_cast<int16_t>(msg.fields.size()));

@@ -352,6 +352,12 @@ absl::StatusOr<RowDescription> DecodeRowDescription(std::string_view payload);
 // dropped and re-created with the same columns has new ones), nor are the
 // format codes (what a Bind asked for). Malformed payloads never match.
 bool SameResultType(std::string_view a, std::string_view b);
+// A digest of exactly what SameResultType compares, never 0: equal result
+// types give equal digests, so a cache key can carry the result type a
+// driver holds for its statement (cache/tier.h, CandidateUnit::result_type).
+// `payload` is a RowDescription's payload, or empty for NoData. Not seeded:
+// every process computes the same digest (the shared tier's keys).
+uint64_t ResultTypeDigest(std::string_view payload);
 absl::StatusOr<DataRow> DecodeDataRow(std::string_view payload);
 absl::StatusOr<CommandComplete> DecodeCommandComplete(std::string_view payload);
 absl::StatusOr<EmptyQueryResponse> DecodeEmptyQueryResponse(std::string_view payload);

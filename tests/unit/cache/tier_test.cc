@@ -187,18 +187,71 @@ TEST_CASE("candidate units: named statements and portals, Describe(statement) be
   // Bind of an earlier statement: only through the session's lookup.
   const std::string bind_only = B("", "s1", "7") + E("") + S();
   CHECK(ParseCandidateUnit(bind_only, u) == UnitShape::kNotCandidate);
-  const StatementLookup lookup = [](std::string_view name, std::string_view* sql, std::vector<uint32_t>* types) {
-    if (name != "s1") return false;
+  const StatementLookup lookup = [](std::string_view name, std::string_view* sql, std::vector<uint32_t>* types,
+                                     uint64_t* result_type) {
+    if (name != "s1" && name != "s3") return false;
     *sql = "SELECT $1::int";
     *types = {23};
+    *result_type = name == "s1" ? 77 : 0;  // s3: its driver's result type is unknown
     return true;
   };
   REQUIRE(ParseCandidateUnit(bind_only, u, &lookup) == UnitShape::kCandidate);
   CHECK(u.sql == "SELECT $1::int");
   CHECK(u.param_types == std::vector<uint32_t>{23});
+  CHECK(u.result_type == 77);
   CHECK_FALSE(u.replay.parse);
   CHECK_FALSE(u.named_parse);
   CHECK(ParseCandidateUnit(B("", "s2", "7") + E("") + S(), u, &lookup) == UnitShape::kNotCandidate);
+  // An unknown result type is carried as 0 (the Endpoint's lookup refuses
+  // such a statement; the Client stores the unit but serves it nothing).
+  REQUIRE(ParseCandidateUnit(B("", "s3", "7") + E("") + S(), u, &lookup) == UnitShape::kCandidate);
+  CHECK(u.result_type == 0);
+  // A unit that parses its statement carries none (its driver learns the
+  // shape from this very unit's answers).
+  REQUIRE(ParseCandidateUnit(P("s1", "SELECT 1") + B("", "s1", "7") + E("") + S(), u, &lookup) ==
+          UnitShape::kCandidate);
+  CHECK(u.result_type == 0);
+}
+
+TEST_CASE("keys: the result type a driver holds separates a statement's entries at the Endpoint") {
+  using namespace ext;
+  // The same text prepared before and after DDL that changed its result
+  // type: a driver holding the old RowDescription must never be handed
+  // rows stored for the new one (asyncpg: "the number of columns in the
+  // result row (2) is different from what was described (3)").
+  const std::string three = std::string("\0\3") + std::string("id\0", 3) + std::string(18, '\0') +
+                            std::string("a\0", 2) + std::string(18, '\0') + std::string("b\0", 2) +
+                            std::string(18, '\0');
+  const std::string two = std::string("\0\2") + std::string("id\0", 3) + std::string(18, '\0') +
+                          std::string("a\0", 2) + std::string(18, '\0');
+  const uint64_t rt3 = protocol::ResultTypeDigest(three);
+  const uint64_t rt2 = protocol::ResultTypeDigest(two);
+  CHECK(rt3 != 0);
+  CHECK(rt2 != 0);
+  CHECK(rt3 != rt2);
+  CHECK(protocol::ResultTypeDigest("") != rt2);  // NoData
+  CHECK(protocol::ResultTypeDigest(three) == rt3);
+  SessionCacheSettings s;
+  CandidateUnit u;
+  REQUIRE(ParseCandidateUnit(P("s1", "SELECT * FROM t WHERE id = $1") + B("", "s1", "7") + E("") + S(), u) ==
+          UnitShape::kCandidate);
+  u.result_type = rt3;
+  const std::string client3 = ClientExtendedKey("fp", s, u);
+  std::string endpoint3 = "k";
+  AppendKeySuffix(endpoint3, "fp", 0, s, u.result_type);
+  u.result_type = rt2;
+  // The Client keeps one entry and checks its RowDescription instead
+  // (client_core.cc, ServeLocalHit).
+  CHECK(ClientExtendedKey("fp", s, u) == client3);
+  std::string endpoint2 = "k";
+  AppendKeySuffix(endpoint2, "fp", 0, s, u.result_type);
+  CHECK(endpoint2 != endpoint3);
+  // A statement whose shape is learnt while its unit runs: the placeholder
+  // is replaced before the result is stored.
+  std::string learnt = "k";
+  AppendKeySuffix(learnt, "fp", 0, s, 0);
+  SetKeyResultType(learnt, rt3);
+  CHECK(learnt == endpoint3);
 }
 
 TEST_CASE("the Client's extended key never depends on statement or portal names") {

@@ -286,6 +286,60 @@ TEST_CASE("a cache candidate without a Describe(portal) travels with a swallowed
   CHECK(d.to_link == Bind("S_1", {"2"}) + DescribeP() + Execute() + Sync());
 }
 
+TEST_CASE("each statement knows the result type its driver was shown (the Client tier's key part)") {
+  const uint64_t v_text = ResultTypeOfFrame(RowDesc("v", 25));
+  const uint64_t v_int = ResultTypeOfFrame(RowDesc("v", 23));
+  REQUIRE(v_text != 0);
+  REQUIRE(v_text != v_int);
+  CHECK(ResultTypeOfFrame(RowDesc("v", 25, 1)) == v_text);  // format codes are the Bind's, not the type's
+  CHECK(ResultTypeOfFrame(Frame('n')) != 0);
+  CHECK(ResultTypeOfFrame(kParseComplete) == 0);
+  StatementMetadataStore store;
+  ExtendedSession ext(&store, kDb, kFp);
+  Driver d{ext};
+  // Parsed at the origin: unknown until described.
+  d.Send(Parse("s1", kSql) + Flush());
+  REQUIRE(ext.Find("s1") != nullptr);
+  CHECK(ext.Find("s1")->result_type == 0);
+  d.Receive(kParseComplete);
+  // Its Describe(statement) answer is what the driver holds.
+  d.Send(DescribeS("s1") + Sync());
+  d.Receive(ParamDesc({23}) + RowDesc("v", 25) + kReadyIdle);
+  CHECK(ext.Find("s1")->result_type == v_text);
+  // Parsed again under the same name after a Close: a new statement, whose
+  // first Describe(portal) answer (here a swallowed one) tells its type.
+  d.Send(testing::CloseS("s1") + Parse("s1", kSql) + Sync());
+  d.Receive(Frame('3') + kParseComplete + kReadyIdle);
+  CHECK(ext.Find("s1")->result_type == 0);
+  d.ctx.describe_portal = true;
+  d.Send(Bind("s1", {"1"}) + Execute() + Sync());
+  d.Receive(kBindComplete + RowDesc("v", 23) + DataRow() + Complete("SELECT 1") + kReadyIdle);
+  CHECK(ext.Find("s1")->result_type == v_int);
+  // The driver's own Describe(portal) teaches it too, and a later one
+  // does not overwrite what the driver already holds.
+  d.ctx.describe_portal = false;
+  d.Send(Parse("s2", kSql) + Sync());
+  d.Receive(kParseComplete + kReadyIdle);
+  d.Send(Bind("s2", {"1"}) + DescribeP() + Execute() + Sync());
+  d.Receive(kBindComplete + RowDesc("v", 25) + DataRow() + Complete("SELECT 1") + kReadyIdle);
+  CHECK(ext.Find("s2")->result_type == v_text);
+  // An answer to a Describe sent before the name was parsed again is not
+  // about the new statement.
+  d.Send(DescribeS("s2") + testing::CloseS("s2") + Parse("s2", kSql) +
+         Sync());
+  d.Receive(ParamDesc({23}) + RowDesc("v", 23) + Frame('3') + kParseComplete + kReadyIdle);
+  CHECK(ext.Find("s2")->result_type == 0);
+  // Answered locally from the store (which learnt the Describe answers
+  // above): what it promised.
+  ExtendedSession ext2(&store, kDb, kFp);
+  Driver d2{ext2};
+  d2.Send(Parse("a1", kSql) + DescribeS("a1") + Sync());
+  REQUIRE(d2.answered_locally == 1);
+  auto promised = store.Get(StatementMetadataKey(kDb, kFp, {}, kSql));
+  REQUIRE(promised);
+  CHECK(ext2.Find("a1")->result_type == ResultTypeOfFrame(promised->row_description));
+}
+
 TEST_CASE("the driver's own Describe(portal) is the check, and is forwarded") {
   StatementMetadataStore store;
   Learn(store);
