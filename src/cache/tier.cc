@@ -121,15 +121,35 @@ std::string Lower(std::string_view s) {
 char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
 // `needle` is lowercase; ASCII case-insensitive search without a copy.
+// `needle` is lowercase. When it holds a byte that is not a letter (the
+// ':' of "hyperpool:nocache", the '_' of "set_config"), only the places
+// where that byte occurs are compared (memchr): most texts hold it rarely
+// or never, and this runs on every statement of every unit.
 bool ContainsCi(std::string_view hay, std::string_view needle) {
   if (needle.size() > hay.size()) return false;
   if (needle.empty()) return true;
-  const char first = needle[0];
+  auto matches_at = [&](size_t i) {
+    for (size_t k = 0; k < needle.size(); ++k) {
+      if (AsciiLower(hay[i + k]) != needle[k]) return false;
+    }
+    return true;
+  };
+  size_t anchor = 0;
+  while (anchor < needle.size() && needle[anchor] >= 'a' && needle[anchor] <= 'z') ++anchor;
+  if (anchor < needle.size()) {
+    const char c = needle[anchor];
+    const size_t last = hay.size() - needle.size() + anchor;  // the anchor's last possible place
+    for (size_t from = anchor; from <= last;) {
+      const void* hit = std::memchr(hay.data() + from, c, last - from + 1);
+      if (hit == nullptr) return false;
+      const size_t j = static_cast<size_t>(static_cast<const char*>(hit) - hay.data());
+      if (matches_at(j - anchor)) return true;
+      from = j + 1;
+    }
+    return false;
+  }
   for (size_t i = 0; i + needle.size() <= hay.size(); ++i) {
-    if (AsciiLower(hay[i]) != first) continue;
-    size_t k = 1;
-    while (k < needle.size() && AsciiLower(hay[i + k]) == needle[k]) ++k;
-    if (k == needle.size()) return true;
+    if (matches_at(i)) return true;
   }
   return false;
 }

@@ -4,6 +4,7 @@
 #include <array>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "absl/strings/ascii.h"
@@ -59,7 +60,30 @@ constexpr std::string_view kTriggerWords[] = {
     "hold", "prepare", "do",         "call",    "pg_advisory_lock", "pg_advisory_lock_shared",
     "pg_try_advisory_lock", "pg_try_advisory_lock_shared"};
 
+// Words that matter wherever they stand (AnalyzeOne's scan of every token:
+// INTO TEMP, the advisory-lock functions, set_config); the other trigger
+// words matter only as a statement's first keyword.
+constexpr std::string_view kAnywhereWords[] = {"temp", "temporary", "set_config", "pg_advisory_lock",
+                                               "pg_advisory_lock_shared", "pg_try_advisory_lock",
+                                               "pg_try_advisory_lock_shared"};
+
+// Leading keywords for which AnalyzeOne reads nothing but kAnywhereWords
+// (none of its first-keyword branches: SET, RESET, DISCARD, CREATE,
+// DECLARE, PREPARE, DO, CALL).
+bool OnlyAnywhereWordsMatter(std::string_view keyword) {
+  constexpr std::string_view kPlain[] = {"select", "insert", "update", "delete", "with", "values", "begin",
+                                         "commit", "end", "rollback", "abort", "start", "savepoint", "release"};
+  for (std::string_view k : kPlain) {
+    if (keyword == k) return true;
+  }
+  return false;
+}
+
 bool MayMatter(std::string_view sql) {
+  // One plain statement (no quotes, comments, inner ';' or U& escapes)
+  // that begins with such a keyword: UPDATE ... SET is no SET.
+  std::optional<std::string> keyword = cache::LeadingKeywordOfPlainText(sql);
+  const bool anywhere_only = keyword && OnlyAnywhereWordsMatter(*keyword);
   std::size_t i = 0;
   while (i < sql.size()) {
     if (!IsWordChar(sql[i])) {
@@ -75,6 +99,12 @@ bool MayMatter(std::string_view sql) {
     char lower[28];
     for (std::size_t k = 0; k < word.size(); ++k) lower[k] = absl::ascii_tolower(static_cast<unsigned char>(word[k]));
     std::string_view w(lower, word.size());
+    if (anywhere_only) {
+      for (std::string_view t : kAnywhereWords) {
+        if (w == t) return true;
+      }
+      continue;
+    }
     for (std::string_view t : kTriggerWords) {
       if (w == t) return true;
     }

@@ -317,6 +317,16 @@ TEST_CASE("session controls and state changes are classified on tokens") {
   CHECK_FALSE(ClassifyStatements("SELECT 'SET ROLE x' /* SET ROLE */", nullptr).changes_session_state);
   CHECK(ClassifyStatements("SELECT 1; SET search_path = b", nullptr).changes_session_state);
   CHECK(ClassifyStatements("SELECT 1 /* hyperpool:nocache */", nullptr).nocache_hint);
+  // The hint's case-insensitive search (anchored on its ':'): any case, at
+  // either end, after other colons, never a near miss.
+  CHECK(ClassifyStatements("/*HyperPool:NoCache*/ SELECT 1", nullptr).nocache_hint);
+  CHECK(ClassifyStatements("SELECT 1 -- x::int hyperpool::nocache, HYPERPOOL:NOCACHE", nullptr).nocache_hint);
+  CHECK_FALSE(ClassifyStatements("SELECT 1 -- hyperpool::nocache", nullptr).nocache_hint);
+  CHECK_FALSE(ClassifyStatements("SELECT 1 -- yperpool:nocache hyperpool:nocach", nullptr).nocache_hint);
+  CHECK_FALSE(ClassifyStatements("UPDATE t SET a = 1 WHERE b = 'hyperpool nocache'", nullptr).nocache_hint);
+  // set_config found by its '_' in any case, among other underscores.
+  CHECK(ClassifyStatements("UPDATE pg_t SET a = SET_Config('x', 'y', false)", nullptr).changes_session_state);
+  CHECK_FALSE(ClassifyStatements("UPDATE pgbench_tellers SET set_configured = 1", nullptr).changes_session_state);
   CHECK(ClassifyStatements("SELECT 'unterminated", nullptr).changes_session_state);
 
   // Ordinary settings only: the Endpoint keys by what it captures afterwards.

@@ -83,6 +83,7 @@ TEST_CASE("statements that may change settings ask for a capture") {
   auto sql = GENERATE(as<std::string>{}, "SET TimeZone = 'UTC'", "set search_path to a, b", "RESET ALL",
                       "reset timezone", "SET SESSION statement_timeout = 5", "DISCARD ALL",
                       "SELECT set_config('app.x', '1', false)", "BEGIN; SET datestyle = German; COMMIT",
+                      "UPDATE t SET a = set_config('app.x', 'y', false)",
                       "DO $$ BEGIN PERFORM 1; END $$", "CALL p()", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY");
   CAPTURE(sql);
   SessionEffects fx = AnalyzeSessionEffects(sql);
@@ -94,7 +95,14 @@ TEST_CASE("statements without lasting session effects need nothing") {
   auto sql = GENERATE(as<std::string>{}, "SELECT 1", "SET LOCAL TimeZone = 'UTC'", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
                       "SET CONSTRAINTS ALL DEFERRED", "UPDATE t SET a = 1", "SELECT 'SET TimeZone = 1'",
                       "-- SET x = 1\nSELECT 2", "SELECT pg_advisory_xact_lock(1)", "CREATE TABLE t (a int)",
-                      "PREPARE TRANSACTION 'x'", "DECLARE c CURSOR FOR SELECT 1", "SELECT * FROM temp_data");
+                      "PREPARE TRANSACTION 'x'", "DECLARE c CURSOR FOR SELECT 1", "SELECT * FROM temp_data",
+                      // Plain statements whose first keyword decides that SET,
+                      // RESET, DO ... further on are no statements of their own
+                      // (read without the lexer: MayMatter).
+                      "UPDATE pgbench_accounts SET abalance = abalance + -4211 WHERE aid = 77;",
+                      "INSERT INTO h (a, b) VALUES (1, 2) ON CONFLICT (a) DO UPDATE SET b = 3",
+                      "WITH u AS (UPDATE t SET reset = 1 RETURNING *) SELECT * FROM u",
+                      "DELETE FROM prepare WHERE call = 1 AND discard = 2");
   CAPTURE(sql);
   SessionEffects fx = AnalyzeSessionEffects(sql);
   CHECK_FALSE(fx.settings);
@@ -120,6 +128,10 @@ TEST_CASE("state that cannot be replayed pins the session") {
       {"SET SESSION AUTHORIZATION other", PinReason::kSetRole},
       {"PREPARE q AS SELECT 1", PinReason::kPreparedSql},
       {"SELECT 1; CREATE TEMP TABLE t (a int)", PinReason::kTempTable},
+      // Plain statements: the words that matter anywhere still count.
+      {"WITH x AS (SELECT 1) SELECT * INTO TEMPORARY t FROM x", PinReason::kTempTable},
+      {"INSERT INTO t SELECT pg_advisory_lock(1)", PinReason::kAdvisoryLock},
+      {"UPDATE t SET a = 1 WHERE pg_try_advisory_lock(a);", PinReason::kAdvisoryLock},
   }));
   CAPTURE(c.sql);
   CHECK(HasPin(AnalyzeSessionEffects(c.sql), c.reason));
