@@ -42,10 +42,33 @@ bool DecisionMemo::KeyOf(const SqlText& text, const DecisionContext& ctx, std::s
     key.append(sql);
     return true;
   }
-  // IsPlainSelect: no comments, dollar quotes, quoted identifiers or
-  // backslashes, and balanced single quotes ('' inside a string toggles
-  // twice). Each maximal run of digits outside a string that stands alone
-  // is one number token, whatever its digits.
+  AppendMaskedIntegers(sql, key);
+  return true;
+}
+
+bool MaskableText(std::string_view sql) {
+  bool in_string = false;
+  for (size_t i = 0; i < sql.size(); ++i) {
+    const char c = sql[i];
+    // A backslash may end a string early (E'', or standard_conforming_strings
+    // off): anywhere, the bytes no longer tell where strings are.
+    if (c == '\\' || c == kNumberMark) return false;
+    if (c == '\'') {
+      in_string = !in_string;
+      continue;
+    }
+    if (in_string) continue;
+    if (c == '"' || c == '$' || c == '&') return false;
+    if ((c == '-' || c == '/') && i + 1 < sql.size() && sql[i + 1] == (c == '-' ? '-' : '*')) return false;
+  }
+  return !in_string;
+}
+
+void AppendMaskedIntegers(std::string_view sql, std::string& key) {
+  // No comments, dollar quotes, quoted identifiers or backslashes, and
+  // balanced single quotes ('' inside a string toggles twice): each
+  // maximal run of digits outside a string that stands alone is one
+  // number token, whatever its digits.
   bool in_string = false;
   size_t copied = 0;  // sql[copied, i) is still to be appended
   for (size_t i = 0; i < sql.size(); ++i) {
@@ -66,7 +89,6 @@ bool DecisionMemo::KeyOf(const SqlText& text, const DecisionContext& ctx, std::s
     i = end - 1;
   }
   key.append(sql.data() + copied, sql.size() - copied);
-  return true;
 }
 
 MemoDecision DecisionMemo::Answer(const Entry& e, const DecisionContext& ctx) {
@@ -142,6 +164,42 @@ void DecisionMemo::Keep(Entry e) {
     current_ = Map();
   }
   current_.insert_or_assign(key_, std::move(e));
+}
+
+bool EffectMemo::KeyOf(std::string_view sql, bool standard_conforming_strings, std::string& key) {
+  if (sql.size() > kMaxTextBytes) return false;
+  const bool mask = MaskableText(sql);
+  key.clear();
+  key.reserve(sql.size() + 1);
+  key.push_back(static_cast<char>((mask ? 1 : 0) | (standard_conforming_strings ? 2 : 0)));
+  if (mask) {
+    AppendMaskedIntegers(sql, key);
+  } else {
+    key.append(sql);
+  }
+  return true;
+}
+
+const MemoEffect* EffectMemo::Find(const SqlText& text, bool standard_conforming_strings,
+                                   const CatalogVersion& version, const VolatilityOracle* oracle) {
+  if (!(version == version_) || oracle != oracle_) {
+    map_.clear();
+    version_ = version;
+    oracle_ = oracle;
+  }
+  keyed_ = KeyOf(text.sql(), standard_conforming_strings, key_);
+  if (!keyed_) return nullptr;
+  auto it = map_.find(std::string_view(key_));
+  if (it == map_.end()) return nullptr;
+  ++hits_;
+  return &it->second;
+}
+
+void EffectMemo::Keep(MemoEffect effect) {
+  if (!keyed_) return;
+  keyed_ = false;
+  if (map_.size() >= kCapacity) map_.clear();
+  map_.insert_or_assign(key_, std::move(effect));
 }
 
 }  // namespace hyperpool::cache

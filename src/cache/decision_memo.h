@@ -34,8 +34,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "cache/cacheability.h"
+#include "cache/catalog_overlay.h"
 #include "cache/sql_analysis.h"
 #include "cache/string_hash.h"
+#include "cache/tier.h"
 
 namespace hyperpool::cache {
 
@@ -92,6 +94,65 @@ class DecisionMemo {
   Map current_;
   Map previous_;
   std::string key_;  // reused
+  uint64_t hits_ = 0;
+};
+
+// Whether the standalone integers of `sql` can be told from its bytes alone
+// (AppendMaskedIntegers): no double quote, dollar sign, backslash, '&', NUL
+// or comment, and balanced single quotes. Then two texts that mask alike lex
+// to the same tokens but for those integers' values.
+bool MaskableText(std::string_view sql);
+// Appends `sql` to `key` with each maximal run of digits that stands alone
+// outside a string (not part of an identifier, a parameter, a decimal or
+// an exponent) replaced by one marker byte. For texts MaskableText accepts
+// (or IsPlainSelect reads).
+void AppendMaskedIntegers(std::string_view sql, std::string& key);
+
+// What the Endpoint's write tracking concludes from a statement text
+// (endpoint_cache.h, SessionCache::EffectOf) for a session whose names
+// resolve as the catalog's: the tables it may write, whether it may write
+// at all, and what it may change in the catalog.
+struct MemoEffect {
+  WriteEffect write;
+  bool own_write = false;
+  CatalogChange catalog;
+};
+
+// A memo of MemoEffects, for texts that change no session state: TPC-B's
+// UPDATEs and INSERTs differ from transaction to transaction only in their
+// integer literals, and each was lexed and analysed anew (~8k instructions
+// a statement). Keyed like DecisionMemo: the text with its standalone
+// integers masked when MaskableText, else the text itself, and
+// standard_conforming_strings; entries hold only for the catalog state
+// (`CatalogVersion`, oracle) they were made at. What a text's analysis
+// yields is the same for every text that masks alike (the analysis is
+// itself memoized by a shape that masks literals; tests/unit/cache/
+// corpus_test.cc holds the key against PostgreSQL's parser). Not
+// thread-safe (the Endpoint's executor).
+class EffectMemo {
+ public:
+  static constexpr size_t kCapacity = 4096;
+  static constexpr size_t kMaxTextBytes = 2048;
+
+  // The memoized effect of `text`, or nullptr. Keep() after a miss stores
+  // under the key this call made.
+  const MemoEffect* Find(const SqlText& text, bool standard_conforming_strings, const CatalogVersion& version,
+                         const VolatilityOracle* oracle);
+  void Keep(MemoEffect effect);
+
+  // The key of `text` into `key`; false when it is not memoized (too long).
+  // Exposed for tests.
+  static bool KeyOf(std::string_view sql, bool standard_conforming_strings, std::string& key);
+
+  size_t size() const { return map_.size(); }
+  uint64_t hits() const { return hits_; }
+
+ private:
+  absl::flat_hash_map<std::string, MemoEffect, StringHash, StringEq> map_;
+  CatalogVersion version_;
+  const VolatilityOracle* oracle_ = nullptr;
+  std::string key_;  // the last Find's, reused
+  bool keyed_ = false;
   uint64_t hits_ = 0;
 };
 

@@ -448,10 +448,23 @@ void SessionCache::EndLeader(bool abandon) {
 SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool apply_settings) {
   Effect e;
   if (text.simple_read()) return e;  // one SELECT calling no function: no state change, no write
+  // A session whose names resolve as the catalog's: a text that changes no
+  // session state has the effect the Endpoint's memo holds for its shape.
+  const bool session_precise = !state_changed_ && !hello_unsupported_ && !pending_setting_change_;
+  const bool scs = StandardConformingStrings();
+  if (session_precise) {
+    if (const cache::MemoEffect* m = cache_->FindEffect(text, scs)) {
+      e.write = m->write;
+      e.own_write = m->own_write;
+      e.catalog = m->catalog;
+      if (e.write.any()) cache_->WantCatalog();
+      return e;
+    }
+  }
   cache::StatementEffects fx = cache::ClassifyStatements(text, apply_settings ? &settings_ : nullptr);
   e.changes_state = fx.changes_session_state;
   e.settings_only = fx.only_setting_changes;
-  const bool precise = !state_changed_ && !hello_unsupported_ && !pending_setting_change_ && !e.changes_state;
+  const bool precise = session_precise && !e.changes_state;
   e.write = cache::WriteEffectOf(text, cache_->Oracle(), precise, StandardConformingStrings());
   if (e.write.any()) cache_->WantCatalog();
   const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();
@@ -473,6 +486,9 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
   const bool judged = a.ok() && text.sql().size() <= (8u << 20) &&
                       (StandardConformingStrings() || text.sql().find('\\') == std::string_view::npos);
   e.catalog = judged ? cache::CatalogChange::Of(*a) : cache::CatalogChange::All();
+  if (session_precise && !fx.changes_session_state && !fx.only_setting_changes && !fx.only_cache_settings) {
+    cache_->KeepEffect(cache::MemoEffect{e.write, e.own_write, e.catalog});
+  }
   return e;
 }
 

@@ -147,6 +147,14 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
     if (d.from_memo) ++counters_.decided_from_memo;
     return d;
   }
+  // The write tracking's conclusion about `text` (SessionCache::EffectOf)
+  // from this Endpoint's memo (cache::EffectMemo), kept per state of the
+  // catalog as Decide's; nullptr on a miss, which KeepEffect then fills.
+  const cache::MemoEffect* FindEffect(const cache::SqlText& text, bool standard_conforming_strings) {
+    return effects_memo_.Find(text, standard_conforming_strings,
+                              cache::CatalogVersion{catalog_loads_, overlay_.version()}, Oracle());
+  }
+  void KeepEffect(cache::MemoEffect effect) { effects_memo_.Keep(std::move(effect)); }
   // A statement that may change the catalog was sent through hyperpool
   // (OpenCatalogChange), and the transaction that ran it ended
   // (SettleCatalogChange): a catalog read clears the change only if it began
@@ -259,6 +267,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   cache::OverlayOracle overlay_oracle_{nullptr, &overlay_};  // oracle_ seen through overlay_
   uint64_t catalog_loads_ = 0;  // snapshots loaded (oracle_ replaced)
   cache::DecisionMemo decisions_memo_;
+  cache::EffectMemo effects_memo_;
   bool refreshing_ = false;
   std::chrono::steady_clock::time_point loaded_at_{};
   std::vector<std::weak_ptr<asio::steady_timer>> refresh_waiters_;  // OnRefreshEnd

@@ -42,7 +42,10 @@ url=$(head -1 "$tmp/out")
     n=$("$PGBIN/psql" -XAtq -d "$ADMIN_URL" -c \
       "SELECT count(*) FROM pg_stat_activity WHERE usename = '$ROLE'" 2>/dev/null || echo 0)
     [ "$n" -gt "$max" ] && max=$n
-    echo "$max" >"$tmp/max"
+    # Renamed into place: the monitor is killed at any moment, and a kill
+    # between `>`'s truncation and the write left an empty file (CI once
+    # read "" there and failed the pool-size check).
+    echo "$max" >"$tmp/max.new" && mv -f "$tmp/max.new" "$tmp/max"
     sleep 0.1
   done
 ) &

@@ -14,7 +14,10 @@
 //     (literals replaced): the analysis of the text itself;
 //   - DecisionMemo's key of a plain SELECT (its standalone integers
 //     masked): the parser's analysis of the text with other integers there
-//     is this text's.
+//     is this text's;
+//   - EffectMemo's key of any text (its standalone integers masked when
+//     MaskableText): the same, and the same ClassifyStatements, write
+//     effect and catalog change from the lexer's side.
 // A text the parser rejects is not held against anything: the server
 // rejects it too, so it runs nothing.
 
@@ -31,8 +34,10 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include "cache/catalog_overlay.h"
 #include "cache/decision_memo.h"
 #include "cache/sql_analysis.h"
+#include "cache/tier.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -172,13 +177,9 @@ bool SameAnalysis(const StatementAnalysis& a, const StatementAnalysis& b) {
          a.relations_written == b.relations_written;
 }
 
-// DecisionMemo::KeyOf's claim for `text` (analysed by the parser as `p`):
-// the text with every masked integer replaced by another has the same
-// analysis, by the parser and by AnalyzeStatement (fingerprint included).
-// "" when it holds or the key is the text itself.
-std::string MemoKeyDisagreement(const std::string& text, const StatementAnalysis& p) {
-  std::string key;
-  if (!DecisionMemo::KeyOf(SqlText(text), DecisionContext{}, key) || (key[0] & 1) == 0) return "";
+// The text a memo key (flag byte, then the text with masked integers)
+// stands for, with 907 wherever an integer was masked.
+std::string VariantOf(const std::string& key) {
   std::string variant;
   for (size_t i = 1; i < key.size(); ++i) {
     if (key[i] == '\0') {
@@ -187,6 +188,17 @@ std::string MemoKeyDisagreement(const std::string& text, const StatementAnalysis
       variant.push_back(key[i]);
     }
   }
+  return variant;
+}
+
+// DecisionMemo::KeyOf's claim for `text` (analysed by the parser as `p`):
+// the text with every masked integer replaced by another has the same
+// analysis, by the parser and by AnalyzeStatement (fingerprint included).
+// "" when it holds or the key is the text itself.
+std::string MemoKeyDisagreement(const std::string& text, const StatementAnalysis& p) {
+  std::string key;
+  if (!DecisionMemo::KeyOf(SqlText(text), DecisionContext{}, key) || (key[0] & 1) == 0) return "";
+  const std::string variant = VariantOf(key);
   std::string again;
   if (!DecisionMemo::KeyOf(SqlText(variant), DecisionContext{}, again) || again != key) {
     return "memo key: the variant has another key: " + Excerpt(variant);
@@ -197,6 +209,45 @@ std::string MemoKeyDisagreement(const std::string& text, const StatementAnalysis
   const absl::StatusOr<StatementAnalysis> av = AnalyzeStatement(variant);
   if (a.ok() != av.ok() || (a.ok() && (!SameAnalysis(*a, *av) || a->fingerprint != av->fingerprint))) {
     return "memo key: the lexer tells the variant apart: " + Excerpt(variant);
+  }
+  return "";
+}
+
+// EffectMemo::KeyOf's claim for `text`: the variant with other integers
+// where the key masks them has the same key, the parser's analysis, and
+// what EffectOf derives from the lexer's analysis. "" when it holds or
+// nothing is masked.
+std::string EffectKeyDisagreement(const std::string& text, const StatementAnalysis& p, size_t& masked) {
+  std::string key;
+  if (!EffectMemo::KeyOf(text, true, key) || (key[0] & 1) == 0 || key.find('\0', 1) == std::string::npos) return "";
+  ++masked;
+  const std::string variant = VariantOf(key);
+  std::string again;
+  if (!EffectMemo::KeyOf(variant, true, again) || again != key) {
+    return "effect key: the variant has another key: " + Excerpt(variant);
+  }
+  const absl::StatusOr<StatementAnalysis> pv = ParseAnalysis(variant);
+  if (!pv.ok() || !SameAnalysis(*pv, p)) return "effect key: the parser tells the variant apart: " + Excerpt(variant);
+  const SqlText a(text);
+  const SqlText b(variant);
+  const StatementEffects fa = ClassifyStatements(a, nullptr);
+  const StatementEffects fb = ClassifyStatements(b, nullptr);
+  if (fa.changes_session_state != fb.changes_session_state || fa.only_setting_changes != fb.only_setting_changes ||
+      fa.only_cache_settings != fb.only_cache_settings) {
+    return "effect key: ClassifyStatements tells the variant apart: " + Excerpt(variant);
+  }
+  const WriteEffect wa = WriteEffectOf(a, nullptr, true, true);
+  const WriteEffect wb = WriteEffectOf(b, nullptr, true, true);
+  if (wa.all != wb.all || wa.schema != wb.schema || wa.tables != wb.tables) {
+    return "effect key: WriteEffectOf tells the variant apart: " + Excerpt(variant);
+  }
+  if (a.analysis().ok() != b.analysis().ok()) return "effect key: the lexer tells the variant apart: " + Excerpt(variant);
+  if (a.analysis().ok()) {
+    const CatalogChange ca = CatalogChange::Of(*a.analysis());
+    const CatalogChange cb = CatalogChange::Of(*b.analysis());
+    if (ca.all != cb.all || ca.cascade != cb.cascade || ca.names != cb.names) {
+      return "effect key: the catalog change tells the variant apart: " + Excerpt(variant);
+    }
   }
   return "";
 }
@@ -212,7 +263,7 @@ TEST_CASE("every shortcut agrees with PostgreSQL's parser on the regression suit
   const Corpus& c = LoadCorpus();
   REQUIRE(!c.texts.empty());
   std::vector<std::string> disagree;
-  size_t parsed = 0, simple = 0, plain = 0, keyword = 0;
+  size_t parsed = 0, simple = 0, plain = 0, keyword = 0, effect_masked = 0;
   for (const std::string& text : c.texts) {
     const absl::StatusOr<StatementAnalysis> p = ParseAnalysis(text);
     if (!p.ok()) continue;
@@ -237,6 +288,7 @@ TEST_CASE("every shortcut agrees with PostgreSQL's parser on the regression suit
       disagree.push_back("the memo's analysis of this shape is another text's: " + Excerpt(text));
     }
     if (std::string why = MemoKeyDisagreement(text, *p); !why.empty()) disagree.push_back(why);
+    if (std::string why = EffectKeyDisagreement(text, *p, effect_masked); !why.empty()) disagree.push_back(why);
     if (std::optional<std::string> kw = LeadingKeywordOfPlainText(text)) {
       if (std::optional<StatementKind> k = StatementKindOfKeyword(*kw)) {
         ++keyword;
@@ -249,12 +301,14 @@ TEST_CASE("every shortcut agrees with PostgreSQL's parser on the regression suit
     }
   }
   INFO(c.texts.size() << " texts (" << c.statements << " statements), " << parsed << " parsed; simple_read "
-                      << simple << ", plain_select " << plain << ", leading keyword " << keyword);
+                      << simple << ", plain_select " << plain << ", leading keyword " << keyword
+                      << ", effect keys masking integers " << effect_masked);
   std::string shown;
   for (size_t i = 0; i < disagree.size() && i < 40; ++i) shown += disagree[i] + "\n";
   INFO(disagree.size() << " disagreements:\n" << shown);
   CHECK(simple > 1000);
   CHECK(keyword > 5000);
+  CHECK(effect_masked > 5000);
   CHECK(disagree.empty());
 }
 

@@ -213,5 +213,106 @@ TEST_CASE("the memo stays bounded") {
   CHECK(memo.size() <= 2 * DecisionMemo::kCapacity);
 }
 
+// EffectMemo: the Endpoint's write tracking per text shape.
+
+std::string EKey(std::string_view sql, bool scs = true) {
+  std::string k;
+  REQUIRE(EffectMemo::KeyOf(sql, scs, k));
+  return k;
+}
+
+// EffectOf's part that the memo keeps, computed afresh.
+MemoEffect Fresh(const SqlText& text, const VolatilityOracle* oracle) {
+  MemoEffect m;
+  m.write = WriteEffectOf(text, oracle, /*precise_names=*/true, /*standard_conforming_strings=*/true);
+  m.own_write = m.write.any();
+  if (text.analysis().ok()) m.catalog = CatalogChange::Of(*text.analysis());
+  return m;
+}
+
+TEST_CASE("EffectMemo: a write's key masks its standalone integers, only where the bytes tell them") {
+  const std::string a = EKey("UPDATE pgbench_accounts SET abalance = abalance + -4211 WHERE aid = 77;");
+  CHECK(a == EKey("UPDATE pgbench_accounts SET abalance = abalance + -12 WHERE aid = 900001;"));
+  // A minus sign is a token of its own: pgbench's negative and positive
+  // deltas make two keys.
+  CHECK(a != EKey("UPDATE pgbench_accounts SET abalance = abalance + 12 WHERE aid = 900001;"));
+  CHECK(a != EKey("UPDATE pgbench_accounts SET abalance = abalance + -12 WHERE bid = 900001;"));
+  CHECK(a != EKey("UPDATE pgbench_accounts SET abalance = abalance + -4211 WHERE aid = 77;", false));
+  CHECK(EKey("INSERT INTO h VALUES (1, 'a 1')") != EKey("INSERT INTO h VALUES (1, 'a 2')"));  // strings kept
+  CHECK(EKey("INSERT INTO h VALUES (1, 'it''s', 2)") == EKey("INSERT INTO h VALUES (5, 'it''s', 6)"));
+  CHECK(EKey("UPDATE t1 SET a = 1") != EKey("UPDATE t2 SET a = 1"));  // identifiers
+  CHECK(EKey("UPDATE t SET a = 1.5") != EKey("UPDATE t SET a = 2.5"));  // decimals are not masked
+  CHECK(EKey("UPDATE t SET a = 1e5") != EKey("UPDATE t SET a = 2e5"));
+  // Where the bytes cannot tell strings, comments or identifiers apart,
+  // the key is the text itself.
+  CHECK(MaskableText("UPDATE t SET a = 1 WHERE b = 'x'"));
+  CHECK_FALSE(MaskableText("UPDATE t SET a = 1 -- 2"));
+  CHECK_FALSE(MaskableText("UPDATE t SET a = 1 /* 2 */"));
+  CHECK_FALSE(MaskableText("UPDATE \"t 1\" SET a = 1"));
+  CHECK_FALSE(MaskableText("UPDATE t SET a = $1"));
+  CHECK_FALSE(MaskableText("UPDATE t SET a = E'\\' 1 '"));
+  CHECK_FALSE(MaskableText("UPDATE t SET a = U&'1'"));
+  CHECK_FALSE(MaskableText("UPDATE t SET a = 'unbalanced"));
+  CHECK(MaskableText("UPDATE t SET a = '-- not a comment', b = '\"x\"'"));
+  CHECK(EKey("UPDATE t SET a = 1 -- 2") != EKey("UPDATE t SET a = 1 -- 3"));
+}
+
+TEST_CASE("EffectMemo: a kept effect is what EffectOf would compute, and never another catalog's") {
+  FakeOracle base;
+  base.Table("accounts").Table("history");
+  CatalogOverlay overlay;
+  OverlayOracle oracle(&base, &overlay);
+  EffectMemo memo;
+  uint64_t loads = 1;
+  auto version = [&] { return CatalogVersion{loads, overlay.version()}; };
+  const SqlText first("UPDATE accounts SET balance = balance + 5 WHERE id = 1");
+  REQUIRE(memo.Find(first, true, version(), &oracle) == nullptr);
+  const MemoEffect fresh = Fresh(first, &oracle);
+  CHECK(fresh.write.tables == std::vector<std::string>{"public.accounts"});
+  memo.Keep(fresh);
+  const SqlText next("UPDATE accounts SET balance = balance + 73 WHERE id = 912");
+  const MemoEffect* hit = memo.Find(next, true, version(), &oracle);
+  REQUIRE(hit != nullptr);
+  const MemoEffect again = Fresh(next, &oracle);
+  CHECK(hit->write.tables == again.write.tables);
+  CHECK(hit->write.all == again.write.all);
+  CHECK(hit->own_write == again.own_write);
+  CHECK(memo.hits() == 1);
+  // Another text, another flag, another oracle, another catalog state: none.
+  CHECK(memo.Find(SqlText("UPDATE history SET x = 1 WHERE id = 1"), true, version(), &oracle) == nullptr);
+  CHECK(memo.Find(next, false, version(), &oracle) == nullptr);
+  memo.Keep(fresh);
+  CHECK(memo.Find(next, true, version(), nullptr) == nullptr);
+  CHECK(memo.Find(next, true, version(), &oracle) == nullptr);  // emptied by the oracle change
+  memo.Keep(fresh);
+  REQUIRE(memo.Find(next, true, version(), &oracle) != nullptr);
+  CatalogChange ddl;
+  ddl.names = {"accounts"};
+  overlay.Open(ddl);
+  CHECK(memo.Find(next, true, version(), &oracle) == nullptr);
+  memo.Keep(Fresh(next, &oracle));
+  ++loads;
+  CHECK(memo.Find(next, true, version(), &oracle) == nullptr);
+}
+
+TEST_CASE("EffectMemo: bounded") {
+  EffectMemo memo;
+  for (size_t i = 0; i < EffectMemo::kCapacity + 10; ++i) {
+    const std::string sql = "UPDATE t" + std::to_string(i) + " SET a = 1";
+    const SqlText t(sql);
+    REQUIRE(memo.Find(t, true, CatalogVersion{}, nullptr) == nullptr);
+    memo.Keep(MemoEffect{});
+  }
+  CHECK(memo.size() <= EffectMemo::kCapacity);
+  // Too long: never kept.
+  const std::string long_sql = "UPDATE t SET a = '" + std::string(EffectMemo::kMaxTextBytes, 'x') + "'";
+  const SqlText long_text(long_sql);
+  CHECK(memo.Find(long_text, true, CatalogVersion{}, nullptr) == nullptr);
+  memo.Keep(MemoEffect{});
+  CHECK(memo.Find(long_text, true, CatalogVersion{}, nullptr) == nullptr);
+}
+
+
 }  // namespace
 }  // namespace hyperpool::cache
+
