@@ -233,8 +233,8 @@ TEST_CASE("keys: the result type a driver holds separates a statement's entries 
   CHECK(protocol::ResultTypeDigest(three) == rt3);
   SessionCacheSettings s;
   CandidateUnit u;
-  REQUIRE(ParseCandidateUnit(P("s1", "SELECT * FROM t WHERE id = $1") + B("", "s1", "7") + E("") + S(), u) ==
-          UnitShape::kCandidate);
+  const std::string bytes = P("s1", "SELECT * FROM t WHERE id = $1") + B("", "s1", "7") + E("") + S();
+  REQUIRE(ParseCandidateUnit(bytes, u) == UnitShape::kCandidate);  // `u` views `bytes`
   u.result_type = rt3;
   const std::string client3 = ClientExtendedKey("fp", s, u);
   std::string endpoint3 = "k";
