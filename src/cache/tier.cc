@@ -120,8 +120,7 @@ std::string Lower(std::string_view s) {
 
 char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// `needle` is lowercase; ASCII case-insensitive search without a copy.
-// `needle` is lowercase. When it holds a byte that is not a letter (the
+// ASCII case-insensitive search without a copy; `needle` is lowercase. When it holds a byte that is not a letter (the
 // ':' of "hyperpool:nocache", the '_' of "set_config"), only the places
 // where that byte occurs are compared (memchr): most texts hold it rarely
 // or never, and this runs on every statement of every unit.

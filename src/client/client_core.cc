@@ -142,11 +142,13 @@ size_t ClientCore::ServeLocalHit(std::string_view in, LocalMiss& miss, std::stri
   // whose unnamed Parse has no metadata and that asks a Describe learns the
   // shape from this very answer). Not served: it goes to the origin as a
   // candidate, whose result then replaces the entry.
+  ExtendedSession::Promise promise;  // a unit's Parse: looked up once, for this check and its adoption
   if (unit.form == cache::ProtocolForm::kExtended) {
     uint64_t want = 0;
     bool check = true;
     if (unit.replay.parse) {
-      want = ext_->PromisedResultType(unit.sql, unit.param_types, key_.keyable());
+      promise = ext_->Promised(unit.sql, unit.param_types, key_.keyable());
+      want = promise.meta ? ResultTypeOfFrame(promise.meta->row_description) : 0;
       check = want != 0 || unit.named_parse || unit.replay.describe == cache::ReplayRequest::Describe::kNone;
     } else {
       want = unit.result_type;
@@ -162,7 +164,7 @@ size_t ClientCore::ServeLocalHit(std::string_view in, LocalMiss& miss, std::stri
     pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
     pr::FrameReader::Result r = reader.Read(unit.frames);
     if (!r.is_frame()) return 0;
-    if (!ext_->AdoptServedParse(r.frame(), key_.keyable()) && unit.named_parse) return 0;
+    if (!ext_->AdoptServedParse(r.frame(), std::move(promise)) && unit.named_parse) return 0;
   }
   miss.candidate = false;  // served: the unit leaves `in`
   answer = std::move(out);

@@ -164,22 +164,21 @@ const SessionStatement* ExtendedSession::Find(std::string_view name) const {
   return it == statements_.end() ? nullptr : &it->second;
 }
 
-uint64_t ExtendedSession::PromisedResultType(std::string_view sql, const std::vector<uint32_t>& types,
-                                             bool keyable) const {
-  std::string key = KeyFor(sql, types, keyable);
-  if (key.empty()) return 0;
-  std::shared_ptr<const StatementMetadata> meta = store_->Get(key);
-  return meta ? ResultTypeOfFrame(meta->row_description) : 0;
+ExtendedSession::Promise ExtendedSession::Promised(std::string_view sql, const std::vector<uint32_t>& types,
+                                                   bool keyable) const {
+  Promise promise;
+  promise.key = KeyFor(sql, types, keyable);
+  if (!promise.key.empty()) promise.meta = store_->Get(promise.key);
+  return promise;
 }
 
-bool ExtendedSession::AdoptServedParse(const protocol::Frame& frame, bool keyable) {
+bool ExtendedSession::AdoptServedParse(const protocol::Frame& frame, Promise promise) {
   auto p = pr::DecodeParse(frame.payload);
   if (!p.ok() || lost_) return false;
   if (p->statement.empty()) statements_.erase(std::string());  // replaced, whatever follows
   std::vector<uint32_t> types(p->parameter_types.begin(), p->parameter_types.end());
-  std::string key = KeyFor(p->query, types, keyable);
-  if (key.empty()) return false;
-  std::shared_ptr<const StatementMetadata> meta = store_->Get(key);
+  std::string key = std::move(promise.key);
+  std::shared_ptr<const StatementMetadata> meta = std::move(promise.meta);
   if (!meta || !meta->deferrable) return false;
   std::optional<std::vector<uint32_t>> declared = TypesOf(meta->parameter_description);
   if (!declared) return false;

@@ -127,14 +127,20 @@ class ExtendedSession {
 
   // The statement `name` as the session knows it, or nullptr.
   const SessionStatement* Find(std::string_view name) const;
-  // The result type the metadata store would promise for a Parse of `sql`
-  // with `types` (what a unit answered here with that Parse deferred tells
-  // the driver), 0 when it does not know the statement.
-  uint64_t PromisedResultType(std::string_view sql, const std::vector<uint32_t>& types, bool keyable) const;
-  // A unit answered from the Client tier contained Parse `frame`: the
-  // statement now exists for the driver. False (serve nothing) when its
-  // metadata is unknown: then the Parse could not be deferred safely.
-  bool AdoptServedParse(const protocol::Frame& frame, bool keyable);
+  // What the metadata store would promise for a Parse of `sql` with
+  // `types` (what a unit answered here with that Parse deferred tells the
+  // driver): its key and metadata, the metadata null when the store does
+  // not know the statement (or the session's state cannot key it).
+  struct Promise {
+    std::string key;
+    std::shared_ptr<const StatementMetadata> meta;
+  };
+  Promise Promised(std::string_view sql, const std::vector<uint32_t>& types, bool keyable) const;
+  // A unit answered from the Client tier contained Parse `frame`, whose
+  // Promised() the caller looked up: the statement now exists for the
+  // driver. False (serve nothing) when its metadata is unknown: then the
+  // Parse could not be deferred safely.
+  bool AdoptServedParse(const protocol::Frame& frame, Promise promise);
 
   // The session's fingerprint changed (its own SETs of ordinary settings).
   void set_fingerprint(std::string fingerprint) { hello_fp_ = std::move(fingerprint); }

@@ -465,7 +465,7 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
   e.changes_state = fx.changes_session_state;
   e.settings_only = fx.only_setting_changes;
   const bool precise = session_precise && !e.changes_state;
-  e.write = cache::WriteEffectOf(text, cache_->Oracle(), precise, StandardConformingStrings());
+  e.write = cache::WriteEffectOf(text, cache_->Oracle(), precise, scs);
   if (e.write.any()) cache_->WantCatalog();
   const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();
   // The session's own write (no stale-if-error for it after): anything the
@@ -484,7 +484,7 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
   // What it may change in the catalog the decisions are made with: the
   // names its parse tree holds, or anything when the text is not judged.
   const bool judged = a.ok() && text.sql().size() <= (8u << 20) &&
-                      (StandardConformingStrings() || text.sql().find('\\') == std::string_view::npos);
+                      (scs || text.sql().find('\\') == std::string_view::npos);
   e.catalog = judged ? cache::CatalogChange::Of(*a) : cache::CatalogChange::All();
   if (session_precise && !fx.changes_session_state && !fx.only_setting_changes && !fx.only_cache_settings) {
     cache_->KeepEffect(cache::MemoEffect{e.write, e.own_write, e.catalog});

@@ -288,14 +288,20 @@ void Encode(const NegotiateProtocolVersion& msg, std::string& out) {
 // RowDescription (B): Int16 n, then per field String name, Int32 table OID,
 // Int16 column attribute, Int32 type OID, Int16 type size, Int32 type
 // modifier, Int16 format.
-absl::StatusOr<RowDescription> DecodeRowDescription(std::string_view payload) {
+namespace {
+
+// Reads a RowDescription payload field by field: `on_count(n)` once, then
+// `on_field(f)` for each field (views into `payload`), without collecting
+// them. The decoder and ResultTypeDigest (on the Client tier's hit path)
+// share it.
+template <typename OnCount, typename OnField>
+absl::Status ReadRowDescription(std::string_view payload, OnCount&& on_count, OnField&& on_field) {
   // Smallest possible field: empty name (1 NUL) + 18 bytes of integers.
   constexpr size_t kMinFieldSize = 19;
   WireReader r(payload, "RowDescription");
-  RowDescription m;
   uint16_t count = 0;
   if (r.ReadUint16(count, "field count") && r.CheckCount(count, kMinFieldSize, "fields")) {
-    m.fields.reserve(count);
+    on_count(count);
     for (uint16_t i = 0; i < count && r.ok(); ++i) {
       FieldDescription f;
       r.ReadCString(f.name, "field name");
@@ -305,10 +311,20 @@ absl::StatusOr<RowDescription> DecodeRowDescription(std::string_view payload) {
       r.ReadInt16(f.type_size, "type size");
       r.ReadInt32(f.type_modifier, "type modifier");
       r.ReadInt16(f.format, "format code");
-      if (r.ok()) m.fields.push_back(f);
+      if (r.ok()) on_field(f);
     }
   }
-  if (absl::Status s = r.Finish(); !s.ok()) return s;
+  return r.Finish();
+}
+
+}  // namespace
+
+absl::StatusOr<RowDescription> DecodeRowDescription(std::string_view payload) {
+  RowDescription m;
+  absl::Status s = ReadRowDescription(
+      payload, [&m](uint16_t count) { m.fields.reserve(count); },
+      [&m](const FieldDescription& f) { m.fields.push_back(f); });
+  if (!s.ok()) return s;
   return m;
 }
 
@@ -331,7 +347,7 @@ bool SameResultType(std::string_view a, std::string_view b) {
 uint64_t ResultTypeDigest(std::string_view payload) {
   constexpr uint64_t kNoData = 0x6e6f44617461ull;  // "noData"
   if (payload.empty()) return kNoData;
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits: not seeded, unlike absl::Hash
   auto mix = [&h](std::string_view bytes) {
     for (unsigned char c : bytes) {
       h ^= c;
@@ -343,19 +359,19 @@ uint64_t ResultTypeDigest(std::string_view payload) {
     for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
     mix(std::string_view(b, 8));
   };
-  auto r = DecodeRowDescription(payload);
-  if (!r.ok()) {
+  const absl::Status s = ReadRowDescription(
+      payload, [&](uint16_t count) { mix_int(count); },
+      [&](const FieldDescription& f) {
+        mix_int(f.name.size());
+        mix(f.name);
+        mix_int(f.type_oid);
+        mix_int(static_cast<uint16_t>(f.type_size));
+        mix_int(static_cast<uint32_t>(f.type_modifier));
+      });
+  if (!s.ok()) {
+    h = 0xcbf29ce484222325ull;
     mix("malformed");  // never equal to a well-formed description's digest but by chance
     mix(payload);
-  } else {
-    mix_int(r->fields.size());
-    for (const FieldDescription& f : r->fields) {
-      mix_int(f.name.size());
-      mix(f.name);
-      mix_int(f.type_oid);
-      mix_int(static_cast<uint16_t>(f.type_size));
-      mix_int(static_cast<uint32_t>(f.type_modifier));
-    }
   }
   return h == 0 || h == kNoData ? 1 : h;
 }

@@ -266,6 +266,31 @@ def wait_until(pred, seconds, step=0.05):
         time.sleep(step)
 
 
+async def second_read_cached(url, sql, key, evaluations, seconds):
+    """Until a fresh asyncpg connection's second fetchrow(sql, key) leaves
+    `evaluations()` (a counter the query bumps at the origin) unchanged,
+    i.e. is answered from the cache: the catalog snapshot loads on first
+    use (a statement asyncpg prepared before counts as a possible write for
+    its connection's life), and a connection's first Bind comes with
+    asyncpg's named Parse, which the origin must see. False after
+    `seconds`."""
+    import asyncio
+    import asyncpg
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.fetchrow(sql, key)
+            before = evaluations()
+            await conn.fetchrow(sql, key)
+            if evaluations() == before:
+                return True
+        finally:
+            await conn.close()
+        await asyncio.sleep(0.1)
+    return False
+
+
 def rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:

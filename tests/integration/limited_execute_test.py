@@ -17,7 +17,6 @@ import asyncio
 import os
 import struct
 import sys
-import time
 
 import asyncpg
 import psycopg
@@ -58,24 +57,9 @@ async def fetchrows(url, key, times):
 
 
 async def warm_up(url, key, seconds):
-    """Until a connection's second fetchrow is answered without the origin:
-    the catalog snapshot loads on first use (a statement asyncpg prepared
-    before counts as a possible write for its connection's life), and a
-    connection's first Bind comes with asyncpg's named Parse, which the
-    origin must see."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.fetchrow(READ, key)
-            before = evaluations()
-            await conn.fetchrow(READ, key)
-            if evaluations() == before:
-                return True
-        finally:
-            await conn.close()
-        await asyncio.sleep(0.1)
-    return False
+    """Until a connection's second fetchrow is answered without the origin
+    (wire.second_read_cached)."""
+    return await wire.second_read_cached(url, READ, key, evaluations, seconds)
 
 
 def test_fetchrow_is_cached(url):

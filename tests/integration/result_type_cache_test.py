@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import asyncpg
 import psycopg
@@ -88,19 +87,7 @@ async def catalog_loaded(url, table, seconds=20):
         with psycopg.connect(ORIGIN, autocommit=True) as c:
             return c.execute("SELECT last_value, is_called FROM %s_seq" % helper).fetchone()
 
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.fetchrow(sql, 1)
-            before = evaluations()
-            await conn.fetchrow(sql, 1)
-            if evaluations() == before:
-                return True
-        finally:
-            await conn.close()
-        await asyncio.sleep(0.1)
-    return False
+    return await wire.second_read_cached(url, sql, 1, evaluations, seconds)
 
 
 async def scenario(url, table):
