@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "protocol/wire_reader.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -14,15 +15,10 @@ constexpr std::string_view kNoData("n\0\0\0\4", 5);
 constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
 constexpr std::string_view kPortalSuspended("s\0\0\0\4", 5);
 
-uint32_t ReadU32(const char* p) {
-  auto b = [&](int i) { return static_cast<uint32_t>(static_cast<unsigned char>(p[i])); };
-  return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
-}
-
 // The whole frame at the start of `s` if its tag is `tag`, else empty.
 std::string_view FrameIf(std::string_view s, char tag) {
   if (s.size() < 5 || s[0] != tag) return {};
-  uint32_t len = ReadU32(s.data() + 1);
+  uint32_t len = protocol::LoadUint32(s.data() + 1);
   if (len < 4 || len > s.size() - 1) return {};
   return s.substr(0, len + 1);
 }
@@ -152,8 +148,7 @@ bool AppendRows(std::string_view rows_and_complete, int32_t max_rows, std::strin
   std::string_view rest = rows_and_complete;
   int64_t rows = 0;
   while (rest.size() >= 5 && rest[0] == 'D') {
-    const auto* u = reinterpret_cast<const unsigned char*>(rest.data() + 1);
-    const uint64_t length = (uint64_t{u[0]} << 24) | (uint64_t{u[1]} << 16) | (uint64_t{u[2]} << 8) | u[3];
+    const uint64_t length = protocol::LoadUint32(rest.data() + 1);
     if (length < 4 || length + 1 > rest.size()) return false;
     if (rows == max_rows) break;
     rest.remove_prefix(length + 1);

@@ -37,8 +37,7 @@ constexpr size_t kMaxClassifiedSql = 1 << 20;
 // is above `limit`: a size we refuse, not a malformed stream.
 bool DeclaresLengthAbove(std::string_view bytes, uint32_t limit) {
   if (bytes.size() < 5) return false;
-  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
-  const uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  const uint32_t len = pr::LoadUint32(bytes.data() + 1);
   return len < 0x80000000u && len > limit;
 }
 
@@ -281,8 +280,7 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
   while (buf.size() - pos >= 5) {
     const char* p = buf.data() + pos;
     const char tag = p[0];
-    const auto* u = reinterpret_cast<const unsigned char*>(p + 1);
-    uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+    const uint32_t len = pr::LoadUint32(p + 1);
     if (len < 4 || len >= 0x80000000u) {
       consumed = buf.size();
       return false;

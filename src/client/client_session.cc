@@ -432,12 +432,10 @@ bool ClientSession::RegisterCancelKey() {
   for (int attempt = 0; attempt < 8; ++attempt) {
     absl::StatusOr<std::string> bytes = auth::RandomBytes(8);
     if (!bytes.ok()) return false;
-    const auto* u = reinterpret_cast<const unsigned char*>(bytes->data());
     // Above 2^22 (Linux's PID_MAX_LIMIT): never a real origin backend's pid,
     // so a pg_terminate_backend of it cannot hit an unrelated backend
     // (docs/architecture.md, "Backend pids").
-    int32_t pid = static_cast<int32_t>((((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) |
-                                         (uint32_t{u[2]} << 8) | u[3]) & 0x7fffffffu) | 0x400000u);
+    int32_t pid = static_cast<int32_t>((protocol::LoadUint32(bytes->data()) & 0x7fffffffu) | 0x400000u);
     std::lock_guard lock(impl_->mu);
     if (pid == 0 || impl_->cancel_keys.count(pid) != 0) continue;
     cancel_pid_ = pid;

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "protocol/link_protocol.h"
+#include "protocol/wire_reader.h"
 
 namespace hyperpool::client {
 
@@ -97,8 +98,7 @@ class BackendStreamScanner {
         if (header_len_ == 5) header_len_ = 0;  // previous frame finished
         while (header_len_ < 5 && pos < chunk.size()) header_[header_len_++] = chunk[pos++];
         if (header_len_ < 5) return true;
-        const auto* u = reinterpret_cast<const unsigned char*>(header_ + 1);
-        uint32_t length = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+        const uint32_t length = protocol::LoadUint32(header_ + 1);
         if (length < 4 || length >= 0x80000000u) return false;
         last_tag_ = header_[0];
         body_remaining_ = length - 4;

@@ -6,13 +6,13 @@
 
 #include "client/client_util.h"
 #include "protocol/frontend_messages.h"
+#include "protocol/wire_reader.h"
 
 namespace hyperpool::client {
 
 std::optional<std::string> HelloDatabase(std::string_view initial_bytes) {
   if (initial_bytes.size() < 8) return std::nullopt;
-  const auto* b = reinterpret_cast<const unsigned char*>(initial_bytes.data());
-  const uint32_t length = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+  const uint32_t length = protocol::LoadUint32(initial_bytes.data());
   if (length < 8 || length > initial_bytes.size()) return std::nullopt;
   absl::StatusOr<protocol::StartupPacket> packet = protocol::DecodeStartupPacket(initial_bytes.substr(4, length - 4));
   if (!packet.ok()) return std::nullopt;

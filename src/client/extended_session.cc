@@ -21,8 +21,7 @@ struct Raw {
 };
 std::optional<Raw> Next(std::string_view bytes) {
   if (bytes.size() < 5) return std::nullopt;
-  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
-  uint32_t len = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  const uint32_t len = pr::LoadUint32(bytes.data() + 1);
   if (len < 4 || len > bytes.size() - 1) return std::nullopt;
   return Raw{bytes[0], bytes.substr(5, len - 4), size_t{len} + 1};
 }

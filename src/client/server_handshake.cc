@@ -17,8 +17,7 @@ namespace pr = protocol;
 
 
 int32_t LoadInt32(std::string_view bytes) {
-  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
-  return static_cast<int32_t>((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3]);
+  return static_cast<int32_t>(protocol::LoadUint32(bytes.data()));
 }
 
 bool ReplicationRequested(std::string_view value) {

@@ -671,8 +671,7 @@ void SessionCache::AdjustExecute(std::string& to_origin, std::size_t from) {
   if (!leader_ || leader_->max_rows <= 0 || leader_->max_rows == INT32_MAX || row_limit_.limit != 0) return;
   // Exactly one Execute frame was appended: its last four bytes are the limit.
   if (from > to_origin.size() || to_origin.size() - from < 9 || to_origin[from] != 'E') return;
-  const auto* u = reinterpret_cast<const unsigned char*>(to_origin.data() + from + 1);
-  const uint32_t length = (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+  const uint32_t length = protocol::LoadUint32(to_origin.data() + from + 1);
   if (uint64_t{length} + 1 != to_origin.size() - from) return;
   const uint32_t raised = static_cast<uint32_t>(leader_->max_rows) + 1;
   char* limit = to_origin.data() + to_origin.size() - 4;

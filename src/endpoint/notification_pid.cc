@@ -1,14 +1,13 @@
 #include "endpoint/notification_pid.h"
 
 #include "absl/strings/numbers.h"
+#include "protocol/wire_reader.h"
 
 namespace hyperpool::endpoint {
 namespace {
 
 std::int32_t ReadInt32(std::string_view bytes) {
-  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
-  return static_cast<std::int32_t>((std::uint32_t{u[0]} << 24) | (std::uint32_t{u[1]} << 16) |
-                                   (std::uint32_t{u[2]} << 8) | u[3]);
+  return static_cast<std::int32_t>(protocol::LoadUint32(bytes.data()));
 }
 
 void WriteInt32(char* out, std::int32_t value) {

@@ -42,12 +42,7 @@ std::size_t HighestParameter(std::string_view sql) {
   return highest;
 }
 
-std::uint32_t ReadUint32(std::string_view s) {
-  return (static_cast<std::uint32_t>(static_cast<unsigned char>(s[0])) << 24) |
-         (static_cast<std::uint32_t>(static_cast<unsigned char>(s[1])) << 16) |
-         (static_cast<std::uint32_t>(static_cast<unsigned char>(s[2])) << 8) |
-         static_cast<std::uint32_t>(static_cast<unsigned char>(s[3]));
-}
+std::uint32_t ReadUint32(std::string_view s) { return protocol::LoadUint32(s.data()); }
 
 }  // namespace
 

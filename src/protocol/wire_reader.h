@@ -18,6 +18,14 @@
 
 namespace hyperpool::protocol {
 
+// The big-endian (network order) 32-bit integer in the four bytes at `p`:
+// a frame's length, a pid, a cancel key. For code that peeks at bytes
+// without a WireReader (frame headers in a buffer, a length to patch).
+inline uint32_t LoadUint32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+}
+
 // Splits a NUL-terminated string off the front of `in` (the view excludes
 // the NUL); false, leaving `in` alone, if there is no NUL. For callers that
 // look into a payload without decoding all of it.
