@@ -7,10 +7,12 @@
 # `serve --threads 1 --pool-size 4` under `valgrind --tool=callgrind`, warms
 # it up with CG_WARMUP pgbench transactions, zeroes the counters, runs
 # `pgbench -n -S -c4 -j1 -t CG_TX` per mode, and prints the total Ir over the
-# transactions and the top inclusive functions per transaction.
+# transactions and the top inclusive functions per transaction. The mode
+# `tpcb` runs pgbench's TPC-B-like script (simple protocol) instead of -S.
 #
 #   bash bench/callgrind_per_tx.sh                 # build/hyperpool, cache on
 #   CG_SERVE_ARGS=--no-cache bash bench/callgrind_per_tx.sh
+#   CG_MODES=tpcb CG_TX=500 CG_WARMUP=400 bash bench/callgrind_per_tx.sh
 #
 # Environment: HYPERPOOL_BINARY (build/hyperpool), CG_SERVE_ARGS (extra
 # `serve` flags, "" = cache on), CG_MODES ("simple prepared"), CG_TX (1000
@@ -48,7 +50,9 @@ PGPASSWORD=$BPASS PGSSLMODE=disable pgbench -i -q -s 1 -h "$PGHOST" -p "$PGPORT"
   >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; die "pgbench -i failed"; }
 
 bench() {  # bench MODE TRANSACTIONS_PER_CLIENT
-  PGPASSWORD=$BPASS PGSSLMODE=disable pgbench -n -S -M "$1" -c "$CLIENTS" -j1 -t "$2" \
+  local script=(-S -M "$1")
+  [ "$1" = tpcb ] && script=(-M simple)
+  PGPASSWORD=$BPASS PGSSLMODE=disable pgbench -n "${script[@]}" -c "$CLIENTS" -j1 -t "$2" \
     -h 127.0.0.1 -p "$PORT" -U "$BUSER" "$DB" >>"$WORK/pgbench.log" 2>&1 \
     || { tail -20 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
 }

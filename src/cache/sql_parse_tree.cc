@@ -269,6 +269,33 @@ class TreeWalker {
     }
   }
 
+  // An operator expression: its operators (BETWEEN as >= and <=); false
+  // when its pattern operand was handled here (a LIKE's constant is text).
+  bool Operator(const PgQuery__AExpr* e) {
+    switch (e->kind) {
+      case PG_QUERY__A__EXPR__KIND__AEXPR_BETWEEN:
+      case PG_QUERY__A__EXPR__KIND__AEXPR_NOT_BETWEEN:
+      case PG_QUERY__A__EXPR__KIND__AEXPR_BETWEEN_SYM:
+      case PG_QUERY__A__EXPR__KIND__AEXPR_NOT_BETWEEN_SYM:
+        AddUnique(out_.operators, QualifiedName{"", ">="});
+        AddUnique(out_.operators, QualifiedName{"", "<="});
+        break;
+      default: {
+        QualifiedName n = NameOf(Strings(e->n_name, e->name));
+        if (!n.name.empty()) AddUnique(out_.operators, std::move(n));
+        break;
+      }
+    }
+    const bool pattern = e->kind == PG_QUERY__A__EXPR__KIND__AEXPR_LIKE ||
+                         e->kind == PG_QUERY__A__EXPR__KIND__AEXPR_ILIKE ||
+                         e->kind == PG_QUERY__A__EXPR__KIND__AEXPR_SIMILAR;
+    if (pattern && e->rexpr != nullptr && e->rexpr->node_case == PG_QUERY__NODE__NODE_A_CONST) {
+      if (e->lexpr != nullptr) Visit(&e->lexpr->base);  // the pattern is text, not a time
+      return true;
+    }
+    return false;
+  }
+
   void Visit(const ProtobufCMessage* m) {
     const ProtobufCMessageDescriptor* d = m->descriptor;
     if (d == &pg_query__node__descriptor) {
@@ -354,29 +381,7 @@ class TreeWalker {
       return;
     }
     if (d == &pg_query__a__expr__descriptor) {
-      const auto* e = reinterpret_cast<const PgQuery__AExpr*>(m);
-      switch (e->kind) {
-        case PG_QUERY__A__EXPR__KIND__AEXPR_BETWEEN:
-        case PG_QUERY__A__EXPR__KIND__AEXPR_NOT_BETWEEN:
-        case PG_QUERY__A__EXPR__KIND__AEXPR_BETWEEN_SYM:
-        case PG_QUERY__A__EXPR__KIND__AEXPR_NOT_BETWEEN_SYM:
-          AddUnique(out_.operators, QualifiedName{"", ">="});
-          AddUnique(out_.operators, QualifiedName{"", "<="});
-          break;
-        default: {
-          QualifiedName n = NameOf(Strings(e->n_name, e->name));
-          if (!n.name.empty()) AddUnique(out_.operators, std::move(n));
-          break;
-        }
-      }
-      const bool pattern = e->kind == PG_QUERY__A__EXPR__KIND__AEXPR_LIKE ||
-                           e->kind == PG_QUERY__A__EXPR__KIND__AEXPR_ILIKE ||
-                           e->kind == PG_QUERY__A__EXPR__KIND__AEXPR_SIMILAR;
-      if (pattern && e->rexpr != nullptr && e->rexpr->node_case == PG_QUERY__NODE__NODE_A_CONST) {
-        if (e->lexpr != nullptr) Visit(&e->lexpr->base);  // the pattern is text, not a time
-        return;
-      }
-      Children(m);
+      if (!Operator(reinterpret_cast<const PgQuery__AExpr*>(m))) Children(m);
       return;
     }
     if (d == &pg_query__sort_by__descriptor) {

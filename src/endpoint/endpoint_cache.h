@@ -468,6 +468,10 @@ class SessionCache {
   // A refresh_only look-up that found an entry or a fetch in flight: the
   // unit goes to the origin as a mark-only leader (never served, never waits).
   InterceptResult RefreshOnly();
+  // Intercept's two preliminaries: a named Parse's statement noted; the
+  // per-unit state dropped when the session is idle.
+  void NoteNamedParse(const protocol::Frame& frame, const cache::SqlText* text);
+  void ResetAtIdle();
   std::optional<Lookup> lookup_;
   // The shared tier's answer for `key` (the leader's look-up, bounded by
   // its timeout): a current entry, or null with leader_->token set.

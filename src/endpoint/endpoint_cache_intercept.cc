@@ -74,32 +74,35 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::
   return true;
 }
 
+void SessionCache::NoteNamedParse(const protocol::Frame& frame, const cache::SqlText* text) {
+  // A unit of named Parses up to a Sync is answered without the origin
+  // (statement_session.h) and never forwarded: its statements are known
+  // from here, so that Binds of them are keyed and their writes tracked.
+  auto p = protocol::DecodeParse(frame.payload);
+  if (!p.ok() || p->statement.empty()) return;
+  RecordParse(*p);
+  if (statements_.find(std::string(p->statement)) == statements_.end()) {
+    cache::SqlText own(text != nullptr ? std::string_view() : p->query);
+    statements_[std::string(p->statement)] = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/false);
+  }
+}
+
+void SessionCache::ResetAtIdle() {
+  // Whatever was outstanding has been answered (possibly locally, when the
+  // origin was lost or no connection could be had).
+  if (leader_) EndLeader(/*abandon=*/true);
+  SettleOpenCatalogChanges();
+  pending_.clear();
+  row_limit_ = RowLimit{};  // a unit that ended without its ReadyForQuery (origin lost)
+  building_ = Effect{};
+  txn_written_ = cache::WriteEffect{};
+}
+
 SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
                                                      std::string_view rest, bool idle, std::string& local_out,
                                                      bool& skip_until_sync, char& skip_status) {
-  if (frame.tag == 'P') {
-    // A unit of named Parses up to a Sync is answered without the origin
-    // (statement_session.h) and never forwarded: its statements are known
-    // from here, so that Binds of them are keyed and their writes tracked.
-    auto p = protocol::DecodeParse(frame.payload);
-    if (p.ok() && !p->statement.empty()) {
-      RecordParse(*p);
-      if (statements_.find(std::string(p->statement)) == statements_.end()) {
-        cache::SqlText own(text != nullptr ? std::string_view() : p->query);
-        statements_[std::string(p->statement)] = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/false);
-      }
-    }
-  }
-  if (idle) {
-    // Whatever was outstanding has been answered (possibly locally, when the
-    // origin was lost or no connection could be had).
-    if (leader_) EndLeader(/*abandon=*/true);
-    SettleOpenCatalogChanges();
-    pending_.clear();
-    row_limit_ = RowLimit{};  // a unit that ended without its ReadyForQuery (origin lost)
-    building_ = Effect{};
-    txn_written_ = cache::WriteEffect{};
-  }
+  if (frame.tag == 'P') NoteNamedParse(frame, text);
+  if (idle) ResetAtIdle();
   // After a Parse/Describe(statement) flight whose answers have all come
   // (postgres.js: Parse + Describe + Flush, then Bind + Execute + Sync), a
   // Bind starts the rest of that implicit transaction: its result may be
