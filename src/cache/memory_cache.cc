@@ -240,9 +240,10 @@ void MemoryCache::Erase(const std::string& key) {
 void MemoryCache::InvalidateTables(std::string_view database,
                                    const std::vector<std::string>& tables) {
   ++epoch_;
+  if (flights_.empty() && by_table_.empty()) return;  // nothing stored, nothing in flight
   for (const std::string& t : tables) {
-    std::string tk = TableKey(database, t);
-    if (!flights_.empty()) table_epochs_[tk] = epoch_;
+    const std::string_view tk = TableKeyView(database, t);
+    if (!flights_.empty()) table_epochs_[std::string(tk)] = epoch_;
     auto bt = by_table_.find(tk);
     if (bt != by_table_.end()) RemoveAll(bt->second);
   }

@@ -238,6 +238,14 @@ std::optional<StatementKind> StatementKindOfKeyword(std::string_view keyword);
 // the bytes alone: no ';' but trailing ones, no quote of any kind, no
 // backslash, no comment, no '&'; nullopt otherwise (then lex it).
 std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql);
+// Whether `hay` holds `needle` (lowercase ASCII) with ASCII letters compared
+// case-insensitively: the byte scans that ask "may this text mention X?"
+// before any lexing (LISTEN, NOTIFY, pg_prepared_statements,
+// hyperpool:nocache, set_config) on every statement. A needle with a byte
+// that is not a letter is looked for where that byte occurs (memchr); one of
+// letters only, sixteen places at a time by its first and last bytes (SSE2).
+// A candidate is then compared whole.
+bool ContainsCaseless(std::string_view hay, std::string_view needle);
 
 // Whether `sql` is one plain SELECT that ClassifyStatements (tier.h) can
 // classify without lexing it (no effects at all). Conservative: false for

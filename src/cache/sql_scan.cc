@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -226,27 +227,95 @@ bool SqlText::simple_read() const { return scan() == static_cast<signed char>(Se
 
 bool SqlText::plain_select() const { return scan() != static_cast<signed char>(SelectScan::kNotPlain); }
 
+bool ContainsCaseless(std::string_view hay, std::string_view needle) {
+  const size_t n = needle.size();
+  if (n == 0) return true;
+  if (n > hay.size()) return false;
+  auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c; };
+  auto matches_at = [&](size_t i) {
+    for (size_t k = 0; k < n; ++k) {
+      if (lower(hay[i + k]) != needle[k]) return false;
+    }
+    return true;
+  };
+  // A byte that is not a letter (the ':' of "hyperpool:nocache", the '_'
+  // of "set_config"): only the places where it occurs are compared
+  // (memchr): most texts hold it rarely or never.
+  size_t anchor = 0;
+  while (anchor < n && needle[anchor] >= 'a' && needle[anchor] <= 'z') ++anchor;
+  if (anchor < n) {
+    const size_t last = hay.size() - n + anchor;  // the anchor's last possible place
+    for (size_t from = anchor; from <= last;) {
+      const void* hit = std::memchr(hay.data() + from, needle[anchor], last - from + 1);
+      if (hit == nullptr) return false;
+      const size_t j = static_cast<size_t>(static_cast<const char*>(hit) - hay.data());
+      if (matches_at(j - anchor)) return true;
+      from = j + 1;
+    }
+    return false;
+  }
+  const size_t end = hay.size() - n + 1;  // the places a match may start: [0, end)
+  size_t i = 0;
+#if defined(__SSE2__)
+  // All letters: a lowercase letter's only preimages under `| 0x20` are
+  // itself and its capital, so comparing `byte | 0x20` is exact.
+  const __m128i first = _mm_set1_epi8(needle[0]);
+  const __m128i last = _mm_set1_epi8(needle[n - 1]);
+  const __m128i fold = _mm_set1_epi8(0x20);
+  for (; i + 16 <= end; i += 16) {  // (the last load ends at i + 15 + n - 1 < hay.size())
+    const __m128i a = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hay.data() + i)), fold);
+    const __m128i b = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hay.data() + i + n - 1)), fold);
+    auto mask = static_cast<uint32_t>(_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, first), _mm_cmpeq_epi8(b, last))));
+    while (mask != 0) {
+      if (matches_at(i + static_cast<size_t>(__builtin_ctz(mask)))) return true;
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; i < end; ++i) {
+    if (lower(hay[i]) == needle[0] && matches_at(i)) return true;
+  }
+  return false;
+}
+
 std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql) {
   size_t end = sql.size();
   while (end > 0 && (sql[end - 1] == ';' || absl::ascii_isspace(static_cast<unsigned char>(sql[end - 1])))) --end;
   const std::string_view body = sql.substr(0, end);
   // Nothing that could end a statement early, hide one, or fail to lex:
-  // quotes, dollar quotes, backslashes, comments, U& escapes. One pass,
-  // a table look-up per byte.
+  // quotes, dollar quotes, backslashes, comments, U& escapes. One pass.
   static constexpr std::array<bool, 256> kStop = [] {
     std::array<bool, 256> t{};
     for (char c : std::string_view(";'\"$\\&-/")) t[static_cast<unsigned char>(c)] = true;
     return t;
   }();
-  for (size_t j = 0; j < body.size(); ++j) {
+  auto stops_at = [&](size_t j) {
     const char c = body[j];
-    if (!kStop[static_cast<unsigned char>(c)]) continue;
-    if (c == '-' || c == '/') {
-      const char next = j + 1 < body.size() ? body[j + 1] : '\0';
-      if ((c == '-' && next == '-') || (c == '/' && next == '*')) return std::nullopt;
-      continue;
+    if (c != '-' && c != '/') return true;
+    const char next = j + 1 < body.size() ? body[j + 1] : '\0';
+    return (c == '-' && next == '-') || (c == '/' && next == '*');
+  };
+  size_t j = 0;
+#if defined(__SSE2__)
+  // Sixteen bytes at a time; only the places of kStop bytes are looked at
+  // (pgbench's "+ -1234" has a '-' that stops nothing).
+  {
+    static constexpr std::string_view kStops = ";'\"$\\&-/";
+    __m128i stops[kStops.size()];
+    for (size_t k = 0; k < kStops.size(); ++k) stops[k] = _mm_set1_epi8(kStops[k]);
+    for (; j + 16 <= body.size(); j += 16) {
+      const __m128i chunk = _mm_loadu_si128(reinterpret_cast<const __m128i*>(body.data() + j));
+      __m128i hit = _mm_cmpeq_epi8(chunk, stops[0]);
+#pragma GCC unroll 8
+      for (size_t k = 1; k < kStops.size(); ++k) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(chunk, stops[k]));
+      for (auto mask = static_cast<uint32_t>(_mm_movemask_epi8(hit)); mask != 0; mask &= mask - 1) {
+        if (stops_at(j + static_cast<size_t>(__builtin_ctz(mask)))) return std::nullopt;
+      }
     }
-    return std::nullopt;
+  }
+#endif
+  for (; j < body.size(); ++j) {
+    if (kStop[static_cast<unsigned char>(body[j])] && stops_at(j)) return std::nullopt;
   }
   size_t i = 0;
   while (i < body.size() && (absl::ascii_isspace(static_cast<unsigned char>(body[i])) || body[i] == '(')) ++i;

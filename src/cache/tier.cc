@@ -108,7 +108,6 @@ struct Reader {
   }
 };
 
-void Frame(std::string& out, const std::string& payload) { protocol::AppendFrame(out, kControlTag, payload); }
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -116,41 +115,6 @@ std::string Lower(std::string_view s) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return out;
-}
-
-char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-// ASCII case-insensitive search without a copy; `needle` is lowercase. When it holds a byte that is not a letter (the
-// ':' of "hyperpool:nocache", the '_' of "set_config"), only the places
-// where that byte occurs are compared (memchr): most texts hold it rarely
-// or never, and this runs on every statement of every unit.
-bool ContainsCi(std::string_view hay, std::string_view needle) {
-  if (needle.size() > hay.size()) return false;
-  if (needle.empty()) return true;
-  auto matches_at = [&](size_t i) {
-    for (size_t k = 0; k < needle.size(); ++k) {
-      if (AsciiLower(hay[i + k]) != needle[k]) return false;
-    }
-    return true;
-  };
-  size_t anchor = 0;
-  while (anchor < needle.size() && needle[anchor] >= 'a' && needle[anchor] <= 'z') ++anchor;
-  if (anchor < needle.size()) {
-    const char c = needle[anchor];
-    const size_t last = hay.size() - needle.size() + anchor;  // the anchor's last possible place
-    for (size_t from = anchor; from <= last;) {
-      const void* hit = std::memchr(hay.data() + from, c, last - from + 1);
-      if (hit == nullptr) return false;
-      const size_t j = static_cast<size_t>(static_cast<const char*>(hit) - hay.data());
-      if (matches_at(j - anchor)) return true;
-      from = j + 1;
-    }
-    return false;
-  }
-  for (size_t i = 0; i + needle.size() <= hay.size(); ++i) {
-    if (matches_at(i)) return true;
-  }
-  return false;
 }
 
 // One frontend frame at the start of `bytes`.
@@ -169,9 +133,10 @@ std::optional<RawFrame> NextFrame(std::string_view bytes) {
 }  // namespace
 
 void AppendControl(std::string& out, const BeginControl& c) {
-  std::string p(1, 'B');
-  PutU64(p, c.digest);
-  Frame(out, p);
+  const protocol::MessageStart start = protocol::BeginMessage(out, kControlTag);
+  out.push_back('B');
+  PutU64(out, c.digest);
+  protocol::FinishMessage(out, start);
 }
 
 void AppendControl(std::string& out, const StoreControl& c) {
@@ -190,12 +155,16 @@ void AppendControl(std::string& out, const StoreControl& c) {
 }
 
 void AppendControl(std::string& out, const InvalidateControl& c) {
-  std::string p(1, 'I');
-  PutU64(p, c.generation);
-  p.push_back(!c.all ? 0 : c.rows_only ? 2 : 1);
-  PutTables(p, c.tables);
-  if (c.source != 0) PutU64(p, c.source);
-  Frame(out, p);
+  size_t tables = 0;
+  for (const std::string& t : c.tables) tables += t.size() + 1;
+  out.reserve(out.size() + 5 + 1 + 8 + 1 + 4 + tables + 8);
+  const protocol::MessageStart start = protocol::BeginMessage(out, kControlTag);
+  out.push_back('I');
+  PutU64(out, c.generation);
+  out.push_back(!c.all ? 0 : c.rows_only ? 2 : 1);
+  PutTables(out, c.tables);
+  if (c.source != 0) PutU64(out, c.source);
+  protocol::FinishMessage(out, start);
 }
 
 std::optional<Control> DecodeControl(std::string_view payload) {
@@ -520,12 +489,12 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
   StatementEffects fx;
   const std::string_view sql = text.sql();
   if (text.plain_select()) return fx;  // what the lexer would conclude, without it
-  fx.nocache_hint = ContainsCi(sql, "hyperpool:nocache");
+  fx.nocache_hint = ContainsCaseless(sql, "hyperpool:nocache");
   // One statement whose leading keyword decides it (an UPDATE, INSERT,
   // BEGIN ...): what the lexer and the analysis below would conclude,
   // without them. SET and RESET go on to ClassifySet.
   if (std::optional<std::string> kw = LeadingKeywordOfPlainText(sql);
-      kw && *kw != "set" && *kw != "reset" && !ContainsCi(sql, "set_config")) {
+      kw && *kw != "set" && *kw != "reset" && !ContainsCaseless(sql, "set_config")) {
     if (std::optional<StatementKind> kind = StatementKindOfKeyword(*kw)) {
       fx.changes_session_state = ChangesStateByKind(*kind);
       return fx;

@@ -14,8 +14,6 @@ void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std
   // A local write's own session tells its Client in its batch; a remote
   // one reaches every Client.
   if (!remote && sessions_.size() <= 1) return;
-  std::string bytes;
-  cache::AppendControl(bytes, control);
   // A Client's invalidation watches (they hear every invalidation, whether
   // or not the Client has a session open), else one session of the Client.
   // Targets first: delivering may end a watch that falls too far behind
@@ -29,6 +27,9 @@ void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std
       targets.push_back(*c.sessions.begin());
     }
   }
+  if (targets.empty()) return;  // (the writer's own Client is the only one: encoded for nobody)
+  std::string bytes;
+  cache::AppendControl(bytes, control);
   for (SessionCache* s : targets) {
     if (sessions_.contains(s)) s->Deliver(bytes);
   }

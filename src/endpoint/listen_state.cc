@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
 #include "protocol/codec.h"
 
@@ -20,16 +19,7 @@ void AppendQuotedIdentifier(std::string& out, std::string_view name) {
 
 }  // namespace
 
-bool MayListen(std::string_view sql) {
-  constexpr std::string_view kWord = "listen";
-  for (std::size_t i = 0; i + kWord.size() <= sql.size(); ++i) {
-    if ((sql[i] | 0x20) != 'l') continue;  // cheap first-byte filter
-    std::size_t k = 0;
-    while (k < kWord.size() && absl::ascii_tolower(static_cast<unsigned char>(sql[i + k])) == kWord[k]) ++k;
-    if (k == kWord.size()) return true;
-  }
-  return false;
-}
+bool MayListen(std::string_view sql) { return cache::ContainsCaseless(sql, "listen"); }
 
 std::vector<ListenOp> ParseListenOps(std::string_view sql) {
   cache::SqlText text(sql);

@@ -1,6 +1,7 @@
 #include "endpoint/notification_pid.h"
 
 #include "absl/strings/numbers.h"
+#include "cache/sql_analysis.h"
 #include "protocol/wire_reader.h"
 
 namespace hyperpool::endpoint {
@@ -58,15 +59,6 @@ void AppendTranslatedNotification(std::string& out, std::string_view raw, const 
   WriteInt32(out.data() + at + kPidOffset, pids.Translate(origin));
 }
 
-bool MayNotify(std::string_view payload) {
-  constexpr std::string_view kWord = "notify";
-  if (payload.size() < kWord.size()) return false;
-  for (std::size_t i = 0; i + kWord.size() <= payload.size(); ++i) {
-    std::size_t k = 0;
-    while (k < kWord.size() && (payload[i + k] | 0x20) == kWord[k]) ++k;
-    if (k == kWord.size()) return true;
-  }
-  return false;
-}
+bool MayNotify(std::string_view payload) { return cache::ContainsCaseless(payload, "notify"); }
 
 }  // namespace hyperpool::endpoint

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -49,10 +50,16 @@ void AppendIdentifier(std::string& out, std::string_view name) {
   out += '"';
 }
 
-bool IsWordChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
-         static_cast<unsigned char>(c) >= 0x80;
-}
+constexpr std::array<bool, 256> kWordChars = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    t[c] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
+           c >= 0x80;
+  }
+  return t;
+}();
+
+inline bool IsWordChar(char c) { return kWordChars[static_cast<unsigned char>(c)]; }
 
 // Words whose presence makes the full analysis worthwhile.
 constexpr std::string_view kTriggerWords[] = {
@@ -66,6 +73,18 @@ constexpr std::string_view kTriggerWords[] = {
 constexpr std::string_view kAnywhereWords[] = {"temp", "temporary", "set_config", "pg_advisory_lock",
                                                "pg_advisory_lock_shared", "pg_try_advisory_lock",
                                                "pg_try_advisory_lock_shared"};
+
+// For each lowercase first letter, a bit per length (< 32) of the words in
+// `words` that begin with it: most words of a statement are ruled out by
+// their first byte and length, without lowering or comparing them.
+template <std::size_t N>
+constexpr std::array<uint32_t, 26> FirstLetterLengths(const std::string_view (&words)[N]) {
+  std::array<uint32_t, 26> masks{};
+  for (std::string_view w : words) masks[static_cast<std::size_t>(w[0] - 'a')] |= uint32_t{1} << w.size();
+  return masks;
+}
+constexpr std::array<uint32_t, 26> kTriggerMasks = FirstLetterLengths(kTriggerWords);
+constexpr std::array<uint32_t, 26> kAnywhereMasks = FirstLetterLengths(kAnywhereWords);
 
 // Leading keywords for which AnalyzeOne reads nothing but kAnywhereWords
 // (none of its first-keyword branches: SET, RESET, DISCARD, CREATE,
@@ -96,6 +115,10 @@ bool MayMatter(std::string_view sql) {
     while (i < sql.size() && IsWordChar(sql[i])) ++i;
     std::string_view word = sql.substr(start, i - start);
     if (word.size() > 27) continue;
+    const unsigned first = absl::ascii_tolower(static_cast<unsigned char>(word[0])) - 'a';
+    if (first >= 26) continue;  // every trigger word begins with a letter
+    const std::array<uint32_t, 26>& masks = anywhere_only ? kAnywhereMasks : kTriggerMasks;
+    if ((masks[first] & (uint32_t{1} << word.size())) == 0) continue;
     char lower[28];
     for (std::size_t k = 0; k < word.size(); ++k) lower[k] = absl::ascii_tolower(static_cast<unsigned char>(word[k]));
     std::string_view w(lower, word.size());

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/string_view.h"
+#include "cache/sql_analysis.h"
 #include "endpoint/statement_session.h"
 #include "protocol/wire_writer.h"
 
@@ -123,19 +124,7 @@ void ClientStatements::InOrder(std::vector<StatementRef>& out) const {
   }
 }
 
-bool ReadsPreparedView(std::string_view sql) {
-  constexpr std::string_view kName = "pg_prepared_statement";
-  if (sql.size() < kName.size()) return false;
-  for (std::size_t i = 0; i + kName.size() <= sql.size(); ++i) {
-    if ((sql[i] | 0x20) != 'p') continue;
-    std::size_t j = 1;
-    while (j < kName.size() && static_cast<char>(std::tolower(static_cast<unsigned char>(sql[i + j]))) == kName[j]) {
-      ++j;
-    }
-    if (j == kName.size()) return true;
-  }
-  return false;
-}
+bool ReadsPreparedView(std::string_view sql) { return cache::ContainsCaseless(sql, "pg_prepared_statement"); }
 
 bool ClientStatements::Erase(std::string_view name) {
   auto it = named_.find(Absl(name));

@@ -2,12 +2,15 @@
 // Client tier's generation checks (src/client/client_cache.h).
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
+#include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
 #include "cache/tier.h"
 #include "client/client_cache.h"
@@ -662,6 +665,73 @@ TEST_CASE("a unit's digest is the same function in every process, and tells unit
   }
   std::sort(seen.begin(), seen.end());
   CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+}
+
+}  // namespace
+}  // namespace hyperpool::cache
+
+namespace hyperpool::cache {
+namespace {
+
+bool NaiveContainsCaseless(std::string_view hay, std::string_view needle) {
+  for (size_t i = 0; i + needle.size() <= hay.size(); ++i) {
+    size_t k = 0;
+    while (k < needle.size() && absl::ascii_tolower(static_cast<unsigned char>(hay[i + k])) == needle[k]) ++k;
+    if (k == needle.size()) return true;
+  }
+  return needle.empty();
+}
+
+TEST_CASE("ContainsCaseless agrees with a byte-by-byte search at every length and place", "[tier][scan]") {
+  // Texts of every length up to 80 built from the needles' own bytes in both
+  // cases, their neighbours under `| 0x20` ('@' and '`', '[' and '{'),
+  // blanks and a high byte, so that every SIMD block position and the tail
+  // loop see partial and whole matches.
+  const std::vector<std::string_view> needles = {"listen", "notify", "pg_prepared_statement", "hyperpool:nocache",
+                                                 "set_config", "l", "ln"};
+  const std::string alphabet = "lLiIsStTeEnN_pPgG:@`[{ \xc3";
+  uint64_t state = 0x9e3779b97f4a7c15ULL;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  size_t found = 0;
+  for (int round = 0; round < 4000; ++round) {
+    const std::string_view needle = needles[next() % needles.size()];
+    std::string hay(next() % 81, ' ');
+    for (char& c : hay) c = alphabet[next() % alphabet.size()];
+    if (next() % 3 == 0 && hay.size() >= needle.size()) {  // a planted match, letters in random case
+      const size_t at = next() % (hay.size() - needle.size() + 1);
+      for (size_t k = 0; k < needle.size(); ++k) {
+        const char c = needle[k];
+        hay[at + k] = (c >= 'a' && c <= 'z' && next() % 2 == 0) ? static_cast<char>(c - 32) : c;
+      }
+    }
+    const bool expected = NaiveContainsCaseless(hay, needle);
+    found += expected ? 1 : 0;
+    CAPTURE(hay, needle);
+    REQUIRE(ContainsCaseless(hay, needle) == expected);
+  }
+  CHECK(found > 500);  // the planted matches were found, not only absences
+  CHECK_FALSE(ContainsCaseless("LISTE", "listen"));
+  CHECK(ContainsCaseless("select 1; LiStEn channel_with_a_long_name_here", "listen"));
+  CHECK_FALSE(ContainsCaseless("select pg_prepared_statementS from x where y = 1", "pg_prepared_statementx"));
+}
+
+TEST_CASE("LeadingKeywordOfPlainText sees a comment or quote in every 16-byte place", "[tier][scan]") {
+  for (size_t pad = 0; pad < 40; ++pad) {
+    const std::string head = "UPDATE pgbench_accounts SET abalance = abalance + -1234" + std::string(pad, ' ');
+    CAPTURE(pad);
+    CHECK(LeadingKeywordOfPlainText(head + "WHERE aid = 5") == std::optional<std::string>("update"));
+    CHECK_FALSE(LeadingKeywordOfPlainText(head + "-- c\nWHERE aid = 5").has_value());
+    CHECK_FALSE(LeadingKeywordOfPlainText(head + "/* c */ WHERE aid = 5").has_value());
+    CHECK_FALSE(LeadingKeywordOfPlainText(head + "WHERE aid = '5'").has_value());
+    CHECK_FALSE(LeadingKeywordOfPlainText(head + "; SELECT 1").has_value());
+    CHECK_FALSE(LeadingKeywordOfPlainText(head + "WHERE aid = $1").has_value());
+    CHECK(LeadingKeywordOfPlainText(head + "WHERE aid = 5 / 2 - 1;  ") == std::optional<std::string>("update"));
+  }
 }
 
 }  // namespace
