@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "cache/byte_scan.h"
+
 namespace hyperpool::cache {
 namespace {
 
@@ -47,21 +49,24 @@ bool DecisionMemo::KeyOf(const SqlText& text, const DecisionContext& ctx, std::s
 }
 
 bool MaskableText(std::string_view sql) {
+  // Only the places of these bytes are looked at (ByteSet).
+  static const ByteSet kBytes(std::string_view("\\'\"$&-/\0", 8));
+  static_assert(kNumberMark == '\0');
   bool in_string = false;
-  for (size_t i = 0; i < sql.size(); ++i) {
+  const bool maskable = kBytes.ForEach(sql, [&](size_t i) {
     const char c = sql[i];
     // A backslash may end a string early (E'', or standard_conforming_strings
     // off): anywhere, the bytes no longer tell where strings are.
     if (c == '\\' || c == kNumberMark) return false;
     if (c == '\'') {
       in_string = !in_string;
-      continue;
+      return true;
     }
-    if (in_string) continue;
+    if (in_string) return true;
     if (c == '"' || c == '$' || c == '&') return false;
-    if ((c == '-' || c == '/') && i + 1 < sql.size() && sql[i + 1] == (c == '-' ? '-' : '*')) return false;
-  }
-  return !in_string;
+    return !(i + 1 < sql.size() && sql[i + 1] == (c == '-' ? '-' : '*'));  // '-' or '/'
+  });
+  return maskable && !in_string;
 }
 
 void AppendMaskedIntegers(std::string_view sql, std::string& key) {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "absl/strings/ascii.h"
+#include "cache/byte_scan.h"
 #include "cache/sql_analysis.h"
 
 #if defined(__SSE2__)
@@ -284,39 +285,14 @@ std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql) {
   const std::string_view body = sql.substr(0, end);
   // Nothing that could end a statement early, hide one, or fail to lex:
   // quotes, dollar quotes, backslashes, comments, U& escapes. One pass.
-  static constexpr std::array<bool, 256> kStop = [] {
-    std::array<bool, 256> t{};
-    for (char c : std::string_view(";'\"$\\&-/")) t[static_cast<unsigned char>(c)] = true;
-    return t;
-  }();
-  auto stops_at = [&](size_t j) {
+  static const ByteSet kStops(";'\"$\\&-/");
+  const bool plain = kStops.ForEach(body, [&](size_t j) {
     const char c = body[j];
-    if (c != '-' && c != '/') return true;
+    if (c != '-' && c != '/') return false;  // pgbench's "+ -1234" has a '-' that stops nothing
     const char next = j + 1 < body.size() ? body[j + 1] : '\0';
-    return (c == '-' && next == '-') || (c == '/' && next == '*');
-  };
-  size_t j = 0;
-#if defined(__SSE2__)
-  // Sixteen bytes at a time; only the places of kStop bytes are looked at
-  // (pgbench's "+ -1234" has a '-' that stops nothing).
-  {
-    static constexpr std::string_view kStops = ";'\"$\\&-/";
-    __m128i stops[kStops.size()];
-    for (size_t k = 0; k < kStops.size(); ++k) stops[k] = _mm_set1_epi8(kStops[k]);
-    for (; j + 16 <= body.size(); j += 16) {
-      const __m128i chunk = _mm_loadu_si128(reinterpret_cast<const __m128i*>(body.data() + j));
-      __m128i hit = _mm_cmpeq_epi8(chunk, stops[0]);
-#pragma GCC unroll 8
-      for (size_t k = 1; k < kStops.size(); ++k) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(chunk, stops[k]));
-      for (auto mask = static_cast<uint32_t>(_mm_movemask_epi8(hit)); mask != 0; mask &= mask - 1) {
-        if (stops_at(j + static_cast<size_t>(__builtin_ctz(mask)))) return std::nullopt;
-      }
-    }
-  }
-#endif
-  for (; j < body.size(); ++j) {
-    if (kStop[static_cast<unsigned char>(body[j])] && stops_at(j)) return std::nullopt;
-  }
+    return !((c == '-' && next == '-') || (c == '/' && next == '*'));
+  });
+  if (!plain) return std::nullopt;
   size_t i = 0;
   while (i < body.size() && (absl::ascii_isspace(static_cast<unsigned char>(body[i])) || body[i] == '(')) ++i;
   const size_t start = i;

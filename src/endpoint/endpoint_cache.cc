@@ -427,9 +427,13 @@ bool SessionCache::StandardConformingStrings() const {
   if (tracked_settings_ == nullptr) return true;
   auto it = tracked_settings_->desired().find("standard_conforming_strings");
   if (it == tracked_settings_->desired().end()) return true;
-  std::string v = it->second;
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return v == "on" || v == "true" || v == "yes" || v == "1";  // anything else: judged as off
+  const std::string_view v = it->second;
+  auto is = [v](std::string_view word) {  // (lowercase `word`; no copy of the value)
+    return v.size() == word.size() && std::equal(v.begin(), v.end(), word.begin(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) == b;
+           });
+  };
+  return is("on") || is("true") || is("yes") || v == "1";  // anything else: judged as off
 }
 
 std::chrono::milliseconds SessionCache::Ttl() const {

@@ -67,12 +67,10 @@ constexpr std::string_view kTriggerWords[] = {
     "hold", "prepare", "do",         "call",    "pg_advisory_lock", "pg_advisory_lock_shared",
     "pg_try_advisory_lock", "pg_try_advisory_lock_shared"};
 
-// Words that matter wherever they stand (AnalyzeOne's scan of every token:
-// INTO TEMP, the advisory-lock functions, set_config); the other trigger
-// words matter only as a statement's first keyword.
-constexpr std::string_view kAnywhereWords[] = {"temp", "temporary", "set_config", "pg_advisory_lock",
-                                               "pg_advisory_lock_shared", "pg_try_advisory_lock",
-                                               "pg_try_advisory_lock_shared"};
+// The words that matter wherever they stand (AnalyzeOne's scan of every
+// token) are temp, temporary (INTO TEMP), set_config and the four
+// advisory-lock functions; the other trigger words matter only as a
+// statement's first keyword.
 
 // For each lowercase first letter, a bit per length (< 32) of the words in
 // `words` that begin with it: most words of a statement are ruled out by
@@ -84,9 +82,9 @@ constexpr std::array<uint32_t, 26> FirstLetterLengths(const std::string_view (&w
   return masks;
 }
 constexpr std::array<uint32_t, 26> kTriggerMasks = FirstLetterLengths(kTriggerWords);
-constexpr std::array<uint32_t, 26> kAnywhereMasks = FirstLetterLengths(kAnywhereWords);
 
-// Leading keywords for which AnalyzeOne reads nothing but kAnywhereWords
+// Leading keywords for which AnalyzeOne reads nothing but the words that
+// matter anywhere
 // (none of its first-keyword branches: SET, RESET, DISCARD, CREATE,
 // DECLARE, PREPARE, DO, CALL).
 bool OnlyAnywhereWordsMatter(std::string_view keyword) {
@@ -102,7 +100,13 @@ bool MayMatter(std::string_view sql) {
   // One plain statement (no quotes, comments, inner ';' or U& escapes)
   // that begins with such a keyword: UPDATE ... SET is no SET.
   std::optional<std::string> keyword = cache::LeadingKeywordOfPlainText(sql);
-  const bool anywhere_only = keyword && OnlyAnywhereWordsMatter(*keyword);
+  if (keyword && OnlyAnywhereWordsMatter(*keyword)) {
+    // Three substrings cover the words that matter anywhere ("temp" is in "temporary",
+    // "advisory_lock" in the four lock functions): a text holding one
+    // elsewhere (a column "attempts") is only analysed needlessly.
+    return cache::ContainsCaseless(sql, "temp") || cache::ContainsCaseless(sql, "set_config") ||
+           cache::ContainsCaseless(sql, "advisory_lock");
+  }
   std::size_t i = 0;
   while (i < sql.size()) {
     if (!IsWordChar(sql[i])) {
@@ -117,17 +121,10 @@ bool MayMatter(std::string_view sql) {
     if (word.size() > 27) continue;
     const unsigned first = absl::ascii_tolower(static_cast<unsigned char>(word[0])) - 'a';
     if (first >= 26) continue;  // every trigger word begins with a letter
-    const std::array<uint32_t, 26>& masks = anywhere_only ? kAnywhereMasks : kTriggerMasks;
-    if ((masks[first] & (uint32_t{1} << word.size())) == 0) continue;
+    if ((kTriggerMasks[first] & (uint32_t{1} << word.size())) == 0) continue;
     char lower[28];
     for (std::size_t k = 0; k < word.size(); ++k) lower[k] = absl::ascii_tolower(static_cast<unsigned char>(word[k]));
     std::string_view w(lower, word.size());
-    if (anywhere_only) {
-      for (std::string_view t : kAnywhereWords) {
-        if (w == t) return true;
-      }
-      continue;
-    }
     for (std::string_view t : kTriggerWords) {
       if (w == t) return true;
     }
