@@ -425,7 +425,8 @@ void SessionCache::RefreshSettingsKey() {
 
 bool SessionCache::StandardConformingStrings() const {
   if (tracked_settings_ == nullptr) return true;
-  auto it = tracked_settings_->desired().find("standard_conforming_strings");
+  static const std::string kName = "standard_conforming_strings";  // (a literal would make a string per call)
+  auto it = tracked_settings_->desired().find(kName);
   if (it == tracked_settings_->desired().end()) return true;
   const std::string_view v = it->second;
   auto is = [v](std::string_view word) {  // (lowercase `word`; no copy of the value)
