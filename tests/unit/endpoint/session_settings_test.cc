@@ -84,6 +84,7 @@ TEST_CASE("statements that may change settings ask for a capture") {
                       "reset timezone", "SET SESSION statement_timeout = 5", "DISCARD ALL",
                       "SELECT set_config('app.x', '1', false)", "BEGIN; SET datestyle = German; COMMIT",
                       "UPDATE t SET a = set_config('app.x', 'y', false)",
+                      "UPDATE pgbench_accounts SET abalance = 1 WHERE aid = 2 AND SET_CONFIG('app.x', 'y', false) = 'y'",
                       "DO $$ BEGIN PERFORM 1; END $$", "CALL p()", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY");
   CAPTURE(sql);
   SessionEffects fx = AnalyzeSessionEffects(sql);
@@ -132,6 +133,9 @@ TEST_CASE("state that cannot be replayed pins the session") {
       {"WITH x AS (SELECT 1) SELECT * INTO TEMPORARY t FROM x", PinReason::kTempTable},
       {"INSERT INTO t SELECT pg_advisory_lock(1)", PinReason::kAdvisoryLock},
       {"UPDATE t SET a = 1 WHERE pg_try_advisory_lock(a);", PinReason::kAdvisoryLock},
+      // ...in any case, past the first sixteen bytes (the substring scans).
+      {"INSERT INTO pgbench_history (tid, bid) SELECT 1, 2 WHERE PG_ADVISORY_LOCK_SHARED(7)", PinReason::kAdvisoryLock},
+      {"SELECT a, b, c, d, e, f, g INTO Temp t FROM pgbench_accounts", PinReason::kTempTable},
   }));
   CAPTURE(c.sql);
   CHECK(HasPin(AnalyzeSessionEffects(c.sql), c.reason));
