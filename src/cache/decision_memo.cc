@@ -50,7 +50,8 @@ bool DecisionMemo::KeyOf(const SqlText& text, const DecisionContext& ctx, std::s
 
 bool MaskableText(std::string_view sql) {
   // Only the places of these bytes are looked at (ByteSet).
-  static const ByteSet kBytes(std::string_view("\\'\"$&-/\0", 8));
+  static constexpr std::string_view kInteresting("\\'\"$&-/\0", 8);
+  static const ByteSet<kInteresting.size()> kBytes(kInteresting);
   static_assert(kNumberMark == '\0');
   bool in_string = false;
   const bool maskable = kBytes.ForEach(sql, [&](size_t i) {

@@ -293,6 +293,9 @@ class SqlText {
   // bytes to start from (a session handling one frame again after a wait).
   signed char scan_result() const { return scan_; }
   void set_scan_result(signed char scan) { scan_ = scan; }
+  // LeadingKeywordOfPlainText(sql()), computed on first use: the
+  // classification and the session-state pass both ask.
+  const std::optional<std::string>& leading_keyword() const;
 
   // Lex(sql) and AnalyzeStatement(sql) with the default LexOptions, each
   // computed on first use (the analysis from the same tokens).
@@ -317,6 +320,7 @@ class SqlText {
   mutable std::optional<absl::StatusOr<std::vector<Token>>> tokens_;
   mutable std::optional<absl::StatusOr<StatementAnalysis>> analysis_;
   mutable bool normalized_ = false;
+  mutable std::optional<std::optional<std::string>> leading_keyword_;
 };
 
 // 64-bit FNV-1a; used for fingerprints. `h` continues a hash: the hash of

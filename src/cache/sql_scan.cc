@@ -4,7 +4,6 @@
 // must conclude exactly what the lexer and the analysis would, or decline.
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -26,38 +25,10 @@ namespace {
 // The bytes ScanSelect must look at; the others (most of a query) it skips.
 constexpr std::string_view kScanStops = "'\"&\\;/-$(sShHiIkKzZ.:~!@#%^|`?";
 
-constexpr std::array<bool, 256> kIsScanStop = [] {
-  std::array<bool, 256> t{};
-  for (char c : kScanStops) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}();
-
 // Bit k set for each stop byte at sql[block + k], k < 16 (fewer at the end).
 uint32_t StopMask(std::string_view sql, size_t block) {
-#if defined(__SSE2__)
-  if (block + 16 <= sql.size()) {
-    // One compare per stop byte, or'd together (x86-64's baseline has SSE2).
-    struct Splats {
-      __m128i v[kScanStops.size()];  // each stop byte in all sixteen lanes
-    };
-    static const Splats kStops = [] {
-      Splats s{};
-      for (size_t k = 0; k < kScanStops.size(); ++k) s.v[k] = _mm_set1_epi8(kScanStops[k]);
-      return s;
-    }();
-    const __m128i chunk = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sql.data() + block));
-    __m128i hit = _mm_cmpeq_epi8(chunk, kStops.v[0]);
-#pragma GCC unroll 16
-    for (size_t k = 1; k < kScanStops.size(); ++k) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(chunk, kStops.v[k]));
-    return static_cast<uint32_t>(_mm_movemask_epi8(hit));
-  }
-#endif
-  uint32_t mask = 0;
-  const size_t n = std::min<size_t>(16, sql.size() - block);
-  for (size_t k = 0; k < n; ++k) {
-    if (kIsScanStop[static_cast<unsigned char>(sql[block + k])]) mask |= 1u << k;
-  }
-  return mask;
+  static const ByteSet<kScanStops.size()> kStops(kScanStops);
+  return kStops.Mask(sql, block);
 }
 
 // `word` (lowercase) at `at` in `sql`, ASCII case-insensitively.
@@ -228,17 +199,16 @@ bool SqlText::simple_read() const { return scan() == static_cast<signed char>(Se
 
 bool SqlText::plain_select() const { return scan() != static_cast<signed char>(SelectScan::kNotPlain); }
 
+const std::optional<std::string>& SqlText::leading_keyword() const {
+  if (!leading_keyword_) leading_keyword_.emplace(LeadingKeywordOfPlainText(sql_));
+  return *leading_keyword_;
+}
+
 bool ContainsCaseless(std::string_view hay, std::string_view needle) {
   const size_t n = needle.size();
   if (n == 0) return true;
   if (n > hay.size()) return false;
-  auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c; };
-  auto matches_at = [&](size_t i) {
-    for (size_t k = 0; k < n; ++k) {
-      if (lower(hay[i + k]) != needle[k]) return false;
-    }
-    return true;
-  };
+  auto matches_at = [&](size_t i) { return LoweredAt(hay, i, needle); };
   // A byte that is not a letter (the ':' of "hyperpool:nocache", the '_'
   // of "set_config"): only the places where it occurs are compared
   // (memchr): most texts hold it rarely or never.
@@ -274,7 +244,7 @@ bool ContainsCaseless(std::string_view hay, std::string_view needle) {
   }
 #endif
   for (; i < end; ++i) {
-    if (lower(hay[i]) == needle[0] && matches_at(i)) return true;
+    if (matches_at(i)) return true;
   }
   return false;
 }
@@ -285,7 +255,8 @@ std::optional<std::string> LeadingKeywordOfPlainText(std::string_view sql) {
   const std::string_view body = sql.substr(0, end);
   // Nothing that could end a statement early, hide one, or fail to lex:
   // quotes, dollar quotes, backslashes, comments, U& escapes. One pass.
-  static const ByteSet kStops(";'\"$\\&-/");
+  static constexpr std::string_view kStopBytes = ";'\"$\\&-/";
+  static const ByteSet<kStopBytes.size()> kStops(kStopBytes);
   const bool plain = kStops.ForEach(body, [&](size_t j) {
     const char c = body[j];
     if (c != '-' && c != '/') return false;  // pgbench's "+ -1234" has a '-' that stops nothing

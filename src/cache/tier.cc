@@ -493,7 +493,7 @@ StatementEffects ClassifyStatements(const SqlText& text, SessionCacheSettings* s
   // One statement whose leading keyword decides it (an UPDATE, INSERT,
   // BEGIN ...): what the lexer and the analysis below would conclude,
   // without them. SET and RESET go on to ClassifySet.
-  if (std::optional<std::string> kw = LeadingKeywordOfPlainText(sql);
+  if (const std::optional<std::string>& kw = text.leading_keyword();
       kw && *kw != "set" && *kw != "reset" && !ContainsCaseless(sql, "set_config")) {
     if (std::optional<StatementKind> kind = StatementKindOfKeyword(*kw)) {
       fx.changes_session_state = ChangesStateByKind(*kind);

@@ -10,6 +10,7 @@
 #include <asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "absl/strings/match.h"
 #include "endpoint/origin_connection.h"
 #include "endpoint/statement_registry.h"
 #include "protocol/codec.h"
@@ -428,13 +429,9 @@ bool SessionCache::StandardConformingStrings() const {
   static const std::string kName = "standard_conforming_strings";  // (a literal would make a string per call)
   auto it = tracked_settings_->desired().find(kName);
   if (it == tracked_settings_->desired().end()) return true;
-  const std::string_view v = it->second;
-  auto is = [v](std::string_view word) {  // (lowercase `word`; no copy of the value)
-    return v.size() == word.size() && std::equal(v.begin(), v.end(), word.begin(), [](char a, char b) {
-             return std::tolower(static_cast<unsigned char>(a)) == b;
-           });
-  };
-  return is("on") || is("true") || is("yes") || v == "1";  // anything else: judged as off
+  const absl::string_view v = it->second;
+  return absl::EqualsIgnoreCase(v, "on") || absl::EqualsIgnoreCase(v, "true") || absl::EqualsIgnoreCase(v, "yes") ||
+         v == "1";  // anything else: judged as off
 }
 
 std::chrono::milliseconds SessionCache::Ttl() const {

@@ -96,10 +96,11 @@ bool OnlyAnywhereWordsMatter(std::string_view keyword) {
   return false;
 }
 
-bool MayMatter(std::string_view sql) {
+bool MayMatter(const cache::SqlText& text) {
+  const std::string_view sql = text.sql();
   // One plain statement (no quotes, comments, inner ';' or U& escapes)
   // that begins with such a keyword: UPDATE ... SET is no SET.
-  std::optional<std::string> keyword = cache::LeadingKeywordOfPlainText(sql);
+  const std::optional<std::string>& keyword = text.leading_keyword();
   if (keyword && OnlyAnywhereWordsMatter(*keyword)) {
     // Three substrings cover the words that matter anywhere ("temp" is in "temporary",
     // "advisory_lock" in the four lock functions): a text holding one
@@ -463,7 +464,7 @@ SessionEffects AnalyzeSessionEffects(const cache::SqlText& text) {
   if (text.simple_read()) return fx;  // one SELECT calling no function: no effects
   const std::string_view sql = text.sql();
   fx.sequences = MayUseSequences(sql);
-  if (!MayMatter(sql)) return fx;
+  if (!MayMatter(text)) return fx;
   const auto& tokens = text.tokens();
   if (!tokens.ok()) {
     fx.settings = true;  // PostgreSQL will reject it too; capturing is harmless
