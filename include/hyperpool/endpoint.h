@@ -40,6 +40,10 @@ struct EndpointStats {
   // replayed (gauge), and pins by reason since start (a session pinned for
   // two reasons counts in both).
   std::size_t pinned_sessions = 0;
+  // Idle sessions whose core sleeps (gauge): given back at the idle sweep,
+  // made again at the session's next message (docs/architecture.md, "What
+  // an idle session holds").
+  std::size_t sleeping_sessions = 0;
   std::size_t pins_total = 0;
   std::size_t pins_prepared_sql = 0;      // SQL-level PREPARE
   std::size_t pins_temp_table = 0;        // CREATE TEMP TABLE / SELECT INTO TEMP

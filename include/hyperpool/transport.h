@@ -21,6 +21,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -67,7 +68,10 @@ class Link {
   // closed). True: armed; false: this link cannot (the default), use
   // Receive. At most one at a time, and not while a Receive of this end is
   // pending.
-  virtual bool WhenReadable(const asio::any_io_executor& executor, std::function<void()> ready) {
+  // (Move-only: a callback that captures one shared_ptr is stored without
+  // an allocation of its own.)
+  using ReadyCallback = absl::AnyInvocable<void()>;
+  virtual bool WhenReadable(const asio::any_io_executor& executor, ReadyCallback ready) {
     (void)executor;
     (void)ready;
     return false;

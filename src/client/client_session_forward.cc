@@ -347,15 +347,16 @@ ClientSession::LinkStep ClientSession::ForwardLinkBytes() {
     } else if (const size_t verbatim = out.verbatim_size(); verbatim == 0) {
       link_in_.erase(0, consumed);
     } else if (link_in_.size() - consumed <= verbatim) {
-      // The usual case: the received chunk itself goes to the app (a
-      // partial frame after it is copied out first).
+      // The usual case: the received chunk itself goes to the app, the
+      // frames the Client consumed (the cache's controls) moved out of it
+      // in place (a partial frame after it is copied out first).
       std::string rest = link_in_.substr(consumed);
       std::string chunk = std::move(link_in_);
-      chunk.resize(verbatim);
+      out.CompactTo(chunk);
       link_in_ = std::move(rest);
       SendApp(std::move(chunk));
     } else {
-      SendApp(link_in_.substr(0, verbatim));
+      SendApp(out.Gathered());
       link_in_.erase(0, consumed);
     }
     if (state_ == State::kClosed) return LinkStep::kEnded;  // the app is gone (AppWriteFailed)

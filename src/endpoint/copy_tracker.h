@@ -67,8 +67,16 @@ class CopyTracker {
   // the pool, close it.
   bool uncertain() const { return uncertain_; }
 
-  // A new origin connection (or none): forget everything.
-  void Reset() { *this = CopyTracker(); }
+  // A new origin connection (or none): forget everything. The queue keeps
+  // its storage (a unit per lend would allocate it again each time); an
+  // idle session gives it back with ReleaseStorage.
+  void Reset() {
+    SmallFifo<Record> records = std::move(records_);
+    records.clear();
+    *this = CopyTracker();
+    records_ = std::move(records);
+  }
+  void ReleaseStorage() { records_.release(); }
 
  private:
   // One counted request not yet answered, and what the client sent between

@@ -335,6 +335,7 @@ EndpointStats Endpoint::Stats() const {
   s.discarded = impl_->discarded.load();
   s.origin_discarded = pool.discarded;
   s.pinned_sessions = impl_->pinned_sessions.load();
+  s.sleeping_sessions = impl_->sleeping_sessions.load();
   auto pins = [&](PinReason r) { return impl_->pins[static_cast<std::size_t>(r)].load(); };
   for (const auto& p : impl_->pins) s.pins_total += p.load();
   s.pins_prepared_sql = pins(PinReason::kPreparedSql);

@@ -147,6 +147,7 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<std::size_t> discarded{0};
   std::atomic<std::size_t> pending_cancels{0};
   std::atomic<std::size_t> pinned_sessions{0};
+  std::atomic<std::size_t> sleeping_sessions{0};  // Session::MaybeSleep .. Core()
   std::atomic<std::size_t> pinned_connections{0};
   std::atomic<std::size_t> pins_rejected{0};
   std::atomic<std::size_t> pinned_idle_timeouts{0};

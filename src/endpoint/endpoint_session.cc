@@ -42,8 +42,8 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
                  sent_.Notify();  // RunWatch sends it
                  return;
                }
-               if (core_) {
-                 core_->DeliverControl(control);
+               if (core_ || dormant_) {
+                 Core().DeliverControl(control);
                  Execute(/*flush_link=*/true);
                } else {
                  link_out_ += control;  // before link-ready is sent: queued behind it
@@ -54,9 +54,10 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
 Session::~Session() {
   // A lease still held here closes its connection (Lease's destructor).
   LeavePinWait();
+  if (dormant_) endpoint_->sleeping_sessions.fetch_sub(1, std::memory_order_relaxed);
   if (registered_) {
     endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(core_->session_id());
+    auto it = endpoint_->sessions_by_id.find(SessionId());
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
   }
   std::lock_guard<std::mutex> lock(endpoint_->mutex);
@@ -79,14 +80,14 @@ void Session::Start() {
 }
 
 void Session::DeliverNotification(std::string_view raw_frame) {
-  if (!core_ || finished_) return;
-  core_->OnNotification(raw_frame);
+  if ((!core_ && !dormant_) || finished_) return;
+  Core().OnNotification(raw_frame);
   Execute(/*flush_link=*/true);
 }
 
 void Session::Shutdown() {
-  if (core_) {
-    core_->Shutdown();
+  if (core_ || dormant_) {
+    Core().Shutdown();
     Execute(/*flush_link=*/true);
   } else {
     link_closed_ = true;

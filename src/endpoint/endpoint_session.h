@@ -151,6 +151,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // SessionCore::ReleaseIdleBuffers).
   void NoteIdle();
   void ReleaseIdleBuffers();
+  // At the idle sweep, after ReleaseIdleBuffers: a session parked on its
+  // link with a core that can sleep (SessionCore::CanSleep) keeps only the
+  // core's Dormant parts; Core() wakes it at the next event.
+  void MaybeSleep();
+  // The core, woken first if it sleeps. Every event for the core goes
+  // through it (core_ is null while the session sleeps).
+  endpoint::SessionCore& Core();
+  // The hello's session id (the core's, awake or asleep).
+  const std::string& SessionId() const;
   // Writes origin_out_ at once if the socket takes it, else starts WriteOrigin.
   void StartOriginWrite();
   // Writing to the lent connection `c` failed: drops what was for it, closes
@@ -194,7 +203,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::pair<std::string, std::string>> hello_parameters_;
   std::string in_;  // link bytes not yet handed to the core (the hello's batch)
   endpoint::SessionCache cache_;  // the query cache's hooks (endpoint_cache.h)
-  std::unique_ptr<endpoint::SessionCore> core_;
+  std::unique_ptr<endpoint::SessionCore> core_;  // null before the hello is read, and while asleep
+  std::unique_ptr<endpoint::SessionCore::Dormant> dormant_;  // while asleep (MaybeSleep)
 
   std::string session_id_;      // hyperpool.session_id of the hello (moved into core_ once it exists)
   std::int32_t app_pid_ = 0;    // hyperpool.backend_pid of the hello

@@ -68,6 +68,7 @@ void Session::PumpLink() {
   if (pumping_link_ || link_armed_ || link_coroutine_) return;
   pumping_link_ = true;
   auto self = shared_from_this();  // (Execute may end the session)
+  (void)Core();  // the link has something (bytes, or its end): a sleeping core wakes
   while (!finished_ && !core_->ending()) {
     if (!MayReadLink()) {
       link_blocked_ = true;  // LinkRoom calls again
@@ -142,7 +143,10 @@ void Session::PumpOrigin() {
     if (buffered.ok() && !*buffered) {
       origin_waiting_ = c;
       reading_ = c;
-      c->WaitReadable([self, c](std::error_code) {
+      // One shared_ptr captured (c is origin_waiting_): stored in the
+      // handler itself, no allocation per wait.
+      c->WaitReadable([self](std::error_code) {
+        OriginConnection* c = self->origin_waiting_;
         self->origin_waiting_ = nullptr;
         self->reading_ = nullptr;
         if (!self->lease_ || &self->lease_.As<OriginConnection>() != c) {
@@ -280,7 +284,7 @@ void Session::Execute(bool flush_link) {
 }
 
 bool Session::Idle() const {
-  return !finished_ && !lease_ && releasing_.empty() && !link_sending_ && !origin_writer_ && !acquiring_ &&
+  return core_ && !finished_ && !lease_ && releasing_.empty() && !link_sending_ && !origin_writer_ && !acquiring_ &&
          core_->state() == endpoint::SessionCore::State::kIdle && core_->outbox().commands.empty();
 }
 
@@ -305,7 +309,10 @@ void Session::NoteIdle() {
       std::shared_ptr<Session> session = weak_session.lock();
       if (!session) continue;
       session->idle_queued_ = false;
-      if (session->Idle()) session->ReleaseIdleBuffers();
+      if (session->Idle()) {
+        session->ReleaseIdleBuffers();
+        session->MaybeSleep();
+      }
     }
   });
 }
@@ -320,6 +327,38 @@ void Session::ReleaseIdleBuffers() {
   pool.Give(origin_out_);
   pool.Give(origin_writing_buf_);
   core_->ReleaseIdleBuffers();
+}
+
+void Session::MaybeSleep() {
+  // Only a session parked on its link's callback, with nothing of ours in
+  // flight and no timer or waiter that reads the core: the callback (or a
+  // signal, a broadcast, a notification, the Endpoint's stop) wakes it.
+  if (!Idle() || !link_armed_ || link_coroutine_ || link_blocked_ || pumping_link_ || pumping_origin_ ||
+      executing_ || link_closed_ || origin_reader_ || origin_writer_ || origin_pump_posted_ ||
+      origin_waiting_ != nullptr || reading_ != nullptr || writing_ != nullptr || own_query_ != nullptr ||
+      acquiring_ || pin_ticket_ != 0 || pin_granted_ || pin_timer_ || timeout_timer_ || idle_watch_ ||
+      !in_.empty() || !link_out_.empty() || !origin_out_.empty() || !origin_writing_buf_.empty() ||
+      !core_->CanSleep()) {
+    return;
+  }
+  dormant_ = std::make_unique<endpoint::SessionCore::Dormant>(core_->Sleep());
+  core_.reset();
+  endpoint_->sleeping_sessions.fetch_add(1, std::memory_order_relaxed);
+}
+
+endpoint::SessionCore& Session::Core() {
+  if (!core_ && dormant_) {
+    core_ = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(*dormant_));
+    dormant_.reset();
+    endpoint_->sleeping_sessions.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return *core_;
+}
+
+const std::string& Session::SessionId() const {
+  static const std::string kNone;
+  if (core_) return core_->session_id();
+  return dormant_ ? dormant_->id.session_id : kNone;
 }
 
 void Session::StartOriginWrite() {
@@ -522,7 +561,7 @@ void Session::Finish() {
   if (registered_) {
     registered_ = false;
     endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(core_->session_id());
+    auto it = endpoint_->sessions_by_id.find(SessionId());
     if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
   }
   link_closed_ = true;
@@ -591,10 +630,11 @@ std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std
   Session* by_origin = nullptr;
   std::uint32_t newest = 0;
   for (Session* s : endpoint.sessions) {
-    if (!s->core_ || s->finished_ || s->watch_ || s->probe_) continue;
+    if ((!s->core_ && !s->dormant_) || s->finished_ || s->watch_ || s->probe_) continue;
     if (s->app_pid_ == pid) return s->weak_from_this().lock();  // the pid it was handed
     if (s->app_pid_ == caller) continue;
-    const endpoint::SessionCore::OriginLease lease = s->core_->origin_lease();
+    const endpoint::SessionCore::OriginLease lease =
+        s->core_ ? s->core_->origin_lease() : s->dormant_->origin_lease;
     if (lease.pid != pid || lease.serial == 0) continue;
     if (by_origin == nullptr || static_cast<std::int32_t>(lease.serial - newest) > 0) {
       by_origin = s;
@@ -610,7 +650,8 @@ std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std
 }
 
 void Session::Signal(bool terminate) {
-  if (finished_ || !core_) return;
+  if (finished_ || (!core_ && !dormant_)) return;
+  (void)Core();  // a sleeping session wakes for it
   if (terminate) {
     core_->OnAdminTerminate();
     Execute(/*flush_link=*/true);

@@ -88,6 +88,10 @@ class ListenTracker {
   // True if a message forwarded on the current connection may have made it
   // LISTEN (MayListen); cleared by ClearConnectionListened.
   bool connection_listened() const { return connection_listened_; }
+  // Nothing open, pending or noted: as a new session's (SessionCore::CanSleep).
+  bool Idle() const {
+    return open_.empty() && pending_.empty() && !doomed_ && !connection_listened_ && (!statements_ || statements_->empty());
+  }
   void ClearConnectionListened() { connection_listened_ = false; }
 
  private:

@@ -89,7 +89,7 @@ std::optional<absl::StatusOr<bool>> OriginConnection::TryFill(bool* full) {
   return absl::StatusOr<bool>(**n > 0);
 }
 
-void OriginConnection::WaitReadable(std::function<void(std::error_code)> ready) {
+void OriginConnection::WaitReadable(absl::AnyInvocable<void(std::error_code)> ready) {
   stream_->AsyncWaitReadable(std::move(ready));
 }
 

@@ -29,6 +29,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "endpoint/origin_config.h"
@@ -119,7 +120,7 @@ class OriginConnection final : public PooledConnection {
   bool SupportsTryFill() const;
   // Calls `ready(ec)` once the socket is readable (or the wait fails or is
   // cancelled: CancelWaitReadable, CloseNow). Reads nothing.
-  void WaitReadable(std::function<void(std::error_code)> ready);
+  void WaitReadable(absl::AnyInvocable<void(std::error_code)> ready);
   void CancelWaitReadable();
 
   // Writes all of `bytes` (whole frontend messages). An error marks the

@@ -28,6 +28,8 @@
 #include <asio/write.hpp>
 #include <fmt/format.h>
 
+#include "absl/functional/any_invocable.h"
+
 #include "protocol/auth/password.h"
 #include "protocol/auth/scram.h"
 #include "protocol/codec.h"
@@ -170,7 +172,8 @@ class OriginConnection::Stream {
 
   // Calls `handler(ec)` once the socket is readable (bytes or EOF) or the
   // wait fails or is cancelled. Reads nothing, so TLS state is untouched.
-  void AsyncWaitReadable(std::function<void(std::error_code)> handler) {
+  // (Move-only: a handler capturing one shared_ptr allocates nothing here.)
+  void AsyncWaitReadable(absl::AnyInvocable<void(std::error_code)> handler) {
     if (auto* t = std::get_if<tls::TlsStream>(&v_)) {
       t->socket().async_wait(asio::socket_base::wait_read, std::move(handler));
     } else if (auto* s = std::get_if<asio::ip::tcp::socket>(&v_)) {

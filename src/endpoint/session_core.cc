@@ -44,17 +44,55 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
       settings_(id_.hello, &endpoint.startup_settings),
       serial_(++endpoint.last_session_serial),
       statements_(endpoint.statements) {
+  Attach();
+  cache_.Start(id_.hello);
+  // Read by the two above only: an idle session does not keep them (they
+  // were ~600 bytes per session with their vector's spare room).
+  std::vector<std::pair<std::string, std::string>>().swap(id_.hello);
+  last_activity_ = std::chrono::steady_clock::now();
+}
+
+SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Dormant dormant)
+    : endpoint_(endpoint),
+      cache_(cache),
+      id_(std::move(dormant.id)),
+      timeouts_(endpoint.options.query_timeout, endpoint.options.idle_in_transaction_timeout),
+      settings_(std::move(dormant.settings)),
+      serial_(dormant.serial),
+      statements_(endpoint.statements) {
+  Attach();  // (the cache was started by the first core)
+  origin_lease_.store(Pack(dormant.origin_lease), std::memory_order_relaxed);
+  previous_lease_ = dormant.previous_lease;
+  sequence_generation_ = dormant.sequence_generation;
+  last_activity_ = std::chrono::steady_clock::now();
+}
+
+void SessionCore::Attach() {
   if (endpoint_.options.pool.mode == PoolMode::kTransaction) {
     // The query cache keys by the captured settings (endpoint_cache.h); a
     // change made while pinned is not captured, so it bypasses instead.
     cache_.TrackSettings(&settings_, [this] { return pins_.empty() && !statements_.pinned(); });
   }
   cache_.set_client_statements(&statements_.client());
-  cache_.Start(id_.hello);
-  // Read by the two above only: an idle session does not keep them (they
-  // were ~600 bytes per session with their vector's spare room).
-  std::vector<std::pair<std::string, std::string>>().swap(id_.hello);
-  last_activity_ = std::chrono::steady_clock::now();
+}
+
+bool SessionCore::CanSleep() const {
+  return state_ == State::kIdle && conn_ == nullptr && in_.empty() && rewritten_.empty() && held_frame_.empty() &&
+         head_step_ == Step::kStart && !advancing_ && outstanding_ == 0 && !in_unit_ && !origin_fatal_sent_ &&
+         !terminated_ && !client_gone_ && !link_gone_ && !stopping_ && !session_done_ && !skip_until_sync_ &&
+         !close_after_flush_ && copy_.state() == CopyTracker::State::kNormal && !copy_.in_copy_out() &&
+         !copy_.uncertain() && timeouts_.Quiet() && !statement_timeout_pending_ && !starting_unit_ &&
+         !cancel_requested_ && !cancel_sent_ && cancels_in_flight_ == 0 && hold_ == HoldStep::kNone &&
+         !settings_.capture_owed() && pins_.empty() && !used_sequences_ && !may_notify_ && !pin_counted_gone_ &&
+         statements_.Empty() && !parse_only_unit_ && !pin_budget_held_ && !lease_out_of_cap_ && !rewritten_pin_ &&
+         !pin_waiting_ && !pin_noted_ && waiting_pins_.empty() && !pin_refusal_ && !signal_pending_ &&
+         !discard_after_unit_ && !idle_watch_started_ && listens_.Idle() && pending_notifications_.empty() &&
+         !notifications_overflowed_ && out_.to_client.empty() && out_.to_origin.empty() && out_.commands.empty() &&
+         !out_.flush_client;
+}
+
+SessionCore::Dormant SessionCore::Sleep() {
+  return Dormant{std::move(id_), std::move(settings_), serial_, sequence_generation_, origin_lease(), previous_lease_};
 }
 
 SessionCore::~SessionCore() {

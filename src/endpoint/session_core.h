@@ -136,6 +136,7 @@ class SessionCore {
 
   SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity identity);
   ~SessionCore();
+
   SessionCore(const SessionCore&) = delete;
   SessionCore& operator=(const SessionCore&) = delete;
 
@@ -216,6 +217,28 @@ class SessionCore {
   void OnNotification(std::string_view raw_frame);
   // A control frame for this session's Client (a broadcast invalidation).
   void DeliverControl(std::string_view bytes);
+
+  // ----- Dormancy -----------------------------------------------------------
+  // An idle session whose core holds nothing a new core would not (CanSleep)
+  // gives its core back at the Endpoint's idle sweep and keeps only this
+  // (Session::Sleep, docs/architecture.md "What an idle session holds");
+  // the first event after wakes a core from it (the constructor below).
+  struct Dormant {
+    Identity id;                  // (hello: empty)
+    SessionSettings settings;     // as they were: startup, or changed and captured
+    std::uint64_t serial = 0;
+    std::uint64_t sequence_generation = 0;  // (with serial: sequence_state.h)
+    OriginLease origin_lease;     // for FindSignalTarget while asleep
+    std::uint64_t previous_lease = 0;
+  };
+  // Idle, no connection, nothing buffered, owed or held, no statement of the
+  // client's, no pin, no LISTEN state, no sequence used, no notification
+  // queued, no timeout running: everything but Dormant's parts is as a new
+  // core's.
+  bool CanSleep() const;
+  // What the session keeps (the core is destroyed after: CanSleep first).
+  Dormant Sleep();
+  explicit SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Dormant dormant);
 
   // ----- What the driver reads ---------------------------------------------
 
@@ -303,6 +326,11 @@ class SessionCore {
   // it start in in_.
   std::optional<BackendSignal> HeadSignal(const protocol::Frame& frame, const cache::SqlText* sql,
                                           std::size_t offset) const;
+  // The cache's pointers into this core (both constructors).
+  void Attach();
+  static std::uint64_t Pack(OriginLease lease) {
+    return static_cast<std::uint64_t>(lease.serial) << 32 | static_cast<std::uint32_t>(lease.pid);
+  }
   static OriginLease Unpack(std::uint64_t word) {
     return OriginLease{static_cast<std::int32_t>(static_cast<std::uint32_t>(word)),
                        static_cast<std::uint32_t>(word >> 32)};
@@ -419,6 +447,8 @@ class SessionCore {
   std::chrono::steady_clock::time_point last_activity_{};
 
   static constexpr std::size_t kMaxQueuedNotificationBytes = 8 * 1024 * 1024;
+  // The room `to_client` is given before an origin frame is appended to it.
+  static constexpr std::size_t kClientChunkReserve = 512;
   ListenTracker listens_;
   std::string pending_notifications_;
   bool notifications_overflowed_ = false;

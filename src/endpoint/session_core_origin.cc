@@ -36,6 +36,10 @@ bool SessionCore::OnOriginFrame(const protocol::Frame& frame) {
 bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from) {
   OriginConnection* c = conn_;
   const char tag = frame.tag;
+  // `to_client` leaves with each send (the link takes the string itself),
+  // so each unit's answers start a fresh one: one allocation of a size most
+  // answers fit, not the string's growth from nothing (4 or 5 reallocations).
+  if (out_.to_client.capacity() < kClientChunkReserve) out_.to_client.reserve(kClientChunkReserve);
   if (from == HoldStep::kNone && tag == 'Z' && statements_.OwnsReady()) {
     // The ReadyForQuery of a Sync the statements sent on their own (before a
     // read of pg_prepared_statements): not the client's, nobody else's.
@@ -493,6 +497,7 @@ void SessionCore::ReleaseIdleBuffers() {
   pool.Give(out_.to_client);
   pool.Give(out_.to_origin);
   out_.commands.release();
+  copy_.ReleaseStorage();
   statements_.ReleaseBuffers();
 }
 

@@ -42,6 +42,8 @@ class SessionTimeouts {
   Action Due(Clock::time_point now);
   // When Due() may next return something (time_point::max() if never).
   Clock::time_point NextDeadline() const;
+  // No unit's clock runs (SessionCore::CanSleep).
+  bool Quiet() const { return state_ == State::kQuiet && !cancelled_; }
 
  private:
   enum class State {

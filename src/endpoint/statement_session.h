@@ -152,6 +152,13 @@ class StatementSession {
 
   // SQL-level prepared statements exist: keep the connection (kPreparedSql).
   bool pinned() const { return sql_prepared_ > 0; }
+  // Nothing the client made (no statement, unnamed included, no SQL
+  // PREPARE), nothing pending: as a new session's (SessionCore::CanSleep).
+  bool Empty() const {
+    return client_.size() == 0 && client_.unnamed_id() == 0 && client_.unnamed_parse().empty() &&
+           head_ == ops_.size() && !skipping_ && !discarding_ && !shape_check_pending_ && !unnamed_is_dealloc_ &&
+           !portal_is_dealloc_ && sql_prepared_ == 0 && scope_.empty();
+  }
   // A CommandComplete tag from the origin. Returns true if pinned() changed.
   bool OnCommandComplete(std::string_view tag, ConnectionStatements& conn);
 

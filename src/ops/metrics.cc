@@ -65,6 +65,8 @@ void WriteEndpoints(ExpositionWriter& w, const std::vector<EndpointSample>& es) 
             [](const EndpointStats& s) -> const LatencyHistogramSnapshot& { return s.transaction_time; });
   gauge("hyperpool_pinned_sessions", "Sessions pinned to their origin connection now.",
         [](const EndpointStats& s) { return s.pinned_sessions; });
+  gauge("hyperpool_sleeping_sessions", "Idle sessions whose core was given back until their next message.",
+        [](const EndpointStats& s) { return s.sleeping_sessions; });
   const char* const kPinHelp = "Sessions pinned to their origin connection since start, by reason.";
   static constexpr std::pair<const char*, std::size_t EndpointStats::*> kPins[] = {
       {"prepared_sql", &EndpointStats::pins_prepared_sql}, {"temp_table", &EndpointStats::pins_temp_table},

@@ -140,18 +140,6 @@ class ParkedHandler final : public Parked {
   Handler handler_;
 };
 
-// A parked WhenReadable: a plain callback, posted to its executor.
-class ParkedCallback final : public Parked {
- public:
-  ParkedCallback(const asio::any_io_executor& executor, std::function<void()> ready)
-      : executor_(executor), ready_(std::move(ready)) {}
-  void Complete(asio::error_code) override { asio::post(executor_, std::move(ready_)); }
-
- private:
-  asio::any_io_executor executor_;
-  std::function<void()> ready_;
-};
-
 struct DirectPipe {
   struct Direction {
     std::string inbox;                // sent, not yet received
@@ -159,6 +147,11 @@ struct DirectPipe {
     bool reader_closed = false;       // the receiving end closed: sends fail
     std::unique_ptr<Parked> receiver;  // a Receive waiting for bytes
     std::unique_ptr<Parked> sender;    // a Send waiting for the inbox to drain
+    // A WhenReadable waiting for bytes, held here rather than as a Parked:
+    // parking and waking it allocates nothing (a callback that captures a
+    // shared_ptr is stored inside the AnyInvocable itself).
+    Link::ReadyCallback ready;
+    asio::any_io_executor ready_executor;
   };
   explicit DirectPipe(std::size_t limit) : limit(limit) {}
   const std::size_t limit;  // unread bytes a Send may leave before it waits
@@ -170,6 +163,17 @@ void Wake(std::unique_ptr<Parked>& parked, asio::error_code ec) {
   if (!parked) return;
   std::unique_ptr<Parked> p = std::move(parked);
   p->Complete(ec);
+}
+
+// Wakes what waits to read `d`: a parked Receive, or a WhenReadable
+// callback (posted to its executor, never run inline).
+void WakeReader(DirectPipe::Direction& d, asio::error_code ec) {
+  Wake(d.receiver, ec);
+  if (d.ready) {
+    Link::ReadyCallback ready = std::move(d.ready);
+    d.ready = nullptr;
+    asio::post(d.ready_executor, std::move(ready));
+  }
 }
 
 class DirectLink final : public Link {
@@ -223,12 +227,12 @@ class DirectLink final : public Link {
     return std::nullopt;
   }
 
-  bool WhenReadable(const asio::any_io_executor& executor, std::function<void()> ready) override {
-    auto parked = std::make_unique<ParkedCallback>(executor, std::move(ready));
+  bool WhenReadable(const asio::any_io_executor& executor, ReadyCallback ready) override {
     if (closed_ || !in_.inbox.empty() || in_.writer_closed) {
-      parked->Complete({});
+      asio::post(executor, std::move(ready));
     } else {
-      in_.receiver = std::move(parked);
+      if (in_.ready_executor != executor) in_.ready_executor = executor;
+      in_.ready = std::move(ready);
     }
     return true;
   }
@@ -238,14 +242,14 @@ class DirectLink final : public Link {
     closed_ = true;
     // The peer reads what was sent before this, then the end of the stream.
     out_.writer_closed = true;
-    Wake(out_.receiver, {});
+    WakeReader(out_, {});
     Wake(out_.sender, asio::error::operation_aborted);  // our own Send, if parked
     // The peer's sends towards us fail from now on (a parked one too), and
     // so does our own pending Receive.
     in_.reader_closed = true;
     in_.inbox.clear();
     Wake(in_.sender, asio::error::operation_aborted);
-    Wake(in_.receiver, asio::error::operation_aborted);
+    WakeReader(in_, asio::error::operation_aborted);
   }
 
  private:
@@ -259,7 +263,7 @@ class DirectLink final : public Link {
       out_.inbox += bytes;
     }
     bytes.clear();
-    Wake(out_.receiver, {});
+    WakeReader(out_, {});
   }
 
   // Suspends until Wake(`slot`, ec).

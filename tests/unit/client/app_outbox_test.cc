@@ -75,15 +75,52 @@ TEST_CASE("AppBytes counts frames passed on unchanged without copying them") {
   CHECK(!out.empty());
 }
 
-TEST_CASE("AppBytes copies from the first frame left out, changed or added") {
+TEST_CASE("AppBytes passes frames on around the ones left out, without copying them") {
+  const std::string buf = "frame1frame2frame3frame4frame5";
+  std::string copy;
+  AppBytes out(buf, copy);
+  out += std::string_view(buf).substr(6, 6);   // frame1 swallowed (a control before the result)
+  out += std::string_view(buf).substr(12, 6);
+  out += std::string_view(buf).substr(24, 6);  // frame4 swallowed
+  CHECK(out.verbatim());
+  CHECK(copy.empty());
+  CHECK(out.verbatim_size() == 18);
+  CHECK(out.verbatim_end() == 30);
+  CHECK(out.Gathered() == "frame2frame3frame5");
+  std::string chunk = buf;  // the buffer itself, as the session moves it
+  out.CompactTo(chunk);
+  CHECK(chunk == "frame2frame3frame5");
+  SECTION("an encoder appends after a hole: the ranges are copied, in order") {
+    out.owned() += "E...";
+    CHECK(!out.verbatim());
+    CHECK(copy == "frame2frame3frame5E...");
+  }
+}
+
+TEST_CASE("AppBytes copies from the first frame changed, added, out of order or past its ranges") {
   const std::string buf = "frame1frame2frame3";
-  SECTION("a frame left out") {
+  SECTION("a frame out of order") {
     std::string copy;
     AppBytes out(buf, copy);
+    out += std::string_view(buf).substr(12, 6);
     out += std::string_view(buf).substr(0, 6);
-    out += std::string_view(buf).substr(12, 6);  // frame2 swallowed
     CHECK(!out.verbatim());
-    CHECK(copy == "frame1frame3");
+    CHECK(copy == "frame3frame1");
+  }
+  SECTION("more holes than ranges") {
+    const std::string many = "aAbBcCdDeE";
+    std::string copy;
+    AppBytes out(many, copy);
+    for (size_t i = 0; i < many.size(); i += 2) out += std::string_view(many).substr(i, 1);  // every capital left out
+    CHECK(!out.verbatim());
+    CHECK(copy == "abcde");
+  }
+  SECTION("a frame that runs past the buffer's end") {
+    std::string copy;
+    AppBytes out(std::string_view(buf).substr(0, 12), copy);
+    out += std::string_view(buf).substr(6, 12);
+    CHECK(!out.verbatim());
+    CHECK(copy == "frame2frame3");
   }
   SECTION("bytes from elsewhere, equal or not") {
     std::string copy;

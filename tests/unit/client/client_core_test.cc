@@ -78,7 +78,7 @@ struct Fixture {
     REQUIRE(core.OnLinkBytes(buf, out, consumed, events));
     if (consumed_out != nullptr) *consumed_out = consumed;
     if (verbatim != nullptr) *verbatim = out.verbatim();
-    return out.verbatim() ? buf.substr(0, out.verbatim_size()) : copy;
+    return out.verbatim() ? out.Gathered() : copy;
   }
 
   std::unique_ptr<ClientTier> tier;
@@ -231,10 +231,11 @@ TEST_CASE("ClientCore: a result the Endpoint stores is kept, and the next identi
   store.ttl = std::chrono::seconds(60);
   cache::AppendControl(link, store);
   link += Ready();
-  bool verbatim = true;
-  // The control frames are the Client's: the app gets a copy without them.
+  bool verbatim = false;
+  // The control frames are the Client's: the app gets the frames around
+  // them, as ranges of the link's own bytes (no copy).
   CHECK(f.Link(link, &verbatim) == Result() + Ready());
-  CHECK(!verbatim);
+  CHECK(verbatim);
   CHECK(f.core.outstanding() == 0);
   {
     ClientTierStats st = f.tier->Stats();

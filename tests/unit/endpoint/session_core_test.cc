@@ -307,6 +307,15 @@ class Harness {
 
   void Client(std::string_view bytes) { core_->OnClientBytes(bytes); }
 
+  // The idle sweep's MaybeSleep and the next event's wake (Session::Core):
+  // the core is destroyed and made again from what it kept.
+  void SleepAndWake() {
+    REQUIRE(core_->CanSleep());
+    SessionCore::Dormant dormant = core_->Sleep();
+    core_.reset();
+    core_ = std::make_unique<SessionCore>(*impl_, *session_cache_, std::move(dormant));
+  }
+
   // The outbox, taken (emptied).
   Out Take() {
     SessionCore::Outbox& o = core_->outbox();
@@ -1650,6 +1659,83 @@ TEST_CASE("SessionCore: each lend records the backend and a newer lease serial",
   CHECK(h.core().SignalLease().serial == first.serial);  // at rest: its latest lend counts
   h.StartUnit(QueryBytes("SELECT 1"));
   CHECK(static_cast<std::int32_t>(h.core().origin_lease().serial - first.serial) > 0);
+}
+
+// ===== Dormancy: an idle core is given back and made again ===================
+
+TEST_CASE("SessionCore: an idle core sleeps and wakes with its identity, settings and latest lend",
+          "[endpoint][session_core]") {
+  Harness h;
+  CHECK(h.core().CanSleep());  // a new session
+  OriginConnection* conn = nullptr;
+  h.StartUnit(QueryBytes("SET work_mem = '64MB'"), &conn);
+  CHECK_FALSE(h.core().CanSleep());  // a connection is lent
+  h.Origin(Complete("SET") + Ready('I'));
+  Out out = h.Take();
+  REQUIRE(out.Commands() == "capture");
+  CHECK_FALSE(h.core().CanSleep());  // the capture runs on the connection
+  SettingMap captured;
+  captured["work_mem"] = "64MB";
+  conn->carried_settings() = captured;
+  h.core().settings().OnCaptured(captured);
+  h.core().OnCaptured(CaptureOutcome{});
+  out = h.Take();
+  REQUIRE(out.Commands() == "release(return)");
+  const SessionCore::OriginLease lease = h.core().origin_lease();
+  const std::uint64_t captures = h.core().settings().captures();
+
+  h.SleepAndWake();
+  CHECK(h.core().session_id() == "0123456789abcdef");
+  CHECK(h.core().state() == State::kIdle);
+  CHECK(h.core().settings().desired().at("work_mem") == "64MB");
+  CHECK(h.core().settings().captures() == captures);  // the cache's key of the settings holds
+  CHECK(h.core().origin_lease().pid == lease.pid);
+  CHECK(h.core().origin_lease().serial == lease.serial);
+  CHECK(h.core().SignalLease().serial == lease.serial);
+
+  // It goes on as before: the next unit borrows, carrying work_mem.
+  h.Client(QueryBytes("SELECT 1"));
+  out = h.Take();
+  REQUIRE(out.Commands() == "acquire");
+  OriginConnection* fresh = h.NewConnection(/*carries_session_settings=*/false);
+  h.core().OnAcquired(fresh);
+  out = h.Take();
+  const SessionCommand* prepare = out.Find(Kind::kPrepare);
+  REQUIRE(prepare != nullptr);  // the replay brings work_mem to the new connection
+}
+
+TEST_CASE("SessionCore: a core that holds more than a new one's state does not sleep", "[endpoint][session_core]") {
+  struct Case {
+    const char* name;
+    std::string unit;    // the client's unit
+    std::string answer;  // the origin's answer
+    bool releases;       // the unit ends with the connection returned (when it borrows one)
+  };
+  const Case c = GENERATE(values<Case>({
+      {"a named statement", Parse("s1", "SELECT 1") + Sync(), ParseOk() + Ready('I'), true},
+      {"an unnamed statement", Parse("", "SELECT 1") + Sync(), ParseOk() + Ready('I'), true},
+      {"an open transaction", QueryBytes("BEGIN"), Complete("BEGIN") + Ready('T'), false},
+      {"a temporary table", QueryBytes("CREATE TEMP TABLE t (a int)"), Complete("CREATE TABLE") + Ready('I'), false},
+  }));
+  CAPTURE(c.name);
+  Harness h;
+  h.Client(c.unit);
+  if (h.Take().Find(Kind::kAcquire) != nullptr) {
+    h.core().OnAcquired(h.NewConnection());
+    (void)h.Take();
+    h.Origin(c.answer);
+    Out out = h.Take();
+    if (c.releases) CHECK(out.Find(Kind::kRelease) != nullptr);
+  }  // (else answered here: a Parse the statements keep for their first use)
+  CHECK_FALSE(h.core().CanSleep());
+}
+
+TEST_CASE("SessionCore: input that waits keeps the core awake", "[endpoint][session_core]") {
+  Harness h;
+  h.Client(QueryBytes("SELECT 1"));
+  Out out = h.Take();
+  REQUIRE(out.Commands() == "acquire");
+  CHECK_FALSE(h.core().CanSleep());  // acquiring, the Query buffered
 }
 
 }  // namespace
