@@ -387,10 +387,10 @@ void SessionCache::Start(const std::vector<std::pair<std::string, std::string>>&
   cache_->Rekey(this, unnamed);
 }
 
-void SessionCache::TrackSettings(const SessionSettings* settings, std::function<bool()> tracked) {
+void SessionCache::TrackSettings(const SessionSettings* settings, std::function<bool()> tracked, bool keep_key) {
   tracked_settings_ = settings;
   settings_tracked_ = std::move(tracked);
-  fp_captures_ = settings != nullptr ? settings->captures() : 0;
+  if (!keep_key) fp_captures_ = settings != nullptr ? settings->captures() : 0;
 }
 
 void SessionCache::NoteStateChange(const Effect& e) {

@@ -330,7 +330,11 @@ class SessionCache {
   // captured settings, instead of bypassing it for the rest of its life.
   // `tracked()` says whether a change made now will be captured (false
   // while the session is pinned). Both must outlive this object.
-  void TrackSettings(const SessionSettings* settings, std::function<bool()> tracked);
+  // `keep_key`: the same settings object again (a core that slept and woke:
+  // SessionCore::Dormant), or none for a while: the key stays as it was
+  // built, and a capture made since it was built still re-keys the next
+  // unit (RefreshSettingsKey).
+  void TrackSettings(const SessionSettings* settings, std::function<bool()> tracked, bool keep_key = false);
   // The session's statements (statement_registry.h; must outlive this
   // object). A unit that Binds a statement prepared earlier is a candidate
   // only when its name maps there to a statement that is not retired and

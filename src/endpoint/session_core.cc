@@ -44,7 +44,7 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
       settings_(id_.hello, &endpoint.startup_settings),
       serial_(++endpoint.last_session_serial),
       statements_(endpoint.statements) {
-  Attach();
+  Attach(/*woken=*/false);
   cache_.Start(id_.hello);
   // Read by the two above only: an idle session does not keep them (they
   // were ~600 bytes per session with their vector's spare room).
@@ -60,18 +60,20 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Dormant 
       settings_(std::move(dormant.settings)),
       serial_(dormant.serial),
       statements_(endpoint.statements) {
-  Attach();  // (the cache was started by the first core)
+  Attach(/*woken=*/true);  // (the cache was started by the first core)
   origin_lease_.store(Pack(dormant.origin_lease), std::memory_order_relaxed);
   previous_lease_ = dormant.previous_lease;
   sequence_generation_ = dormant.sequence_generation;
   last_activity_ = std::chrono::steady_clock::now();
 }
 
-void SessionCore::Attach() {
+void SessionCore::Attach(bool woken) {
   if (endpoint_.options.pool.mode == PoolMode::kTransaction) {
     // The query cache keys by the captured settings (endpoint_cache.h); a
     // change made while pinned is not captured, so it bypasses instead.
-    cache_.TrackSettings(&settings_, [this] { return pins_.empty() && !statements_.pinned(); });
+    // Woken: the key was built from these settings at some capture count;
+    // a capture since (a SET before the sleep) must still re-key.
+    cache_.TrackSettings(&settings_, [this] { return pins_.empty() && !statements_.pinned(); }, woken);
   }
   cache_.set_client_statements(&statements_.client());
 }
@@ -96,7 +98,7 @@ SessionCore::Dormant SessionCore::Sleep() {
 }
 
 SessionCore::~SessionCore() {
-  cache_.TrackSettings(nullptr, nullptr);
+  cache_.TrackSettings(nullptr, nullptr, /*keep_key=*/true);  // (a core that sleeps wakes with these settings)
   cache_.set_client_statements(nullptr);
 }
 

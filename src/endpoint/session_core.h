@@ -327,7 +327,7 @@ class SessionCore {
   std::optional<BackendSignal> HeadSignal(const protocol::Frame& frame, const cache::SqlText* sql,
                                           std::size_t offset) const;
   // The cache's pointers into this core (both constructors).
-  void Attach();
+  void Attach(bool woken);
   static std::uint64_t Pack(OriginLease lease) {
     return static_cast<std::uint64_t>(lease.serial) << 32 | static_cast<std::uint32_t>(lease.pid);
   }

@@ -7,7 +7,9 @@ asyncpg through `hyperpool serve` with its defaults (cache on):
   idle sweep gave their cores back; the gauge is missing, so this fails,
   without dormancy);
 - a sleeping session wakes for its next query: its setting is still its
-  own (SHOW work_mem), and every other one answers;
+  own (SHOW work_mem), and every other one answers; a SET made just before
+  the sleep still keys its cache look-ups (TimeZone: another session's
+  cached rendering is not served to it);
 - pg_cancel_backend of a sleeping session's pid answers t, and the session
   goes on; pg_terminate_backend of another one answers t and ends it with
   57P01, as PostgreSQL ends an idle backend;
@@ -48,8 +50,20 @@ async def main(url, murl):
             fail(f"client {i}: a woken session answers")
     check(True, "woken sessions answer")
 
+    # A SET before the sleep still keys the cache by the session's own
+    # settings after it wakes: another session's cached answer (the startup
+    # TimeZone's rendering) is not served to it.
+    q = "SELECT '2020-01-01 00:00+00'::timestamptz::text"
+    base = await conns[2].fetchval(q)
+    await conns[2].fetchval(q)  # (stored by now)
+    await conns[20].execute("SET TimeZone = 'Asia/Tokyo'")
+    await asyncio.to_thread(wait_for, lambda: sleeping(murl) >= N - 4, "the SET session asleep", 20)
+    got = await conns[20].fetchval(q)
+    check(got == "2020-01-01 09:00:00+09", f"a woken session's SET TimeZone keys its cache look-ups "
+                                            f"(got {got}; the startup setting's answer is {base})")
+
     # Signals aimed at sleeping sessions: as PostgreSQL answers for idle backends.
-    await asyncio.to_thread(wait_for, lambda: sleeping(murl) >= N - 4, "the others still asleep", 20)
+    await asyncio.to_thread(wait_for, lambda: sleeping(murl) >= N - 5, "the others still asleep", 20)  # (0-3 and 20 hold an unnamed statement now)
     caller = conns[1]
     cancel_pid = conns[10].get_server_pid()
     got = await caller.fetchval(f"SELECT pg_cancel_backend({cancel_pid})")
