@@ -341,15 +341,28 @@ void Session::MaybeSleep() {
       !core_->CanSleep()) {
     return;
   }
-  dormant_ = std::make_unique<endpoint::SessionCore::Dormant>(core_->Sleep());
-  core_.reset();
+  auto dormant = std::make_unique<endpoint::SessionCore::Dormant>(core_->Sleep());
+  std::unique_ptr<endpoint::SessionCore> old;
+  {
+    // FindSignalTarget reads core_ / dormant_ under this lock from any thread
+    // (Endpoint::SignalAppSession).
+    std::lock_guard<std::mutex> lock(endpoint_->mutex);
+    dormant_ = std::move(dormant);
+    old = std::move(core_);
+  }
+  old.reset();
   endpoint_->sleeping_sessions.fetch_add(1, std::memory_order_relaxed);
 }
 
 endpoint::SessionCore& Session::Core() {
   if (!core_ && dormant_) {
-    core_ = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(*dormant_));
-    dormant_.reset();
+    auto woken = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(*dormant_));
+    std::unique_ptr<endpoint::SessionCore::Dormant> gone;
+    {
+      std::lock_guard<std::mutex> lock(endpoint_->mutex);  // (as in MaybeSleep)
+      core_ = std::move(woken);
+      gone = std::move(dormant_);
+    }
     endpoint_->sleeping_sessions.fetch_sub(1, std::memory_order_relaxed);
   }
   return *core_;
