@@ -8,8 +8,8 @@ asyncpg through `hyperpool serve` with its defaults (cache on):
   without dormancy);
 - a sleeping session wakes for its next query: its setting is still its
   own (SHOW work_mem), and every other one answers; a SET made just before
-  the sleep still keys its cache look-ups (TimeZone: another session's
-  cached rendering is not served to it);
+  the sleep (TimeZone, extra_float_digits) still shapes its answers:
+  another session's cached rendering is not served to it;
 - pg_cancel_backend of a sleeping session's pid answers t, and the session
   goes on; pg_terminate_backend of another one answers t and ends it with
   57P01, as PostgreSQL ends an idle backend;
@@ -53,14 +53,20 @@ async def main(url, murl):
     # A SET before the sleep still keys the cache by the session's own
     # settings after it wakes: another session's cached answer (the startup
     # TimeZone's rendering) is not served to it.
-    q = "SELECT '2020-01-01 00:00+00'::timestamptz::text"
-    base = await conns[2].fetchval(q)
-    await conns[2].fetchval(q)  # (stored by now)
-    await conns[20].execute("SET TimeZone = 'Asia/Tokyo'")
-    await asyncio.to_thread(wait_for, lambda: sleeping(murl) >= N - 4, "the SET session asleep", 20)
-    got = await conns[20].fetchval(q)
-    check(got == "2020-01-01 09:00:00+09", f"a woken session's SET TimeZone keys its cache look-ups "
-                                            f"(got {got}; the startup setting's answer is {base})")
+    for setting, q, want in (("TimeZone = 'Asia/Tokyo'", "SELECT '2020-01-01 00:00+00'::timestamptz::text",
+                              "2020-01-01 09:00:00+09"),
+                             ("extra_float_digits = 0", "SELECT (0.1::float8 + 0.2::float8)::text", "0.3")):
+        base = await conns[2].fetchval(q)
+        await conns[2].fetchval(q)  # (stored by now)
+        c = await asyncpg.connect(dsn=url, ssl=False, timeout=30, statement_cache_size=0)
+        before = sleeping(murl)
+        # Asleep right after the SET's capture, before any unit re-keyed it.
+        await c.execute("SET " + setting)
+        await asyncio.to_thread(wait_for, lambda: sleeping(murl) > before, "the SET session asleep", 20)
+        got = await c.fetchval(q)
+        check(got == want, f"a woken session's SET {setting} keys its cache look-ups "
+                           f"(got {got}; the startup setting's answer is {base})")
+        await c.close()
 
     # Signals aimed at sleeping sessions: as PostgreSQL answers for idle backends.
     await asyncio.to_thread(wait_for, lambda: sleeping(murl) >= N - 5, "the others still asleep", 20)  # (0-3 and 20 hold an unnamed statement now)
