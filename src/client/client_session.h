@@ -300,7 +300,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   std::string user_;
   std::string database_;
-  client::ParamList app_params_;
+  client::ParamList app_params_;  // the startup packet's; moved into the link's hello (OpenLink)
   int32_t cancel_pid_ = 0;
   std::string cancel_secret_;
 

@@ -45,7 +45,11 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
     co_return false;
   }
   session_id_ = *id;
-  client::ParamList hello_params = app_params_;
+  // The app's parameters go into the hello and are not kept: a link opens
+  // once per session, and nothing after it reads them (an idle session
+  // that reached the origin kept them all).
+  client::ParamList hello_params = std::move(app_params_);
+  client::ParamList().swap(app_params_);
   if (!impl_->client_id.empty()) hello_params.emplace_back(link::kClientIdParam, impl_->client_id);
   hello_params.emplace_back(client::kDatabaseParam, database_);  // for a router of several databases
   // The pid of our BackendKeyData: the Endpoint shows it as the sender of

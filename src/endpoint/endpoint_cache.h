@@ -356,6 +356,9 @@ class SessionCache {
   enum class InterceptResult { kNotServed, kServed, kWait };
   InterceptResult Intercept(const protocol::Frame& frame, const cache::SqlText* text, std::string_view rest, bool idle,
                             std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // The session is idle (the Endpoint's sweep): the per-request queue gives
+  // its storage back (it keeps it between units otherwise).
+  void ReleaseIdleBuffers() { pending_.release(); }
   // After kWait: true when the unit was answered into `local_out`.
   asio::awaitable<bool> FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status);
   void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);

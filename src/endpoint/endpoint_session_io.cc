@@ -327,6 +327,7 @@ void Session::ReleaseIdleBuffers() {
   pool.Give(origin_out_);
   pool.Give(origin_writing_buf_);
   core_->ReleaseIdleBuffers();
+  cache_.ReleaseIdleBuffers();
 }
 
 void Session::MaybeSleep() {
