@@ -334,10 +334,12 @@ void Session::MaybeSleep() {
   // Only a session parked on its link's callback, with nothing of ours in
   // flight and no timer or waiter that reads the core: the callback (or a
   // signal, a broadcast, a notification, the Endpoint's stop) wakes it.
+  // (Idle() covers the lease, releases, link sends, the origin writer and
+  // the acquire.)
   if (!Idle() || !link_armed_ || link_coroutine_ || link_blocked_ || pumping_link_ || pumping_origin_ ||
-      executing_ || link_closed_ || origin_reader_ || origin_writer_ || origin_pump_posted_ ||
-      origin_waiting_ != nullptr || reading_ != nullptr || writing_ != nullptr || own_query_ != nullptr ||
-      acquiring_ || pin_ticket_ != 0 || pin_granted_ || pin_timer_ || timeout_timer_ || idle_watch_ ||
+      executing_ || link_closed_ || origin_reader_ || origin_pump_posted_ || origin_waiting_ != nullptr ||
+      reading_ != nullptr || writing_ != nullptr || own_query_ != nullptr || pin_ticket_ != 0 || pin_granted_ ||
+      pin_timer_ || timeout_timer_ || idle_watch_ ||
       !in_.empty() || !link_out_.empty() || !origin_out_.empty() || !origin_writing_buf_.empty() ||
       !core_->CanSleep()) {
     return;

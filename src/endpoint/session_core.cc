@@ -385,8 +385,7 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
     // No lock: FindSignalTarget, rare, compares every session's word.
     if (++endpoint_.lease_serial == 0) ++endpoint_.lease_serial;  // 0 means none
     previous_lease_ = origin_lease_.load(std::memory_order_relaxed);
-    origin_lease_.store(static_cast<std::uint64_t>(endpoint_.lease_serial) << 32 |
-                            static_cast<std::uint32_t>(conn_->backend_key().process_id),
+    origin_lease_.store(Pack(OriginLease{conn_->backend_key().process_id, endpoint_.lease_serial}),
                         std::memory_order_relaxed);
   }
   if (may_notify_) {
