@@ -314,8 +314,11 @@ void EndpointCache::RecordDecision(uint64_t fingerprint, cache::Reason reason,
                                    absl::FunctionRef<std::string()> normalized) {
   if (reason != cache::Reason::kCacheable) ++counters_.uncacheable;
   ++counters_.decided[static_cast<std::size_t>(reason)];
-  std::lock_guard lock(report_mu_);
-  decisions_.Record(fingerprint, reason, normalized);
+  {
+    std::lock_guard lock(report_mu_);
+    decisions_.Record(fingerprint, reason, normalized);
+  }
+  PublishSoon();
 }
 
 void EndpointCache::NoteServed(bool coalesced) {
@@ -326,6 +329,7 @@ void EndpointCache::NoteServed(bool coalesced) {
 void EndpointCache::NoteBypassed(BypassCause cause) {
   ++counters_.bypassed;
   ++counters_.bypass[static_cast<std::size_t>(cause)];
+  PublishSoon();
 }
 
 void EndpointCache::NoteDecidedWith(const cache::VolatilityOracle* oracle) {
@@ -340,6 +344,25 @@ void EndpointCache::Publish() {
   std::lock_guard lock(report_mu_);
   published_ = counters_;
   published_.tier = tier_->Stats();
+}
+
+void EndpointCache::PublishSoon() {
+  if (publish_armed_) return;
+  std::weak_ptr<EndpointCache> weak = weak_from_this();
+  if (weak.expired()) {  // not owned by a shared_ptr (a test's): at once
+    Publish();
+    return;
+  }
+  if (!publish_timer_) publish_timer_ = std::make_unique<asio::steady_timer>(executor_);
+  publish_armed_ = true;
+  publish_timer_->expires_after(kLatePublish);
+  publish_timer_->async_wait([weak = std::move(weak)](std::error_code ec) {
+    if (ec) return;
+    if (auto self = weak.lock()) {
+      self->publish_armed_ = false;
+      self->Publish();
+    }
+  });
 }
 
 EndpointCacheReport EndpointCache::Report(std::size_t top) const {

@@ -244,6 +244,13 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   void NoteStaleIfError() { ++counters_.stale_if_error; }
   // Copies the counters for Report() (call after each tier operation).
   void Publish();
+  // A counter changed with no Publish() after it (a decision, a bypass):
+  // published within kLatePublish. Without it, a session whose units only
+  // bypass the tiers (the WAL gate closed, session state) or are decided
+  // uncacheable showed none of them until some tier operation or its end.
+  // One timer per burst, none while nothing changed.
+  void PublishSoon();
+  static constexpr std::chrono::milliseconds kLatePublish{50};
   // Thread-safe.
   EndpointCacheReport Report(std::size_t top) const;
 
@@ -277,6 +284,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::chrono::steady_clock::time_point refresh_started_{};
   bool feed_changed_ = false;  // invalidated by the feed since the last read (CatalogChanged)
   bool RefreshAllowed(std::chrono::steady_clock::time_point now) const;
+
+  std::unique_ptr<asio::steady_timer> publish_timer_;  // PublishSoon (made at its first use)
+  bool publish_armed_ = false;
 
   std::function<bool()> serve_gate_;
   std::function<std::chrono::milliseconds()> serve_budget_;

@@ -56,8 +56,15 @@ def run(origin, mode, event_pattern):
                 wait_for(lambda: read() or hits() > 0, "a cache hit (auto works by max age)", 15)
             for _ in range(20):
                 read()
+            def bypassed():
+                return fetch_metrics(murl).get('hyperpool_cache_bypassed_total{tier="endpoint"}', 0)
+            if mode == "on":
+                # While the session lives: the Endpoint publishes its
+                # counters within 50 ms of a bypass, not only when some
+                # tier operation or the session's end publishes them.
+                wait_for(lambda: bypassed() >= 20, "20 bypasses on /metrics while the session is open", 10)
         m = fetch_metrics(murl)
-        return hits(), m.get("hyperpool_wal_feed_serving"), m.get('hyperpool_cache_bypassed_total{tier="endpoint"}', 0)
+        return hits(), m.get("hyperpool_wal_feed_serving"), bypassed()
     finally:
         proc.terminate()
         try:
