@@ -32,8 +32,7 @@ ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket soc
       socket_(std::move(socket)),
       peer_(client::PeerAddress(peer)),
       started_(std::chrono::steady_clock::now()),
-      handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())),
-      idle_timer_(socket_.get_executor()) {}
+      handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())) {}
 
 ClientSession::~ClientSession() {
   if (logged_in_ && impl_->logger->log_disconnections()) {
@@ -166,8 +165,9 @@ void ClientSession::StartWatchdog() {
 void ClientSession::ArmIdleTimer() {
   ++idle_generation_;
   if (impl_->options.idle_timeout <= std::chrono::milliseconds(0) || reason_ != EndReason::kNone) return;
-  idle_timer_.expires_after(impl_->options.idle_timeout);
-  idle_timer_.async_wait([weak = weak_from_this(), generation = idle_generation_](asio::error_code ec) {
+  if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  idle_timer_->expires_after(impl_->options.idle_timeout);
+  idle_timer_->async_wait([weak = weak_from_this(), generation = idle_generation_](asio::error_code ec) {
     if (ec) return;
     auto self = weak.lock();
     if (!self || self->idle_generation_ != generation) return;
@@ -184,7 +184,7 @@ void ClientSession::ArmIdleTimer() {
 
 void ClientSession::DisarmIdleTimer() {
   ++idle_generation_;
-  idle_timer_.cancel();
+  if (idle_timer_) idle_timer_->cancel();
 }
 
 asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> self, pr::PoolerError error) {

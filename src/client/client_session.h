@@ -288,7 +288,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     asio::steady_timer params;
   };
   std::unique_ptr<HandshakeTimers> handshake_timers_;
-  asio::steady_timer idle_timer_;
+  // client_idle_timeout's timer, made at its first arming (none when the
+  // timeout is off, the default: an idle session keeps no timer).
+  std::unique_ptr<asio::steady_timer> idle_timer_;
   uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
   State state_ = State::kStartup;
   EndReason reason_ = EndReason::kNone;

@@ -390,7 +390,7 @@ asio::steady_timer& SessionCache::WaitTimer() {
 SessionCache::~SessionCache() {
   if (shared_wait_) shared_wait_->alive = false;
   if (leader_ && !leader_->done && leader_->owns_key) cache_->tier().Abandon(leader_->key);
-  if (!wait_key_.empty()) cache_->tier().CancelWait(wait_key_, wait_id_);
+  if (unit_ && !unit_->wait_key.empty()) cache_->tier().CancelWait(unit_->wait_key, unit_->wait_id);
   if (watch_) cache_->RemoveWatch(this);
   SettleOpenCatalogChanges();
   cache_->Unregister(this);
@@ -520,7 +520,7 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
 void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText* text) {
   switch (frame.tag) {
     case 'Q': {
-      describe_window_ = DescribeWindow::kNone;
+      U().describe_window = DescribeWindow::kNone;
       unnamed_known_ = false;
       Effect e;
       if (text != nullptr) {  // decoded once by the session
@@ -537,9 +537,9 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
         cache_->Invalidate(e.write);
-        txn_written_.Merge(e.write);
+        U().txn_written.Merge(e.write);
       }
-      pending_.push_back(std::move(e));
+      U().pending.push_back(std::move(e));
       break;
     }
     case 'P': {
@@ -560,16 +560,16 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       auto d = protocol::DecodeDescribe(frame.payload);
       const bool statement = d.ok() && d->kind == protocol::ObjectKind::kStatement;
       NoteDescribeWindow(statement ? 'D' : 'x');
-      if (statement && describe_window_ == DescribeWindow::kOpen) {
-        ++window_describes_;
-        window_describes_unnamed_ = d->name.empty();
+      if (statement && U().describe_window == DescribeWindow::kOpen) {
+        ++U().window_describes;
+        U().window_describes_unnamed = d->name.empty();
       }
       break;
     }
     case 'H':
       break;  // a Flush keeps the window open
     case 'B': {
-      describe_window_ = DescribeWindow::kNone;
+      U().describe_window = DescribeWindow::kNone;
       // The names are all this needs: read them without decoding the rest.
       std::string_view rest = frame.payload;
       std::string_view portal;
@@ -580,7 +580,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       break;
     }
     case 'E': {
-      describe_window_ = DescribeWindow::kNone;
+      U().describe_window = DescribeWindow::kNone;
       auto x = protocol::DecodeExecute(frame.payload);
       Effect e;
       e.write.all = e.write.schema = true;  // unknown portal or statement: anything may have run
@@ -597,13 +597,13 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
         cache_->Invalidate(e.write);
-        txn_written_.Merge(e.write);
+        U().txn_written.Merge(e.write);
       }
-      building_.Merge(e);
+      U().building.Merge(e);
       break;
     }
     case 'C': {
-      describe_window_ = DescribeWindow::kNone;
+      U().describe_window = DescribeWindow::kNone;
       auto c = protocol::DecodeClose(frame.payload);
       if (c.ok()) {
         if (c->kind == protocol::ObjectKind::kStatement) {
@@ -616,7 +616,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       break;
     }
     case 'F': {
-      describe_window_ = DescribeWindow::kNone;
+      U().describe_window = DescribeWindow::kNone;
       Effect e;
       e.write.all = e.write.schema = true;  // a FunctionCall may run anything
       e.catalog.all = true;
@@ -625,14 +625,14 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       state_changed_ = true;
       wrote_ = true;
       cache_->Invalidate(e.write);
-      txn_written_.Merge(e.write);
-      pending_.push_back(std::move(e));
+      U().txn_written.Merge(e.write);
+      U().pending.push_back(std::move(e));
       break;
     }
     case 'S':
-      describe_window_ = DescribeWindow::kNone;
-      pending_.push_back(std::move(building_));
-      building_ = Effect{};
+      U().describe_window = DescribeWindow::kNone;
+      U().pending.push_back(std::move(U().building));
+      U().building = Effect{};
       break;
     default:
       break;
@@ -640,11 +640,12 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
 }
 
 void SessionCache::SettleOpenCatalogChanges() {
-  cache::CatalogChange open = std::move(txn_catalog_);
-  txn_catalog_ = cache::CatalogChange{};
-  for (const Effect& e : pending_) open.Merge(e.catalog);
-  open.Merge(building_.catalog);
-  building_.catalog = cache::CatalogChange{};
+  if (!unit_) return;  // (none made since the last sweep: nothing opened)
+  cache::CatalogChange open = std::move(U().txn_catalog);
+  U().txn_catalog = cache::CatalogChange{};
+  for (const Effect& e : U().pending) open.Merge(e.catalog);
+  open.Merge(U().building.catalog);
+  U().building.catalog = cache::CatalogChange{};
   if (open.any()) cache_->SettleCatalogChange(open);
 }
 
@@ -671,29 +672,49 @@ void SessionCache::RecordParse(const protocol::Parse& p) {
 
 void SessionCache::NoteDescribeWindow(char what) {
   if (what != 'P' && what != 'D') {
-    describe_window_ = DescribeWindow::kNone;
+    U().describe_window = DescribeWindow::kNone;
     return;
   }
-  if (describe_window_ == DescribeWindow::kNone) {
+  if (U().describe_window == DescribeWindow::kNone) {
     // Opens only between units: nothing outstanding, outside a transaction.
-    if (!pending_.empty() || last_status_ != 'I' || leader_) return;
-    describe_window_ = DescribeWindow::kOpen;
-    describe_answers_ = 0;
-    window_describes_ = 0;
-    window_describes_unnamed_ = false;
-    window_result_type_ = 0;
+    if (!U().pending.empty() || last_status_ != 'I' || leader_) return;
+    U().describe_window = DescribeWindow::kOpen;
+    U().describe_answers = 0;
+    U().window_describes = 0;
+    U().window_describes_unnamed = false;
+    U().window_result_type = 0;
   }
-  if (describe_window_ != DescribeWindow::kOpen) return;
-  describe_answers_ += what == 'P' ? 1 : 2;  // ParseComplete; ParameterDescription + RowDescription|NoData
+  if (U().describe_window != DescribeWindow::kOpen) return;
+  U().describe_answers += what == 'P' ? 1 : 2;  // ParseComplete; ParameterDescription + RowDescription|NoData
 }
 
 bool SessionCache::DescribeWindowReady() const {
-  return describe_window_ == DescribeWindow::kOpen && describe_answers_ == 0 && pending_.empty() &&
-         last_status_ == 'I';
+  return unit_ && unit_->describe_window == DescribeWindow::kOpen && unit_->describe_answers == 0 &&
+         unit_->pending.empty() && last_status_ == 'I';
+}
+
+bool SessionCache::UnitState::Empty() const {
+  // What is read only while something else is set is left out: the
+  // window's counts (only while it is open), a follower's wait id and wake
+  // (only while wait_key is set: Step sets them again), the row count (only
+  // under a limit).
+  const bool building_empty = !building.write.any() && !building.write.schema && !building.changes_state &&
+                              !building.settings_only && !building.catalog.any() && !building.own_write;
+  return !lookup && wait_key.empty() && row_limit.limit == 0 && pending.empty() && building_empty &&
+         !txn_written.any() && !txn_written.schema && !txn_catalog.any() && describe_window == DescribeWindow::kNone;
+}
+
+void SessionCache::ReleaseIdleBuffers() {
+  if (!unit_) return;
+  if (unit_->Empty()) {
+    unit_.reset();
+  } else {
+    unit_->pending.release();
+  }
 }
 
 void SessionCache::AdjustExecute(std::string& to_origin, std::size_t from) {
-  if (!leader_ || leader_->max_rows <= 0 || leader_->max_rows == INT32_MAX || row_limit_.limit != 0) return;
+  if (!leader_ || leader_->max_rows <= 0 || leader_->max_rows == INT32_MAX || U().row_limit.limit != 0) return;
   // Exactly one Execute frame was appended: its last four bytes are the limit.
   if (from > to_origin.size() || to_origin.size() - from < 9 || to_origin[from] != 'E') return;
   const uint32_t length = protocol::LoadUint32(to_origin.data() + from + 1);
@@ -704,30 +725,30 @@ void SessionCache::AdjustExecute(std::string& to_origin, std::size_t from) {
   limit[1] = static_cast<char>(raised >> 16);
   limit[2] = static_cast<char>(raised >> 8);
   limit[3] = static_cast<char>(raised);
-  row_limit_ = RowLimit{leader_->max_rows, 0};
+  U().row_limit = RowLimit{leader_->max_rows, 0};
   leader_->max_rows = 0;  // once: the unit has one Execute
 }
 
 SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& batch,
                                                         const OriginConnection& conn) {
   OriginVerdict verdict = OriginVerdict::kForward;
-  if (row_limit_.limit != 0) {
-    if (tag == 'D' && ++row_limit_.rows > row_limit_.limit) verdict = OriginVerdict::kDrop;
-    if (tag == 'C' && row_limit_.rows >= row_limit_.limit) verdict = OriginVerdict::kSuspend;
-    if (tag == 'Z') row_limit_ = RowLimit{};
+  if (U().row_limit.limit != 0) {
+    if (tag == 'D' && ++U().row_limit.rows > U().row_limit.limit) verdict = OriginVerdict::kDrop;
+    if (tag == 'C' && U().row_limit.rows >= U().row_limit.limit) verdict = OriginVerdict::kSuspend;
+    if (tag == 'Z') U().row_limit = RowLimit{};
   }
-  if (describe_window_ == DescribeWindow::kOpen) {
-    if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && describe_answers_ > 0) {
-      --describe_answers_;
-      if ((tag == 'T' || tag == 'n') && window_describes_ == 1 && window_describes_unnamed_) {
-        window_result_type_ = protocol::ResultTypeDigest(tag == 'T' ? raw.substr(5) : std::string_view());
+  if (U().describe_window == DescribeWindow::kOpen) {
+    if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && U().describe_answers > 0) {
+      --U().describe_answers;
+      if ((tag == 'T' || tag == 'n') && U().window_describes == 1 && U().window_describes_unnamed) {
+        U().window_result_type = protocol::ResultTypeDigest(tag == 'T' ? raw.substr(5) : std::string_view());
       }
     } else if (tag != 'N' && tag != 'S' && tag != 'A' && tag != link::kControlTag) {
-      describe_window_ = DescribeWindow::kNone;  // an error, or anything unexpected
+      U().describe_window = DescribeWindow::kNone;  // an error, or anything unexpected
     }
   }
   // The leader's result: capture it for both tiers.
-  if (leader_ && !pending_.empty()) {
+  if (leader_ && !U().pending.empty()) {
     Leader& l = *leader_;
     if (!l.begun) {
       l.begun = true;
@@ -777,14 +798,14 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
   }
   // Writes: invalidate before the write's CommandComplete, and again when its
   // transaction ends (the commit point), telling the Client tiers each time.
-  if (tag == 'C' && !pending_.empty() && pending_.front().write.any()) {
-    Emit(cache_->Invalidate(pending_.front().write), batch);
+  if (tag == 'C' && !U().pending.empty() && U().pending.front().write.any()) {
+    Emit(cache_->Invalidate(U().pending.front().write), batch);
   }
   if (tag == 'Z' && raw.size() >= 6) {
     const char status = raw[5];
     last_status_ = status;
-    if (!pending_.empty()) {
-      const Effect& e = pending_.front();
+    if (!U().pending.empty()) {
+      const Effect& e = U().pending.front();
       // Connections carry what their sessions did to them: a connection used
       // by a session whose state a key cannot describe, or whose state
       // changed, never stores again; nor does one shared by sessions with
@@ -794,18 +815,18 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
       if ((e.changes_state && !e.settings_only) || state_changed_ || hello_unsupported_) {
         cache_->MarkConnectionDirty(conn);
       }
-      txn_catalog_.Merge(e.catalog);  // completed; settled when its transaction ends
-      pending_.pop_front();
+      U().txn_catalog.Merge(e.catalog);  // completed; settled when its transaction ends
+      U().pending.pop_front();
     }
-    if (status == 'I' && txn_catalog_.any()) {
-      cache_->SettleCatalogChange(txn_catalog_);
-      txn_catalog_ = cache::CatalogChange{};
+    if (status == 'I' && U().txn_catalog.any()) {
+      cache_->SettleCatalogChange(U().txn_catalog);
+      U().txn_catalog = cache::CatalogChange{};
     }
-    if (status == 'I' && txn_written_.any()) {
-      Emit(cache_->Invalidate(txn_written_), batch);
-      txn_written_ = cache::WriteEffect{};
+    if (status == 'I' && U().txn_written.any()) {
+      Emit(cache_->Invalidate(U().txn_written), batch);
+      U().txn_written = cache::WriteEffect{};
     }
-    if (leader_ && pending_.empty()) EndLeader(/*abandon=*/true);
+    if (leader_ && U().pending.empty()) EndLeader(/*abandon=*/true);
   }
   return verdict;
 }

@@ -368,7 +368,9 @@ class SessionCache {
                             std::string& local_out, bool& skip_until_sync, char& skip_status);
   // The session is idle (the Endpoint's sweep): the per-request queue gives
   // its storage back (it keeps it between units otherwise).
-  void ReleaseIdleBuffers() { pending_.release(); }
+  // It gives back the per-unit state too when that holds nothing
+  // (UnitState): an idle session keeps none.
+  void ReleaseIdleBuffers();
   // After kWait: true when the unit was answered into `local_out`.
   asio::awaitable<bool> FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status);
   void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);
@@ -451,7 +453,6 @@ class SessionCache {
     int32_t limit = 0;  // 0: none active
     int64_t rows = 0;   // DataRows the origin sent so far
   };
-  RowLimit row_limit_;
 
   Effect EffectOf(const cache::SqlText& text, bool apply_settings);
   // A unit that changes session state was forwarded.
@@ -489,7 +490,6 @@ class SessionCache {
   // per-unit state dropped when the session is idle.
   void NoteNamedParse(const protocol::Frame& frame, const cache::SqlText* text);
   void ResetAtIdle();
-  std::optional<Lookup> lookup_;
   // The shared tier's answer for `key` (the leader's look-up, bounded by
   // its timeout): a current entry, or null with leader_->token set.
   asio::awaitable<std::shared_ptr<const CacheEntry>> LookupShared(const std::string& key,
@@ -543,20 +543,6 @@ class SessionCache {
   std::uint64_t pending_captures_ = 0;
 
   std::unique_ptr<Leader> leader_;
-  // A follower's wait.
-  std::string wait_key_;
-  uint64_t wait_id_ = 0;
-  bool woken_ = false;
-  std::shared_ptr<const CacheEntry> woken_entry_;
-
-  // Writes and state changes per request sent (Query, Sync, FunctionCall),
-  // answered in order by the origin's ReadyForQuery.
-  SmallFifo<Effect> pending_;
-  Effect building_;  // extended-query messages since the last Sync
-  cache::WriteEffect txn_written_;
-  // Catalog changes whose statements completed in the transaction still
-  // open: settled at its end (OnOriginFrame).
-  cache::CatalogChange txn_catalog_;
   // Settles every catalog change opened and not settled yet (the session
   // ends, or its outstanding requests were answered without the origin).
   void SettleOpenCatalogChanges();
@@ -581,16 +567,51 @@ class SessionCache {
   StatementText unnamed_text_;
   bool unnamed_known_ = false;
   // A flight of only Parse / Describe(statement) / Flush, sent between units
-  // (see Intercept): open while it lasts, `describe_answers_` still due.
+  // (see Intercept): open while it lasts, `describe_answers` still due.
   enum class DescribeWindow : uint8_t { kNone, kOpen };
-  DescribeWindow describe_window_ = DescribeWindow::kNone;
-  int describe_answers_ = 0;
-  // The window's Describes, and the result type the origin described when
-  // it held exactly one, of the unnamed statement (0 otherwise): what the
-  // driver holds for the Bind that follows (CandidateUnit::result_type).
-  int window_describes_ = 0;
-  bool window_describes_unnamed_ = false;
-  uint64_t window_result_type_ = 0;
+
+  // What a session holds only while it works: made at its first use, and
+  // given back at the idle sweep when it holds nothing (ReleaseIdleBuffers),
+  // so that an idle session keeps none of it (about 430 bytes).
+  struct UnitState {
+    std::optional<Lookup> lookup;  // a look-up in progress
+    RowLimit row_limit;
+    // A follower's wait.
+    std::string wait_key;
+    uint64_t wait_id = 0;
+    bool woken = false;
+    std::shared_ptr<const CacheEntry> woken_entry;
+    // Writes and state changes per request sent (Query, Sync, FunctionCall),
+    // answered in order by the origin's ReadyForQuery.
+    SmallFifo<Effect> pending;
+    Effect building;  // extended-query messages since the last Sync
+    cache::WriteEffect txn_written;
+    // Catalog changes whose statements completed in the transaction still
+    // open: settled at its end (OnOriginFrame).
+    cache::CatalogChange txn_catalog;
+    DescribeWindow describe_window = DescribeWindow::kNone;
+    int describe_answers = 0;
+    // The window's Describes, and the result type the origin described when
+    // it held exactly one, of the unnamed statement (0 otherwise): what the
+    // driver holds for the Bind that follows (CandidateUnit::result_type).
+    int window_describes = 0;
+    bool window_describes_unnamed = false;
+    uint64_t window_result_type = 0;
+    // Nothing in it that a later read would see: dropping it and making it
+    // again later changes nothing.
+    bool Empty() const;
+  };
+  std::unique_ptr<UnitState> unit_;
+
+ public:
+  // For tests: the per-unit state is held (made, and not given back yet).
+  bool holds_unit_state() const { return unit_ != nullptr; }
+
+ private:
+  UnitState& U() {
+    if (!unit_) unit_ = std::make_unique<UnitState>();
+    return *unit_;
+  }
   // The session's statement names as the statement registry maps them
   // (StatementSession): which result type each one's driver holds.
   const ClientStatements* client_statements_ = nullptr;

@@ -92,10 +92,10 @@ void SessionCache::ResetAtIdle() {
   // origin was lost or no connection could be had).
   if (leader_) EndLeader(/*abandon=*/true);
   SettleOpenCatalogChanges();
-  pending_.clear();
-  row_limit_ = RowLimit{};  // a unit that ended without its ReadyForQuery (origin lost)
-  building_ = Effect{};
-  txn_written_ = cache::WriteEffect{};
+  U().pending.clear();
+  U().row_limit = RowLimit{};  // a unit that ended without its ReadyForQuery (origin lost)
+  U().building = Effect{};
+  U().txn_written = cache::WriteEffect{};
 }
 
 SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
@@ -143,7 +143,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
       // and the driver holds what the window's Describe answered.
       *sql = self->unnamed_text_.sql;
       *types = self->unnamed_text_.types;
-      *result_type = self->window_result_type_;
+      *result_type = self->U().window_result_type;
       return true;
     }
     if (name.empty() || self->client_statements_ == nullptr) return false;
@@ -206,8 +206,8 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     // catalog refresh (bounded), then goes to the origin; the next one is
     // decided on the new catalog.
     cache_->RecordDecision(fingerprint, d.reason, normalized);
-    lookup_ = Lookup{};
-    lookup_->wait = Lookup::Wait::kCatalog;
+    U().lookup = Lookup{};
+    U().lookup->wait = Lookup::Wait::kCatalog;
     return InterceptResult::kWait;
   }
   cache_->RecordDecision(fingerprint, d.reason, normalized);
@@ -226,17 +226,17 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_, unit.result_type);
   const uint64_t digest = cache::UnitDigest(unit.frames);
 
-  lookup_ = Lookup{};
-  lookup_->key = std::move(key);
-  lookup_->digest = digest;
-  lookup_->tables = std::move(d.tables);
-  lookup_->form = unit.form;
-  lookup_->replay = unit.replay;
-  lookup_->refresh_only = unit.named_parse || after_describe;
+  U().lookup = Lookup{};
+  U().lookup->key = std::move(key);
+  U().lookup->digest = digest;
+  U().lookup->tables = std::move(d.tables);
+  U().lookup->form = unit.form;
+  U().lookup->replay = unit.replay;
+  U().lookup->refresh_only = unit.named_parse || after_describe;
   if (shape_pending) {
     // Neither served nor a flight others may wait on: the key's result
     // type is a placeholder until the origin has described the statement.
-    lookup_->shape_pending = std::move(shape_pending);
+    U().lookup->shape_pending = std::move(shape_pending);
     return RefreshOnly();
   }
   return Step(local_out, skip_until_sync, skip_status);
@@ -249,7 +249,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
 // result refreshes the entry (Put, not Complete: another session may own
 // the key's flight) and is marked for the Client tier as a leader's would be.
 SessionCache::InterceptResult SessionCache::RefreshOnly() {
-  Lookup& l = *lookup_;
+  Lookup& l = *U().lookup;
   leader_ = std::make_unique<Leader>(cache_->options().max_entry_bytes);
   leader_->key = std::move(l.key);
   leader_->digest = l.digest;
@@ -260,20 +260,20 @@ SessionCache::InterceptResult SessionCache::RefreshOnly() {
   leader_->max_rows = l.replay.max_rows;
   leader_->shape_pending = std::move(l.shape_pending);
   cache_->Publish();
-  lookup_.reset();
+  U().lookup.reset();
   return InterceptResult::kNotServed;
 }
 
 // One round of the look-up (at most four: a leader that abandoned makes its
-// followers look again). kWait leaves lookup_->wait set for FinishIntercept.
+// followers look again). kWait leaves U().lookup->wait set for FinishIntercept.
 SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& skip_until_sync, char& skip_status) {
-  Lookup& l = *lookup_;
+  Lookup& l = *U().lookup;
   for (; l.round < 4; ++l.round) {
-    woken_ = false;
-    woken_entry_.reset();
+    U().woken = false;
+    U().woken_entry.reset();
     CacheLookup lk = cache_->tier().Lookup(l.key, [this](std::shared_ptr<const CacheEntry> e) {
-      woken_ = true;
-      woken_entry_ = std::move(e);
+      U().woken = true;
+      U().woken_entry = std::move(e);
       if (wait_timer_) wait_timer_->cancel();
     });
     switch (lk.status) {
@@ -283,7 +283,7 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
         bool served = Serve(lk.entry, l.form, l.replay, l.digest, local_out, skip_until_sync, skip_status);
         if (served) cache_->NoteServed(l.waited);
         cache_->Publish();
-        lookup_.reset();
+        U().lookup.reset();
         return served ? InterceptResult::kServed : InterceptResult::kNotServed;
       }
       case CacheLookupStatus::kStaleRefresh:
@@ -318,7 +318,7 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
           return InterceptResult::kWait;
         }
         cache_->Publish();
-        lookup_.reset();
+        U().lookup.reset();
         return InterceptResult::kNotServed;
       }
       case CacheLookupStatus::kMissFollower: {
@@ -327,75 +327,75 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
         // never reach the origin (nor the session's statement map), and the
         // driver's next Bind of that name would find no statement (26000).
         if (l.refresh_only) return RefreshOnly();
-        wait_key_ = l.key;
-        wait_id_ = lk.wait_id;
+        U().wait_key = l.key;
+        U().wait_id = lk.wait_id;
         l.wait = Lookup::Wait::kFollower;
         return InterceptResult::kWait;
       }
     }
   }
-  lookup_.reset();
+  U().lookup.reset();
   return InterceptResult::kNotServed;
 }
 
 asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status) {
-  while (lookup_ && lookup_->wait != Lookup::Wait::kNone) {
-    Lookup& l = *lookup_;
+  while (U().lookup && U().lookup->wait != Lookup::Wait::kNone) {
+    Lookup& l = *U().lookup;
     if (l.wait == Lookup::Wait::kCatalog) {
       if (!catalog_timer_) catalog_timer_ = std::make_shared<asio::steady_timer>(cache_->executor());
       catalog_timer_->expires_after(kCatalogWait);
       cache_->OnRefreshEnd(catalog_timer_);
       (void)co_await catalog_timer_->async_wait(kAsTuple);
-      lookup_.reset();
+      U().lookup.reset();
       co_return false;
     }
     if (l.wait == Lookup::Wait::kShared) {
       l.wait = Lookup::Wait::kNone;
       const std::string key = l.key;
       std::shared_ptr<const CacheEntry> e = co_await LookupShared(key, leader_->tables);
-      if (!lookup_ || !leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
+      if (!U().lookup || !leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
       if (e && std::chrono::steady_clock::now() < e->expires) {
         cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
         leader_->done = true;
         EndLeader(/*abandon=*/false);
-        bool served = Serve(e, lookup_->form, lookup_->replay, lookup_->digest, local_out, skip_until_sync, skip_status);
+        bool served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out, skip_until_sync, skip_status);
         if (served) {
-          cache_->NoteServed(lookup_->waited);
+          cache_->NoteServed(U().lookup->waited);
           cache_->NoteSharedServed();
         }
         cache_->Publish();
-        lookup_.reset();
+        U().lookup.reset();
         co_return served;
       }
       if (e && !leader_->fallback) leader_->fallback = e;  // past max age: for stale-if-error only
       cache_->Publish();
-      lookup_.reset();
+      U().lookup.reset();
       co_return false;
     }
     // A follower: the leader's result (or its abandoning) wakes us.
     l.wait = Lookup::Wait::kNone;
-    if (!woken_) {
+    if (!U().woken) {
       asio::steady_timer& timer = WaitTimer();
       timer.expires_after(kFollowerWait);
       (void)co_await timer.async_wait(kAsTuple);
     }
-    if (!lookup_) co_return false;
-    if (!woken_) cache_->tier().CancelWait(wait_key_, wait_id_);
-    wait_key_.clear();
-    lookup_->waited = true;
-    if (woken_ && woken_entry_) {
-      std::shared_ptr<const CacheEntry> e = std::move(woken_entry_);
-      bool served = Serve(e, lookup_->form, lookup_->replay, lookup_->digest, local_out, skip_until_sync, skip_status);
+    if (!U().lookup) co_return false;
+    if (!U().woken) cache_->tier().CancelWait(U().wait_key, U().wait_id);
+    U().wait_key.clear();
+    U().lookup->waited = true;
+    if (U().woken && U().woken_entry) {
+      std::shared_ptr<const CacheEntry> e = std::move(U().woken_entry);
+      bool served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out, skip_until_sync, skip_status);
       if (served) cache_->NoteServed(true);
       cache_->Publish();
-      lookup_.reset();
+      U().lookup.reset();
       co_return served;
     }
-    if (!woken_) {  // timed out: go to the origin, uncoordinated
-      lookup_.reset();
+    if (!U().woken) {  // timed out: go to the origin, uncoordinated
+      U().lookup.reset();
       co_return false;
     }
-    ++lookup_->round;  // the leader abandoned: look again (may lead now)
+    ++U().lookup->round;  // the leader abandoned: look again (may lead now)
     switch (Step(local_out, skip_until_sync, skip_status)) {
       case InterceptResult::kServed:
         co_return true;

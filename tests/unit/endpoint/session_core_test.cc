@@ -259,6 +259,7 @@ class Harness {
 
   SessionCore& core() { return *core_; }
   Endpoint::Impl& impl() { return *impl_; }
+  SessionCache& cache() { return *session_cache_; }
 
   // A logged-in origin connection (stream-less): its BackendKeyData and
   // ReadyForQuery 'I' recorded as a login would; by default it already
@@ -1728,6 +1729,40 @@ TEST_CASE("SessionCore: a core that holds more than a new one's state does not s
     if (c.releases) CHECK(out.Find(Kind::kRelease) != nullptr);
   }  // (else answered here: a Parse the statements keep for their first use)
   CHECK_FALSE(h.core().CanSleep());
+}
+
+TEST_CASE("SessionCache: the idle sweep gives back the per-unit state; a transaction's writes keep it",
+          "[endpoint][session_core]") {
+  Harness h;
+  OriginConnection* conn = nullptr;
+  h.StartUnit(QueryBytes("SELECT 1"), &conn);
+  CHECK(h.cache().holds_unit_state());
+  h.Origin(RowDesc() + DataRow("1") + Complete("SELECT 1") + Ready('I'));
+  REQUIRE(h.Take().Commands() == "release(return)");
+  h.cache().ReleaseIdleBuffers();  // the sweep (Session::ReleaseIdleBuffers)
+  CHECK_FALSE(h.cache().holds_unit_state());
+
+  // The next unit makes it again; a write in an open transaction is held
+  // for the invalidation at its end, through a sweep in between.
+  h.StartUnit(QueryBytes("BEGIN"), &conn);
+  h.Origin(Complete("BEGIN") + Ready('T'));
+  (void)h.Take();
+  h.Client(QueryBytes("UPDATE accounts SET balance = 0 WHERE id = 1"));
+  (void)h.Take();
+  h.Origin(Complete("UPDATE 1") + Ready('T'));
+  (void)h.Take();
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.cache().holds_unit_state());
+  const std::uint64_t invalidations = h.impl().cache->Report(0).invalidations;
+  h.Client(QueryBytes("COMMIT"));
+  (void)h.Take();
+  h.Origin(Complete("COMMIT") + Ready('I'));
+  (void)h.Take();
+  // The transaction's writes invalidate once more at its end (the write
+  // the sweep kept).
+  CHECK(h.impl().cache->Report(0).invalidations == invalidations + 1);
+  h.cache().ReleaseIdleBuffers();
+  CHECK_FALSE(h.cache().holds_unit_state());
 }
 
 TEST_CASE("SessionCore: input that waits keeps the core awake", "[endpoint][session_core]") {
