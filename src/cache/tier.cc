@@ -70,13 +70,6 @@ void PutU32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * (3 - i)));
   out.append(b, sizeof(b));
 }
-void PutTables(std::string& out, const std::vector<std::string>& tables) {
-  PutU32(out, static_cast<uint32_t>(tables.size()));
-  for (const std::string& t : tables) {
-    out.append(t);
-    out.push_back('\0');
-  }
-}
 
 // A bounds-checked reader over a control payload.
 struct Reader {
@@ -95,6 +88,9 @@ struct Reader {
   std::vector<std::string> Tables() {
     uint64_t n = U(4);
     std::vector<std::string> out;
+    // Each name takes at least its NUL: a count the bytes cannot hold fails
+    // below without reserving for it.
+    if (ok && n <= s.size()) out.reserve(n);
     for (uint64_t i = 0; ok && i < n; ++i) {
       size_t nul = s.find('\0');
       if (nul == std::string_view::npos) {
@@ -139,32 +135,63 @@ void AppendControl(std::string& out, const BeginControl& c) {
   protocol::FinishMessage(out, start);
 }
 
+namespace {
+
+// A control frame written in place: `out` grows once by the frame's exact
+// size (no append per field), and the fields fill it in order.
+class FrameFill {
+ public:
+  FrameFill(std::string& out, size_t payload) {
+    const size_t at = out.size();
+    out.resize(at + 5 + payload);
+    p_ = out.data() + at;
+    *p_++ = kControlTag;
+    U32(static_cast<uint32_t>(payload + 4));
+  }
+  void Byte(char c) { *p_++ = c; }
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) *p_++ = static_cast<char>(v >> (8 * (7 - i)));
+  }
+  void U32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) *p_++ = static_cast<char>(v >> (8 * (3 - i)));
+  }
+  void Tables(const std::vector<std::string>& tables) {
+    U32(static_cast<uint32_t>(tables.size()));
+    for (const std::string& t : tables) {
+      std::memcpy(p_, t.data(), t.size());
+      p_ += t.size();
+      *p_++ = '\0';
+    }
+  }
+  static size_t TablesSize(const std::vector<std::string>& tables) {
+    size_t n = 4;
+    for (const std::string& t : tables) n += t.size() + 1;
+    return n;
+  }
+
+ private:
+  char* p_;
+};
+
+}  // namespace
+
 void AppendControl(std::string& out, const StoreControl& c) {
-  size_t tables = 0;
-  for (const std::string& t : c.tables) tables += t.size() + 1;
-  // Written straight into `out` (no payload string of its own).
-  out.reserve(out.size() + 5 + 1 + 8 + 4 + 8 + 4 + tables + 8);
-  const protocol::MessageStart start = protocol::BeginMessage(out, kControlTag);
-  out.push_back('S');
-  PutU64(out, c.digest);
-  PutU32(out, static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
-  PutU64(out, c.generation);
-  PutTables(out, c.tables);
-  if (c.source != 0) PutU64(out, c.source);
-  protocol::FinishMessage(out, start);
+  FrameFill f(out, 1 + 8 + 4 + 8 + FrameFill::TablesSize(c.tables) + (c.source != 0 ? 8 : 0));
+  f.Byte('S');
+  f.U64(c.digest);
+  f.U32(static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
+  f.U64(c.generation);
+  f.Tables(c.tables);
+  if (c.source != 0) f.U64(c.source);
 }
 
 void AppendControl(std::string& out, const InvalidateControl& c) {
-  size_t tables = 0;
-  for (const std::string& t : c.tables) tables += t.size() + 1;
-  out.reserve(out.size() + 5 + 1 + 8 + 1 + 4 + tables + 8);
-  const protocol::MessageStart start = protocol::BeginMessage(out, kControlTag);
-  out.push_back('I');
-  PutU64(out, c.generation);
-  out.push_back(!c.all ? 0 : c.rows_only ? 2 : 1);
-  PutTables(out, c.tables);
-  if (c.source != 0) PutU64(out, c.source);
-  protocol::FinishMessage(out, start);
+  FrameFill f(out, 1 + 8 + 1 + FrameFill::TablesSize(c.tables) + (c.source != 0 ? 8 : 0));
+  f.Byte('I');
+  f.U64(c.generation);
+  f.Byte(!c.all ? 0 : c.rows_only ? 2 : 1);
+  f.Tables(c.tables);
+  if (c.source != 0) f.U64(c.source);
 }
 
 std::optional<Control> DecodeControl(std::string_view payload) {

@@ -255,7 +255,7 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
   EndRefresh();
 }
 
-cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& effect) {
+cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& effect, bool for_clients) {
   cache::InvalidateControl c;
   if (effect.all || effect.schema) {
     tier_->InvalidateAll(database_);
@@ -264,9 +264,11 @@ cache::InvalidateControl EndpointCache::Invalidate(const cache::WriteEffect& eff
     c.rows_only = !effect.schema;
   } else {
     tier_->InvalidateTables(database_, effect.tables);
-    c.tables = effect.tables;
+    if (for_clients) c.tables = effect.tables;
   }
-  if (shared_) shared_->Invalidate(cache::SharedInvalidation{database_, c.all, c.tables});
+  if (shared_) {
+    shared_->Invalidate(cache::SharedInvalidation{database_, c.all, c.all ? std::vector<std::string>{} : effect.tables});
+  }
   c.generation = ++generation_;
   c.source = source_;
   ++counters_.invalidations;
@@ -536,7 +538,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       NoteStateChange(e);
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
-        cache_->Invalidate(e.write);
+        cache_->Invalidate(e.write, /*for_clients=*/false);
         U().txn_written.Merge(e.write);
       }
       U().pending.push_back(std::move(e));
@@ -596,7 +598,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       NoteStateChange(e);
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
-        cache_->Invalidate(e.write);
+        cache_->Invalidate(e.write, /*for_clients=*/false);
         U().txn_written.Merge(e.write);
       }
       U().building.Merge(e);
@@ -624,7 +626,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       e.changes_state = true;
       state_changed_ = true;
       wrote_ = true;
-      cache_->Invalidate(e.write);
+      cache_->Invalidate(e.write, /*for_clients=*/false);
       U().txn_written.Merge(e.write);
       U().pending.push_back(std::move(e));
       break;

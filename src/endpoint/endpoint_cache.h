@@ -187,8 +187,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   // This Endpoint instance in the control messages (random, never 0): a
   // Client compares generations only with those of the same source.
   uint64_t source() const { return source_; }
-  // Invalidates the tier; returns the control message for the Client tiers.
-  cache::InvalidateControl Invalidate(const cache::WriteEffect& effect);
+  // Invalidates the tier; returns the control message for the Client tiers
+  // (`for_clients` false: a caller that sends none, its tables left out).
+  cache::InvalidateControl Invalidate(const cache::WriteEffect& effect, bool for_clients = true);
   // Sends `control` to one live session of every Client other than
   // `except_client`.
   void Broadcast(const cache::InvalidateControl& control, const std::string& except_client, bool remote = false);
