@@ -47,12 +47,17 @@ void ClientCore::Start(const Config* config, const std::string& database, const 
   config_ = config;
   key_.Start(database, app_params);
   cache::ApplyStartupParameters(app_params, cache_settings_);
-  ext_ = std::make_unique<ExtendedSession>(config_->metadata, database, key_.fingerprint());
+  database_ = database;
+}
+
+ExtendedSession& ClientCore::Ext() {
+  if (!ext_) ext_ = std::make_unique<ExtendedSession>(config_->metadata, database_, key_.fingerprint());
+  return *ext_;
 }
 
 bool ClientCore::CacheUsable() const {
-  return ext_ != nullptr && config_->cache != nullptr && cache_settings_.enabled && key_.keyable() &&
-         outstanding_ == 0 && txn_status_ == 'I' && ext_->idle() && !ext_->lost() &&
+  return config_ != nullptr && config_->cache != nullptr && cache_settings_.enabled && key_.keyable() &&
+         outstanding_ == 0 && txn_status_ == 'I' && (ext_ == nullptr || (ext_->idle() && !ext_->lost())) &&
          !(cache_settings_.ttl && *cache_settings_.ttl <= std::chrono::milliseconds(0));
 }
 
@@ -61,7 +66,7 @@ bool ClientCore::LocalCandidate(std::string_view bytes, cache::CandidateUnit& un
   plain_select = false;
   const cache::StatementLookup lookup = [this](std::string_view name, std::string_view* sql,
                                                std::vector<uint32_t>* types, uint64_t* result_type) {
-    const SessionStatement* st = ext_->Find(name);
+    const SessionStatement* st = ext_ != nullptr ? ext_->Find(name) : nullptr;
     if (st == nullptr) return false;
     *sql = st->sql;
     *types = st->param_types;
@@ -110,8 +115,10 @@ void ClientCore::NoteForwardedFrame(const pr::Frame& f, std::string_view rest) {
   const cache::SqlText text(sql);
   cache::StatementEffects fx = cache::ClassifyStatements(text, &cache_settings_);
   if (!fx.changes_session_state) return;
-  const bool lasts = txn_status_ == 'I' && outstanding_ == 0 && ext_->idle() && OwnUnit(f.tag, text, rest);
-  if (key_.Note(sql, fx, lasts)) ext_->set_fingerprint(key_.fingerprint());
+  const bool lasts =
+      txn_status_ == 'I' && outstanding_ == 0 && (ext_ == nullptr || ext_->idle()) && OwnUnit(f.tag, text, rest);
+  // (One made later takes the fingerprint as it is then.)
+  if (key_.Note(sql, fx, lasts) && ext_ != nullptr) ext_->set_fingerprint(key_.fingerprint());
 }
 
 // ---- From the app
@@ -130,7 +137,7 @@ size_t ClientCore::ServeLocalHit(std::string_view in, LocalMiss& miss, std::stri
   // After an extended message that reached the origin without its Sync
   // (Parse + Describe + Flush), the unit must go there: its Sync ends the
   // implicit transaction the Parse began. It is still a candidate.
-  if (ext_->unsynced()) return 0;
+  if (ext_ != nullptr && ext_->unsynced()) return 0;
   std::shared_ptr<const CacheEntry> entry = config_->cache->GetFresh(key);
   if (!entry) return 0;
   // Rows only for a driver that holds their result type (docs/architecture.md,
@@ -146,7 +153,7 @@ size_t ClientCore::ServeLocalHit(std::string_view in, LocalMiss& miss, std::stri
     uint64_t want = 0;
     bool check = true;
     if (unit.replay.parse) {
-      promise = ext_->Promised(unit.sql, unit.param_types, key_.keyable());
+      promise = Ext().Promised(unit.sql, unit.param_types, key_.keyable());
       want = promise.meta ? ResultTypeOfFrame(promise.meta->row_description) : 0;
       check = want != 0 || unit.named_parse || unit.replay.describe == cache::ReplayRequest::Describe::kNone;
     } else {
@@ -163,7 +170,7 @@ size_t ClientCore::ServeLocalHit(std::string_view in, LocalMiss& miss, std::stri
     pr::FrameReader reader(pr::FrameReader::Mode::kTagged);
     pr::FrameReader::Result r = reader.Read(unit.frames);
     if (!r.is_frame()) return 0;
-    if (!ext_->AdoptServedParse(r.frame(), std::move(promise)) && unit.named_parse) return 0;
+    if (!Ext().AdoptServedParse(r.frame(), std::move(promise)) && unit.named_parse) return 0;
   }
   miss.candidate = false;  // served: the unit leaves `in`
   answer = std::move(out);
@@ -219,7 +226,7 @@ ClientCore::AppBatch ClientCore::TakeBatch(std::string_view in, LocalMiss& miss,
     ctx.describe_portal = first_candidate && units_in_batch == 0 && first.form == cache::ProtocolForm::kExtended &&
                           first.replay.describe == cache::ReplayRequest::Describe::kNone;
     ExtendedSession::FrontendResult fr =
-        ext_->OnFrontend(r.frame(), view.substr(batch), ctx, to_link, out.local);
+        Ext().OnFrontend(r.frame(), view.substr(batch), ctx, to_link, out.local);
     batch += fr.rest_consumed;
     if (!fr.forwarded) continue;  // answered locally (a Sync among them included)
     if (tag == 'Q' || tag == 'S' || tag == 'F') {
@@ -288,7 +295,7 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
     const size_t total = size_t{len} + 1;
     const size_t have = buf.size() - pos;
     if (have < total) {
-      if ((tag == 'D' || tag == 'd') && !capture_ && ext_->StreamsRows()) {
+      if ((tag == 'D' || tag == 'd') && !capture_ && (ext_ == nullptr || ext_->StreamsRows())) {
         out.Append(std::string_view(p, have));
         passthrough_ = total - have;
         last_tag_ = tag;
@@ -301,7 +308,7 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
       OnControl(frame.substr(5), events);
     } else {
       if (capture_) capture_->Feed(tag, frame);
-      ext_->OnBackend(tag, frame, out);
+      Ext().OnBackend(tag, frame, out);
       last_tag_ = tag;
       if (tag == 'Z' && total >= 6) OnReadyForQuery(p[5], events);
     }

@@ -111,6 +111,9 @@ class ClientCore {
   // The last frame the app got was an ErrorResponse, whole: the Endpoint
   // said why before the link ended.
   bool ended_with_error() const { return passthrough_ == 0 && last_tag_ == 'E'; }
+  // For tests: the extended-protocol state exists (made at the first frame
+  // sent to the link).
+  bool holds_extended_session() const { return ext_ != nullptr; }
   // Whether a unit starting now may be answered locally / become a candidate.
   bool CacheUsable() const;
 
@@ -134,8 +137,13 @@ class ClientCore {
   };
   SmallFifo<PendingUnit> units_;  // one per Query/Sync/FunctionCall sent, popped at ReadyForQuery
   // The extended protocol as forwarded: local Parse/Describe answers,
-  // deferred Parses, result-shape checks (extended_session.h).
+  // deferred Parses, result-shape checks (extended_session.h). Made when
+  // the first frame goes to the link (Ext()): a session that only logged in
+  // or was only answered from the local tier keeps none (a new one answers
+  // every question as `ext_ == nullptr` does here).
   std::unique_ptr<ExtendedSession> ext_;
+  ExtendedSession& Ext();
+  std::string database_;  // the session's, for Ext()
   std::unique_ptr<cache::ResultCapture> capture_;
   std::string capture_key_;
   std::optional<cache::StoreControl> capture_store_;

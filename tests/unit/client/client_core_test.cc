@@ -109,6 +109,19 @@ TEST_CASE("ClientCore: a Query goes to the link and its answer comes back as rec
   CHECK(f.core.txn_status() == 'I');
 }
 
+TEST_CASE("ClientCore: a session that only logged in, or was only answered here, holds no extended-protocol state",
+          "[client][client_core]") {
+  Fixture f(false);
+  CHECK_FALSE(f.core.holds_extended_session());  // logged in only
+  CHECK(f.core.CacheUsable() == false);           // (no tier in this fixture)
+  ClientCore::AppBatch b = f.App(QueryBytes("SELECT now()"));
+  REQUIRE(b.send_to_link);
+  CHECK(f.core.holds_extended_session());  // made by the first frame to the link
+  const std::string answer = Result() + Ready();
+  CHECK(f.Link(answer) == answer);
+  CHECK(f.core.outstanding() == 0);
+}
+
 TEST_CASE("ClientCore: a ReadyForQuery inside a transaction does not make the session idle", "[client][client_core]") {
   Fixture f(false);
   (void)f.App(QueryBytes("BEGIN"));
