@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "cache/cache_key.h"
 #include "cache/cacheability.h"
 #include "cache/result_store.h"
@@ -122,8 +123,10 @@ struct CandidateUnit {
   ProtocolForm form = ProtocolForm::kSimple;
   std::string_view sql;
   std::vector<uint32_t> param_types;
-  std::vector<ParamValue> params;  // Views into `frames`.
-  std::vector<int16_t> result_formats;
+  // Views into `frames`. Inline up to four (a unit is parsed on each half
+  // per unit of work: most Binds carry a few parameters and formats).
+  absl::InlinedVector<ParamValue, 4> params;
+  absl::InlinedVector<int16_t, 4> result_formats;
   ReplayRequest replay;
   char describe = 0;  // 0, 'P' or 'S' (part of the key: the stored form differs).
   bool named_parse = false;  // the unit creates a named statement (the origin must see its Parse)

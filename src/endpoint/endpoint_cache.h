@@ -367,10 +367,10 @@ class SessionCache {
   enum class InterceptResult { kNotServed, kServed, kWait };
   InterceptResult Intercept(const protocol::Frame& frame, const cache::SqlText* text, std::string_view rest, bool idle,
                             std::string& local_out, bool& skip_until_sync, char& skip_status);
-  // The session is idle (the Endpoint's sweep): the per-request queue gives
-  // its storage back (it keeps it between units otherwise).
-  // It gives back the per-unit state too when that holds nothing
-  // (UnitState): an idle session keeps none.
+  // The session is idle (the Endpoint's sweep): the per-unit state
+  // (UnitState) is given back when it holds nothing a later read would see,
+  // else its request queue gives back its storage (both are kept between
+  // units otherwise).
   void ReleaseIdleBuffers();
   // After kWait: true when the unit was answered into `local_out`.
   asio::awaitable<bool> FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status);
