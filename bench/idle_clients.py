@@ -17,6 +17,13 @@ overhead is not in the figure.
   idle_clients.py ... -n 10000 --pid PID --latency-seconds 5 \\
       --latency-query 'SELECT 1' --latency-query 'SELECT now()'
 
+With --warmup W, W clients (each running --query) are opened and kept
+before the "before" RSS is read, so kb_per_client is the marginal cost of
+the N clients, without what the first ones cause once (hyperpool reads the
+origin's catalog for its first cacheability decision, about 1 MB, and opens
+its pool's connections); docs/performance.md, "Per-unit state at the
+sweep". Errors count both batches.
+
 Prints one JSON object. With --pid 0 (direct PostgreSQL) it reports instead the
 average proportional set size (Pss, /proc/PID/smaps_rollup) of the backends the
 connections got: a PostgreSQL backend is a process, so this is not comparable
@@ -157,6 +164,11 @@ async def main():
     ap.add_argument("--latency-query", action="append", default=None,
                     help="statement for the latency client (repeatable; default SELECT 1)")
     ap.add_argument("--pgbench", default="pgbench")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="open this many clients (each running --query) and keep them before "
+                         "rss_before is read: kb_per_client is then the marginal cost, without what "
+                         "the first clients cause once (hyperpool's catalog snapshot, its pool's "
+                         "origin connections)")
     args = ap.parse_args()
     queries = args.latency_query or ["SELECT 1"]
 
@@ -175,13 +187,10 @@ async def main():
               "command": shown_command(sys.argv)}
     if soft < want:
         result["warning"] = f"RLIMIT_NOFILE hard limit {hard} < {want}: not all clients can be held"
-    if args.pid:
-        time.sleep(0.5)
-        result["rss_before_kb"] = status_kb(args.pid, "VmRSS")
     conns, errors = [], collections.Counter()
     sem = asyncio.Semaphore(args.concurrency)
 
-    async def one():
+    async def one(into=None):
         async with sem:
             c = None
             try:
@@ -189,12 +198,20 @@ async def main():
                                           password=args.password, database=args.database,
                                           ssl=False, timeout=60, statement_cache_size=0)
                 await c.execute(args.query)  # simple protocol: no prepared statement
-                conns.append(c)
+                (conns if into is None else into).append(c)
             except Exception as e:  # noqa: BLE001 - report, don't crash
                 errors[f"{type(e).__name__}: {e}"[:300]] += 1
                 if c is not None:
                     c.terminate()
 
+    warm = []
+    if args.warmup > 0:
+        await asyncio.gather(*(one(warm) for _ in range(args.warmup)))
+        result["warmup_open"] = len(warm)
+        await asyncio.sleep(args.hold)
+    if args.pid:
+        time.sleep(0.5)
+        result["rss_before_kb"] = status_kb(args.pid, "VmRSS")
     t0 = time.monotonic()
     await asyncio.gather(*(one() for _ in range(args.n)))
     result["connect_s"] = round(time.monotonic() - t0, 2)
@@ -234,7 +251,7 @@ async def main():
             except OSError:
                 result["warning"] = f"pooler process {args.pid} is gone after the latency measurement"
 
-    await asyncio.gather(*(c.close(timeout=10) for c in conns), return_exceptions=True)
+    await asyncio.gather(*(c.close(timeout=10) for c in conns + warm), return_exceptions=True)
     print(json.dumps(result))
     return 0
 
