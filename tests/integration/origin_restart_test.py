@@ -102,7 +102,13 @@ def round_of(url, direct_url, restart, what):
     direct.execute("CREATE TABLE restart_copy (v int)")
     clients = [Client(url, pinned_sleeper)] + [Client(url, sleeper) for _ in range(POOL - 1)]
     clients.append(Client(url, copier))
-    for c in clients:
+    # The pinned client first: its CREATE TEMP TABLE needs one of the POOL
+    # slots until its connection leaves the cap (pinned), so started with
+    # the others it could find them all taken (three pg_sleep and the COPY)
+    # and wait out the sleep.
+    clients[0].start()
+    check(clients[0].started_work.wait(20), f"{what}: pinned client started")
+    for c in clients[1:]:
         c.start()
     for c in clients:
         check(c.started_work.wait(20), f"{what}: client started")
