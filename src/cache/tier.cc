@@ -62,12 +62,12 @@ namespace {
 // and, without a reserve, reallocations).
 void PutU64(std::string& out, uint64_t v) {
   char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * (7 - i)));
+  protocol::StoreUint64(b, v);
   out.append(b, sizeof(b));
 }
 void PutU32(std::string& out, uint32_t v) {
   char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * (3 - i)));
+  protocol::StoreUint32(b, v);
   out.append(b, sizeof(b));
 }
 
@@ -150,10 +150,12 @@ class FrameFill {
   }
   void Byte(char c) { *p_++ = c; }
   void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) *p_++ = static_cast<char>(v >> (8 * (7 - i)));
+    protocol::StoreUint64(p_, v);
+    p_ += 8;
   }
   void U32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) *p_++ = static_cast<char>(v >> (8 * (3 - i)));
+    protocol::StoreUint32(p_, v);
+    p_ += 4;
   }
   void Tables(const std::vector<std::string>& tables) {
     U32(static_cast<uint32_t>(tables.size()));

@@ -520,9 +520,10 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
 }
 
 void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText* text) {
+  UnitState& u = U();
   switch (frame.tag) {
     case 'Q': {
-      U().describe_window = DescribeWindow::kNone;
+      u.describe_window = DescribeWindow::kNone;
       unnamed_known_ = false;
       Effect e;
       if (text != nullptr) {  // decoded once by the session
@@ -539,9 +540,9 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
         cache_->Invalidate(e.write, /*for_clients=*/false);
-        U().txn_written.Merge(e.write);
+        u.txn_written.Merge(e.write);
       }
-      U().pending.push_back(std::move(e));
+      u.pending.push_back(std::move(e));
       break;
     }
     case 'P': {
@@ -562,16 +563,16 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       auto d = protocol::DecodeDescribe(frame.payload);
       const bool statement = d.ok() && d->kind == protocol::ObjectKind::kStatement;
       NoteDescribeWindow(statement ? 'D' : 'x');
-      if (statement && U().describe_window == DescribeWindow::kOpen) {
-        ++U().window_describes;
-        U().window_describes_unnamed = d->name.empty();
+      if (statement && u.describe_window == DescribeWindow::kOpen) {
+        ++u.window_describes;
+        u.window_describes_unnamed = d->name.empty();
       }
       break;
     }
     case 'H':
       break;  // a Flush keeps the window open
     case 'B': {
-      U().describe_window = DescribeWindow::kNone;
+      u.describe_window = DescribeWindow::kNone;
       // The names are all this needs: read them without decoding the rest.
       std::string_view rest = frame.payload;
       std::string_view portal;
@@ -582,7 +583,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       break;
     }
     case 'E': {
-      U().describe_window = DescribeWindow::kNone;
+      u.describe_window = DescribeWindow::kNone;
       auto x = protocol::DecodeExecute(frame.payload);
       Effect e;
       e.write.all = e.write.schema = true;  // unknown portal or statement: anything may have run
@@ -599,13 +600,13 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       if (e.own_write) wrote_ = true;
       if (e.write.any()) {
         cache_->Invalidate(e.write, /*for_clients=*/false);
-        U().txn_written.Merge(e.write);
+        u.txn_written.Merge(e.write);
       }
-      U().building.Merge(e);
+      u.building.Merge(e);
       break;
     }
     case 'C': {
-      U().describe_window = DescribeWindow::kNone;
+      u.describe_window = DescribeWindow::kNone;
       auto c = protocol::DecodeClose(frame.payload);
       if (c.ok()) {
         if (c->kind == protocol::ObjectKind::kStatement) {
@@ -618,7 +619,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       break;
     }
     case 'F': {
-      U().describe_window = DescribeWindow::kNone;
+      u.describe_window = DescribeWindow::kNone;
       Effect e;
       e.write.all = e.write.schema = true;  // a FunctionCall may run anything
       e.catalog.all = true;
@@ -627,14 +628,14 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       state_changed_ = true;
       wrote_ = true;
       cache_->Invalidate(e.write, /*for_clients=*/false);
-      U().txn_written.Merge(e.write);
-      U().pending.push_back(std::move(e));
+      u.txn_written.Merge(e.write);
+      u.pending.push_back(std::move(e));
       break;
     }
     case 'S':
-      U().describe_window = DescribeWindow::kNone;
-      U().pending.push_back(std::move(U().building));
-      U().building = Effect{};
+      u.describe_window = DescribeWindow::kNone;
+      u.pending.push_back(std::move(u.building));
+      u.building = Effect{};
       break;
     default:
       break;
@@ -643,11 +644,12 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
 
 void SessionCache::SettleOpenCatalogChanges() {
   if (!unit_) return;  // (none made since the last sweep: nothing opened)
-  cache::CatalogChange open = std::move(U().txn_catalog);
-  U().txn_catalog = cache::CatalogChange{};
-  for (const Effect& e : U().pending) open.Merge(e.catalog);
-  open.Merge(U().building.catalog);
-  U().building.catalog = cache::CatalogChange{};
+  UnitState& u = *unit_;
+  cache::CatalogChange open = std::move(u.txn_catalog);
+  u.txn_catalog = cache::CatalogChange{};
+  for (const Effect& e : u.pending) open.Merge(e.catalog);
+  open.Merge(u.building.catalog);
+  u.building.catalog = cache::CatalogChange{};
   if (open.any()) cache_->SettleCatalogChange(open);
 }
 
@@ -673,21 +675,22 @@ void SessionCache::RecordParse(const protocol::Parse& p) {
 }
 
 void SessionCache::NoteDescribeWindow(char what) {
+  UnitState& u = U();
   if (what != 'P' && what != 'D') {
-    U().describe_window = DescribeWindow::kNone;
+    u.describe_window = DescribeWindow::kNone;
     return;
   }
-  if (U().describe_window == DescribeWindow::kNone) {
+  if (u.describe_window == DescribeWindow::kNone) {
     // Opens only between units: nothing outstanding, outside a transaction.
-    if (!U().pending.empty() || last_status_ != 'I' || leader_) return;
-    U().describe_window = DescribeWindow::kOpen;
-    U().describe_answers = 0;
-    U().window_describes = 0;
-    U().window_describes_unnamed = false;
-    U().window_result_type = 0;
+    if (!u.pending.empty() || last_status_ != 'I' || leader_) return;
+    u.describe_window = DescribeWindow::kOpen;
+    u.describe_answers = 0;
+    u.window_describes = 0;
+    u.window_describes_unnamed = false;
+    u.window_result_type = 0;
   }
-  if (U().describe_window != DescribeWindow::kOpen) return;
-  U().describe_answers += what == 'P' ? 1 : 2;  // ParseComplete; ParameterDescription + RowDescription|NoData
+  if (u.describe_window != DescribeWindow::kOpen) return;
+  u.describe_answers += what == 'P' ? 1 : 2;  // ParseComplete; ParameterDescription + RowDescription|NoData
 }
 
 bool SessionCache::DescribeWindowReady() const {
@@ -733,24 +736,25 @@ void SessionCache::AdjustExecute(std::string& to_origin, std::size_t from) {
 
 SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_view raw, std::string& batch,
                                                         const OriginConnection& conn) {
+  UnitState& u = U();
   OriginVerdict verdict = OriginVerdict::kForward;
-  if (U().row_limit.limit != 0) {
-    if (tag == 'D' && ++U().row_limit.rows > U().row_limit.limit) verdict = OriginVerdict::kDrop;
-    if (tag == 'C' && U().row_limit.rows >= U().row_limit.limit) verdict = OriginVerdict::kSuspend;
-    if (tag == 'Z') U().row_limit = RowLimit{};
+  if (u.row_limit.limit != 0) {
+    if (tag == 'D' && ++u.row_limit.rows > u.row_limit.limit) verdict = OriginVerdict::kDrop;
+    if (tag == 'C' && u.row_limit.rows >= u.row_limit.limit) verdict = OriginVerdict::kSuspend;
+    if (tag == 'Z') u.row_limit = RowLimit{};
   }
-  if (U().describe_window == DescribeWindow::kOpen) {
-    if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && U().describe_answers > 0) {
-      --U().describe_answers;
-      if ((tag == 'T' || tag == 'n') && U().window_describes == 1 && U().window_describes_unnamed) {
-        U().window_result_type = protocol::ResultTypeDigest(tag == 'T' ? raw.substr(5) : std::string_view());
+  if (u.describe_window == DescribeWindow::kOpen) {
+    if ((tag == '1' || tag == 't' || tag == 'T' || tag == 'n') && u.describe_answers > 0) {
+      --u.describe_answers;
+      if ((tag == 'T' || tag == 'n') && u.window_describes == 1 && u.window_describes_unnamed) {
+        u.window_result_type = protocol::ResultTypeDigest(tag == 'T' ? raw.substr(5) : std::string_view());
       }
     } else if (tag != 'N' && tag != 'S' && tag != 'A' && tag != link::kControlTag) {
-      U().describe_window = DescribeWindow::kNone;  // an error, or anything unexpected
+      u.describe_window = DescribeWindow::kNone;  // an error, or anything unexpected
     }
   }
   // The leader's result: capture it for both tiers.
-  if (leader_ && !U().pending.empty()) {
+  if (leader_ && !u.pending.empty()) {
     Leader& l = *leader_;
     if (!l.begun) {
       l.begun = true;
@@ -800,14 +804,14 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
   }
   // Writes: invalidate before the write's CommandComplete, and again when its
   // transaction ends (the commit point), telling the Client tiers each time.
-  if (tag == 'C' && !U().pending.empty() && U().pending.front().write.any()) {
-    Emit(cache_->Invalidate(U().pending.front().write), batch);
+  if (tag == 'C' && !u.pending.empty() && u.pending.front().write.any()) {
+    Emit(cache_->Invalidate(u.pending.front().write), batch);
   }
   if (tag == 'Z' && raw.size() >= 6) {
     const char status = raw[5];
     last_status_ = status;
-    if (!U().pending.empty()) {
-      const Effect& e = U().pending.front();
+    if (!u.pending.empty()) {
+      const Effect& e = u.pending.front();
       // Connections carry what their sessions did to them: a connection used
       // by a session whose state a key cannot describe, or whose state
       // changed, never stores again; nor does one shared by sessions with
@@ -817,18 +821,18 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
       if ((e.changes_state && !e.settings_only) || state_changed_ || hello_unsupported_) {
         cache_->MarkConnectionDirty(conn);
       }
-      U().txn_catalog.Merge(e.catalog);  // completed; settled when its transaction ends
-      U().pending.pop_front();
+      u.txn_catalog.Merge(e.catalog);  // completed; settled when its transaction ends
+      u.pending.pop_front();
     }
-    if (status == 'I' && U().txn_catalog.any()) {
-      cache_->SettleCatalogChange(U().txn_catalog);
-      U().txn_catalog = cache::CatalogChange{};
+    if (status == 'I' && u.txn_catalog.any()) {
+      cache_->SettleCatalogChange(u.txn_catalog);
+      u.txn_catalog = cache::CatalogChange{};
     }
-    if (status == 'I' && U().txn_written.any()) {
-      Emit(cache_->Invalidate(U().txn_written), batch);
-      U().txn_written = cache::WriteEffect{};
+    if (status == 'I' && u.txn_written.any()) {
+      Emit(cache_->Invalidate(u.txn_written), batch);
+      u.txn_written = cache::WriteEffect{};
     }
-    if (leader_ && U().pending.empty()) EndLeader(/*abandon=*/true);
+    if (leader_ && u.pending.empty()) EndLeader(/*abandon=*/true);
   }
   return verdict;
 }

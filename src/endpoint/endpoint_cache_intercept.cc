@@ -101,6 +101,7 @@ void SessionCache::ResetAtIdle() {
 SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
                                                      std::string_view rest, bool idle, std::string& local_out,
                                                      bool& skip_until_sync, char& skip_status) {
+  UnitState& u = U();
   if (frame.tag == 'P') NoteNamedParse(frame, text);
   if (idle) ResetAtIdle();
   // After a Parse/Describe(statement) flight whose answers have all come
@@ -206,8 +207,8 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     // catalog refresh (bounded), then goes to the origin; the next one is
     // decided on the new catalog.
     cache_->RecordDecision(fingerprint, d.reason, normalized);
-    U().lookup = Lookup{};
-    U().lookup->wait = Lookup::Wait::kCatalog;
+    u.lookup = Lookup{};
+    u.lookup->wait = Lookup::Wait::kCatalog;
     return InterceptResult::kWait;
   }
   cache_->RecordDecision(fingerprint, d.reason, normalized);
@@ -226,17 +227,17 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_, unit.result_type);
   const uint64_t digest = cache::UnitDigest(unit.frames);
 
-  U().lookup = Lookup{};
-  U().lookup->key = std::move(key);
-  U().lookup->digest = digest;
-  U().lookup->tables = std::move(d.tables);
-  U().lookup->form = unit.form;
-  U().lookup->replay = unit.replay;
-  U().lookup->refresh_only = unit.named_parse || after_describe;
+  u.lookup = Lookup{};
+  u.lookup->key = std::move(key);
+  u.lookup->digest = digest;
+  u.lookup->tables = std::move(d.tables);
+  u.lookup->form = unit.form;
+  u.lookup->replay = unit.replay;
+  u.lookup->refresh_only = unit.named_parse || after_describe;
   if (shape_pending) {
     // Neither served nor a flight others may wait on: the key's result
     // type is a placeholder until the origin has described the statement.
-    U().lookup->shape_pending = std::move(shape_pending);
+    u.lookup->shape_pending = std::move(shape_pending);
     return RefreshOnly();
   }
   return Step(local_out, skip_until_sync, skip_status);

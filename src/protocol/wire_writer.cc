@@ -40,11 +40,7 @@ void FinishMessage(std::string& out, MessageStart start) {
   const size_t length = out.size() - start.length_offset;
   // Only our own code builds messages; a 2 GiB message is a caller bug.
   assert(length <= static_cast<size_t>(std::numeric_limits<int32_t>::max()));
-  const auto v = static_cast<uint32_t>(length);
-  out[start.length_offset] = static_cast<char>(v >> 24);
-  out[start.length_offset + 1] = static_cast<char>(v >> 16);
-  out[start.length_offset + 2] = static_cast<char>(v >> 8);
-  out[start.length_offset + 3] = static_cast<char>(v);
+  StoreUint32(out.data() + start.length_offset, static_cast<uint32_t>(length));
 }
 
 void AppendFrame(std::string& out, char tag, std::string_view payload) {

@@ -14,6 +14,15 @@
 
 namespace hyperpool::protocol {
 
+// Writes a big-endian Uint32 / Uint64 at `p` (space the caller made; the
+// counterpart of LoadUint32 in wire_reader.h).
+inline void StoreUint32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * (3 - i)));
+}
+inline void StoreUint64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * (7 - i)));
+}
+
 // Appends one byte.
 inline void AppendByte(std::string& out, uint8_t value) {
   out.push_back(static_cast<char>(value));
