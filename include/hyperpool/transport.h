@@ -63,9 +63,11 @@ class Link {
     return std::nullopt;
   }
 
-  // Calls `ready` once, posted to `executor` (never inline), when TryReceive
-  // has something to return: bytes arrived, or the link ended (either end
-  // closed). True: armed; false: this link cannot (the default), use
+  // Calls `ready` once, when TryReceive has something to return: bytes
+  // arrived, or the link ended (either end closed). Never inside this call:
+  // posted to `executor`, or (a direct link) run inside the peer's Send or
+  // TrySend that delivered the bytes when that runs on `executor` and is
+  // not itself inside such a callback. True: armed; false: this link cannot (the default), use
   // Receive. At most one at a time, and not while a Receive of this end is
   // pending.
   // (Move-only: a callback that captures one shared_ptr is stored without

@@ -9,7 +9,8 @@
 //  - Direct links: both ends on one executor that runs one handler at a
 //    time (an io_context run by one thread, or a strand). No channel, no
 //    lock: a Send appends to the peer's inbox and resumes its waiting
-//    Receive (one post); a Receive with bytes waiting returns at once. A
+//    Receive (one post), or runs its WhenReadable callback at once
+//    (WakeReader); a Receive with bytes waiting returns at once. A
 //    Send waits only when the peer has more than its limit unread. The
 //    in-process transport uses them for sessions on the Endpoint's own
 //    executor (docs/architecture.md, "Threads").
@@ -26,7 +27,9 @@
 
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/strand.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/concurrent_channel.hpp>
 #include <asio/use_awaitable.hpp>
@@ -165,13 +168,45 @@ void Wake(std::unique_ptr<Parked>& parked, asio::error_code ec) {
   p->Complete(ec);
 }
 
-// Wakes what waits to read `d`: a parked Receive, or a WhenReadable
-// callback (posted to its executor, never run inline).
-void WakeReader(DirectPipe::Direction& d, asio::error_code ec) {
+// True while this thread runs a WhenReadable callback inline from its
+// peer's send (WakeReader): a send made inside it posts its wake-up, so
+// the two halves nest at most one level and neither is ever re-entered
+// (a half that sends from inside the other's callback finds its own
+// callback posted, as before). An execution guard of the calling thread,
+// as Asio's own call stack, not shared state: nothing else reads it.
+thread_local bool t_delivering_inline = false;
+
+// Whether `executor` is the one this thread is running a handler of now
+// (an io_context's or a strand's executor; any other kind: no).
+bool RunningIn(const asio::any_io_executor& executor) {
+  if (const auto* io = executor.target<asio::io_context::executor_type>()) return io->running_in_this_thread();
+  if (const auto* strand = executor.target<asio::strand<asio::io_context::executor_type>>()) {
+    return strand->running_in_this_thread();
+  }
+  return false;
+}
+
+// Wakes what waits to read `d`: a parked Receive (posted), or a
+// WhenReadable callback. The callback runs inline when `from_send` (a Send
+// or TrySend of the peer delivered bytes), this thread is already running
+// the callback's executor, and it is not itself inside such a callback:
+// the reader's work then happens in the sender's handler, without a post
+// and a pass through the scheduler (two per query in `serve`, one each
+// way: issue 26). Otherwise it is posted. Nothing of `d` is touched after
+// the callback, which may end either side's session.
+void WakeReader(DirectPipe::Direction& d, asio::error_code ec, bool from_send = false) {
   Wake(d.receiver, ec);
   if (d.ready) {
     Link::ReadyCallback ready = std::move(d.ready);
     d.ready = nullptr;
+    if (from_send && !t_delivering_inline && RunningIn(d.ready_executor)) {
+      t_delivering_inline = true;
+      struct Reset {
+        ~Reset() { t_delivering_inline = false; }
+      } reset;
+      ready();
+      return;
+    }
     asio::post(d.ready_executor, std::move(ready));
   }
 }
@@ -263,7 +298,7 @@ class DirectLink final : public Link {
       out_.inbox += bytes;
     }
     bytes.clear();
-    WakeReader(out_, {});
+    WakeReader(out_, {}, /*from_send=*/true);
   }
 
   // Suspends until Wake(`slot`, ec).

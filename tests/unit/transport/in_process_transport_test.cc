@@ -2,6 +2,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <asio/co_spawn.hpp>
@@ -250,6 +251,36 @@ TEST_CASE("direct link: TryReceive takes what arrived without suspending, WhenRe
   io.restart();
   io.run();
   CHECK(calls == 3);
+}
+
+TEST_CASE("direct link: a send made on the reader's executor runs its callback inline, one level deep") {
+  asio::io_context io;
+  LinkPair pair = MakeDirectLinkPair();
+  std::vector<std::string> order;
+  std::string a_buf;
+  std::string b_buf;
+  // b's reader answers inside its callback; a's reader is armed too, so
+  // that answer (a send made inside an inline callback) must be posted.
+  REQUIRE(pair.first->WhenReadable(io.get_executor(), [&] {
+    order.push_back("a reads");
+    (void)pair.first->TryReceive(a_buf);
+  }));
+  REQUIRE(pair.second->WhenReadable(io.get_executor(), [&] {
+    order.push_back("b reads");
+    (void)pair.second->TryReceive(b_buf);
+    std::string answer = "R";
+    REQUIRE(pair.second->TrySend(answer));
+    order.push_back("b answered");
+  }));
+  asio::post(io, [&] {
+    std::string bytes = "Q";
+    REQUIRE(pair.first->TrySend(bytes));
+    order.push_back("a's send returned");
+  });
+  io.run();
+  CHECK(order == std::vector<std::string>{"b reads", "b answered", "a's send returned", "a reads"});
+  CHECK(b_buf == "Q");
+  CHECK(a_buf == "R");
 }
 
 TEST_CASE("channel links cannot call back: WhenReadable and TryReceive say so") {
