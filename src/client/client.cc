@@ -68,6 +68,24 @@ asio::any_io_executor Client::Impl::NextSessionExecutor() {
   return options.one_thread_per_executor ? executors[index] : asio::any_io_executor(asio::make_strand(executors[index]));
 }
 
+void Client::Impl::MakeIdleSweeps() {
+  // NextSessionExecutor's choices: the in-process Endpoint's executor, or
+  // the workers' own when each runs one thread (strands made per session
+  // otherwise: no sweep).
+  if (std::optional<asio::any_io_executor> preferred = transport.session_executor()) {
+    idle_sweeps.push_back(std::make_unique<IdleSweep>(*preferred));
+  } else if (options.one_thread_per_executor) {
+    for (const asio::any_io_executor& ex : executors) idle_sweeps.push_back(std::make_unique<IdleSweep>(ex));
+  }
+}
+
+Client::Impl::IdleSweep* Client::Impl::IdleSweepFor(const asio::any_io_executor& executor) {
+  for (const std::unique_ptr<IdleSweep>& sweep : idle_sweeps) {
+    if (sweep->executor == executor) return sweep.get();
+  }
+  return nullptr;
+}
+
 asio::awaitable<void> Client::Impl::AcceptLoop(std::shared_ptr<Impl> self) {
   for (;;) {
     asio::any_io_executor session_executor = NextSessionExecutor();

@@ -55,6 +55,17 @@ ExtendedSession& ClientCore::Ext() {
   return *ext_;
 }
 
+bool ClientCore::ReleaseIdleState() {
+  if (outstanding_ != 0 || txn_status_ != 'I' || capture_ != nullptr) return false;
+  bool released = false;
+  if (ext_ != nullptr && ext_->Disposable()) {
+    ext_.reset();
+    released = true;
+  }
+  if (units_.empty()) units_.release();
+  return released;
+}
+
 bool ClientCore::CacheUsable() const {
   return config_ != nullptr && config_->cache != nullptr && cache_settings_.enabled && key_.keyable() &&
          outstanding_ == 0 && txn_status_ == 'I' && (ext_ == nullptr || (ext_->idle() && !ext_->lost())) &&

@@ -114,6 +114,13 @@ class ClientCore {
   // For tests: the extended-protocol state exists (made at the first frame
   // sent to the link).
   bool holds_extended_session() const { return ext_ != nullptr; }
+  // The session is idle (nothing outstanding, transaction status 'I'):
+  // gives back the extended-protocol state when it holds nothing a new one
+  // would not (ExtendedSession::Disposable: about 500 bytes with its
+  // queue), and the unit queue's storage. The Client's idle sweep calls
+  // it for sessions still idle after kClientIdleSweepDelay. True: something
+  // was given back.
+  bool ReleaseIdleState();
   // Whether a unit starting now may be answered locally / become a candidate.
   bool CacheUsable() const;
 

@@ -2,6 +2,7 @@
 // Internal to src/client/: the Client's shared state (Client::Impl) and the
 // small helpers that client.cc and the session (client_session.h) both use.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <fmt/format.h>
@@ -56,6 +58,11 @@ static inline std::string ErrorFrame(const pr::PoolerError& error) {
 
 class ClientSession;  // client_session.h
 
+// How long a session stays idle before the Client's idle sweep gives back
+// its per-unit state (Client::Impl::IdleSweep), as the Endpoint's
+// kIdleSweepDelay.
+constexpr std::chrono::milliseconds kClientIdleSweepDelay{100};
+
 struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   Impl(std::vector<asio::any_io_executor> executors_in, Transport& transport_in, ClientOptions options_in)
       : executors(std::move(executors_in)),
@@ -63,7 +70,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         options(std::move(options_in)),
         accept_strand(asio::make_strand(executors[0])),
         acceptor(accept_strand),
-        unix_acceptor(accept_strand) {}
+        unix_acceptor(accept_strand) {
+    MakeIdleSweeps();
+  }
 
   // Coroutines take `self` so that the Impl outlives them.
   asio::awaitable<void> AcceptLoop(std::shared_ptr<Impl> self);
@@ -84,7 +93,30 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Wakes the waiting sessions with `error_frame` (an ErrorResponse).
   void FailParams(std::string error_frame);
 
+  // The idle sweep of the sessions on one executor that runs one handler
+  // at a time (the in-process Endpoint's, or a worker's with
+  // one_thread_per_executor): a session whose ReadyForQuery 'I' went out
+  // queues itself (ClientSession::NoteIdle); one timer, armed only while
+  // some wait, runs kClientIdleSweepDelay after the first and gives back
+  // the per-unit state of those still idle (ClientCore::ReleaseIdleState),
+  // as the Endpoint's sweep does for its half. Not at once: a session
+  // between two transactions would free it and make it again for the
+  // next. Touched only on `executor`.
+  struct IdleSweep {
+    explicit IdleSweep(asio::any_io_executor ex) : executor(std::move(ex)) {}
+    asio::any_io_executor executor;
+    std::vector<std::weak_ptr<ClientSession>> sessions;
+    std::unique_ptr<asio::steady_timer> timer;
+    bool armed = false;
+  };
+  // The sweep of sessions on `executor`, or null (sessions on strands of
+  // a shared io_context keep their state: no sweep is theirs alone).
+  IdleSweep* IdleSweepFor(const asio::any_io_executor& executor);
+  void MakeIdleSweeps();
+
   const std::vector<asio::any_io_executor> executors;
+  // Fixed at construction (MakeIdleSweeps); each used on its executor only.
+  std::vector<std::unique_ptr<IdleSweep>> idle_sweeps;
   Transport& transport;
   const ClientOptions options;
   // User, database, the verifier of options.password (computed once) and

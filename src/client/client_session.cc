@@ -32,7 +32,8 @@ ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket soc
       socket_(std::move(socket)),
       peer_(client::PeerAddress(peer)),
       started_(std::chrono::steady_clock::now()),
-      handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())) {}
+      handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())),
+      idle_sweep_(impl_->IdleSweepFor(socket_.get_executor())) {}
 
 ClientSession::~ClientSession() {
   if (logged_in_ && impl_->logger->log_disconnections()) {
@@ -162,7 +163,32 @@ void ClientSession::StartWatchdog() {
   });
 }
 
+void ClientSession::NoteIdle() {
+  if (idle_sweep_ == nullptr || idle_queued_) return;
+  idle_queued_ = true;
+  Client::Impl::IdleSweep& sweep = *idle_sweep_;
+  sweep.sessions.push_back(weak_from_this());
+  if (sweep.armed) return;
+  if (!sweep.timer) sweep.timer = std::make_unique<asio::steady_timer>(sweep.executor);
+  sweep.armed = true;
+  sweep.timer->expires_after(kClientIdleSweepDelay);
+  // The Impl owns the sweep and outlives the timer's wait: its Stop()
+  // ends the workers before it is destroyed, and the wait holds it.
+  sweep.timer->async_wait([impl = impl_, &sweep](std::error_code) {
+    sweep.armed = false;
+    std::vector<std::weak_ptr<ClientSession>> sessions;
+    sessions.swap(sweep.sessions);
+    for (const std::weak_ptr<ClientSession>& weak : sessions) {
+      std::shared_ptr<ClientSession> session = weak.lock();
+      if (!session) continue;
+      session->idle_queued_ = false;
+      if (session->state_ == State::kIdle) session->core_.ReleaseIdleState();
+    }
+  });
+}
+
 void ClientSession::ArmIdleTimer() {
+  NoteIdle();  // (a ReadyForQuery 'I' went out: every caller says so)
   ++idle_generation_;
   if (impl_->options.idle_timeout <= std::chrono::milliseconds(0) || reason_ != EndReason::kNone) return;
   if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());

@@ -125,6 +125,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // ReadyForQuery 'I' leaves with nothing outstanding, disarmed by the next
   // message from the app, as PostgreSQL's idle_session_timeout.
   void ArmIdleTimer();
+  // Queues the session for its executor's idle sweep (Client::Impl::IdleSweep),
+  // which gives back the per-unit state of a session still idle then.
+  void NoteIdle();
   void DisarmIdleTimer();
 
   // The idle timeout fired, or Kill(): FATAL to the app, Terminate to the
@@ -291,6 +294,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // client_idle_timeout's timer, made at its first arming (none when the
   // timeout is off, the default: an idle session keeps no timer).
   std::unique_ptr<asio::steady_timer> idle_timer_;
+  Client::Impl::IdleSweep* idle_sweep_ = nullptr;  // null: no sweep on this executor
+  bool idle_queued_ = false;                       // in idle_sweep_->sessions
   uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
   State state_ = State::kStartup;
   EndReason reason_ = EndReason::kNone;

@@ -661,4 +661,10 @@ void ExtendedSession::OnBackend(char tag, std::string_view raw, AppBytes& out) {
   Lose(raw, out);
 }
 
+bool ExtendedSession::Disposable() const {
+  return statements_.empty() && pending_.empty() && held_.empty() && !skipping_ && !swallow_to_ready_ && !lost_ &&
+         !unsynced_ && check_portal_.empty() && check_promise_ == nullptr && check_key_.empty() &&
+         check_statement_.empty() && !describe_learns_;
+}
+
 }  // namespace hyperpool::client

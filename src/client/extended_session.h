@@ -146,6 +146,12 @@ class ExtendedSession {
   void set_fingerprint(std::string fingerprint) { hello_fp_ = std::move(fingerprint); }
 
   bool lost() const { return lost_; }
+  // Holds nothing a new ExtendedSession (same store, database and
+  // fingerprint) would not: no statement of the driver's, nothing
+  // forwarded or held, no check or learning under way. Dropping it and
+  // making it again later changes nothing the driver could see
+  // (ClientCore::ReleaseIdleState).
+  bool Disposable() const;
   // Nothing forwarded is waiting for an answer.
   bool idle() const { return pending_.empty() && !skipping_ && !swallow_to_ready_; }
   // An extended message went to the link since the last Sync or Query: the

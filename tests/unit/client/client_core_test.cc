@@ -122,6 +122,45 @@ TEST_CASE("ClientCore: a session that only logged in, or was only answered here,
   CHECK(f.core.outstanding() == 0);
 }
 
+TEST_CASE("ClientCore: an idle session gives back its extended-protocol state unless the driver's statements are in it",
+          "[client][client_core]") {
+  Fixture f(false);
+  // Nothing to give back while a Query waits for its answer.
+  REQUIRE(f.App(QueryBytes("SELECT now()")).send_to_link);
+  CHECK_FALSE(f.core.ReleaseIdleState());
+  CHECK(f.core.holds_extended_session());
+  (void)f.Link(Result() + Ready());
+  REQUIRE(f.core.outstanding() == 0);
+  CHECK(f.core.ReleaseIdleState());  // idle: nothing a new one would not hold
+  CHECK_FALSE(f.core.holds_extended_session());
+  // The next unit makes it again and runs as before.
+  const std::string q = QueryBytes("SELECT now()");
+  ClientCore::AppBatch b = f.App(q);
+  CHECK(b.to_link == q);
+  CHECK(f.core.holds_extended_session());
+  const std::string answer = Result() + Ready();
+  CHECK(f.Link(answer) == answer);
+  CHECK(f.events.ready_idle);
+
+  // A named statement of the driver's is session state: kept.
+  std::string ext;
+  pr::Encode(pr::Parse{"s1", "SELECT 1", {}}, ext);
+  pr::Encode(pr::Sync{}, ext);
+  b = f.App(ext);
+  REQUIRE(b.send_to_link);
+  (void)f.Link(Frame('1') + Ready());
+  REQUIRE(f.core.outstanding() == 0);
+  CHECK_FALSE(f.core.ReleaseIdleState());
+  CHECK(f.core.holds_extended_session());
+
+  // Inside a transaction: kept.
+  Fixture g(false);
+  (void)g.App(QueryBytes("BEGIN"));
+  (void)g.Link(Frame('C', std::string("BEGIN\0", 6)) + Ready('T'));
+  CHECK_FALSE(g.core.ReleaseIdleState());
+  CHECK(g.core.holds_extended_session());
+}
+
 TEST_CASE("ClientCore: a ReadyForQuery inside a transaction does not make the session idle", "[client][client_core]") {
   Fixture f(false);
   (void)f.App(QueryBytes("BEGIN"));
