@@ -88,12 +88,23 @@ constexpr std::array<uint32_t, 26> kTriggerMasks = FirstLetterLengths(kTriggerWo
 // (none of its first-keyword branches: SET, RESET, DISCARD, CREATE,
 // DECLARE, PREPARE, DO, CALL).
 bool OnlyAnywhereWordsMatter(std::string_view keyword) {
-  constexpr std::string_view kPlain[] = {"select", "insert", "update", "delete", "with", "values", "begin",
-                                         "commit", "end", "rollback", "abort", "start", "savepoint", "release"};
-  for (std::string_view k : kPlain) {
-    if (keyword == k) return true;
+  // SELECT, VALUES, INSERT, UPDATE, DELETE, WITH and the transaction
+  // keywords (BEGIN START COMMIT END ROLLBACK ABORT SAVEPOINT RELEASE);
+  // not TABLE.
+  if (keyword == "with") return true;
+  const std::optional<cache::StatementKind> kind = cache::StatementKindOfKeyword(keyword);
+  if (!kind) return false;
+  switch (*kind) {
+    case cache::StatementKind::kSelect:
+      return keyword != "table";
+    case cache::StatementKind::kInsert:
+    case cache::StatementKind::kUpdate:
+    case cache::StatementKind::kDelete:
+    case cache::StatementKind::kTransaction:
+      return true;
+    default:
+      return false;
   }
-  return false;
 }
 
 bool MayMatter(const cache::SqlText& text) {

@@ -1,6 +1,8 @@
 #include "cache/sql_analysis.h"
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
@@ -147,6 +149,40 @@ TEST_CASE("statement kind and count") {
   StatementAnalysis a = Analyze(c.sql);
   CHECK(a.kind == c.kind);
   CHECK(a.statement_count == c.count);
+}
+
+TEST_CASE("every leading keyword maps to its statement kind; other words to kOther; WITH, COPY, PREPARE to none") {
+  using K = StatementKind;
+  const std::pair<std::string_view, K> table[] = {
+      {"select", K::kSelect},         {"values", K::kSelect},          {"table", K::kSelect},
+      {"insert", K::kInsert},         {"update", K::kUpdate},          {"delete", K::kDelete},
+      {"merge", K::kMerge},           {"truncate", K::kTruncate},      {"create", K::kDdl},
+      {"alter", K::kDdl},             {"drop", K::kDdl},               {"comment", K::kDdl},
+      {"grant", K::kDdl},             {"revoke", K::kDdl},             {"security", K::kDdl},
+      {"refresh", K::kDdl},           {"import", K::kDdl},             {"reassign", K::kDdl},
+      {"vacuum", K::kMaintenance},    {"analyze", K::kMaintenance},    {"analyse", K::kMaintenance},
+      {"cluster", K::kMaintenance},   {"reindex", K::kMaintenance},    {"checkpoint", K::kMaintenance},
+      {"begin", K::kTransaction},     {"start", K::kTransaction},      {"commit", K::kTransaction},
+      {"end", K::kTransaction},       {"rollback", K::kTransaction},   {"abort", K::kTransaction},
+      {"savepoint", K::kTransaction}, {"release", K::kTransaction},    {"set", K::kSet},
+      {"reset", K::kSet},             {"show", K::kShow},              {"execute", K::kExecute},
+      {"deallocate", K::kDeallocate}, {"discard", K::kDiscard},        {"listen", K::kListen},
+      {"unlisten", K::kUnlisten},     {"notify", K::kNotify},          {"lock", K::kLock},
+      {"call", K::kCall},             {"do", K::kDo},                  {"explain", K::kExplain},
+      {"declare", K::kCursor},        {"fetch", K::kCursor},           {"move", K::kCursor},
+      {"close", K::kCursor},
+  };
+  for (const auto& [word, kind] : table) {
+    INFO(word);
+    REQUIRE(StatementKindOfKeyword(word).has_value());
+    CHECK(*StatementKindOfKeyword(word) == kind);
+  }
+  for (std::string_view none : {"with", "copy", "prepare"}) CHECK_FALSE(StatementKindOfKeyword(none).has_value());
+  for (std::string_view other : {"load", "selects", "sel", "d", "x", "updat", "ends", "tables", "zzz"}) {
+    INFO(other);
+    REQUIRE(StatementKindOfKeyword(other).has_value());
+    CHECK(*StatementKindOfKeyword(other) == K::kOther);
+  }
 }
 
 TEST_CASE("flags: row locks, data-modifying CTE, SELECT INTO, time literals") {
