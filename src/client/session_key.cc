@@ -18,7 +18,8 @@ void SessionKey::Start(std::string_view database, const std::vector<std::pair<st
     base_.append(database);
   }
   base_ += cache::HelloFingerprint(params, &unsupported_);
-  fingerprint_ = base_;
+  sets_.clear();
+  with_sets_.clear();
 }
 
 bool SessionKey::Note(std::string_view sql, const cache::StatementEffects& fx, bool lasts) {
@@ -32,7 +33,7 @@ bool SessionKey::Note(std::string_view sql, const cache::StatementEffects& fx, b
     // transaction block or beside other statements may be rolled back, so
     // it does not count (`lasts` false): the session bypasses instead.
     sets_.append(std::to_string(sql.size())).append(":").append(sql);
-    fingerprint_ = base_ + std::string("\0sets\0", 6) + sets_;
+    with_sets_ = base_ + std::string("\0sets\0", 6) + sets_;
     return true;
   }
   changed_ = true;

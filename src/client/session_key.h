@@ -33,7 +33,7 @@ class SessionKey {
   // A FunctionCall or anything else a key cannot describe.
   void Invalidate() { changed_ = true; }
 
-  const std::string& fingerprint() const { return fingerprint_; }
+  const std::string& fingerprint() const { return sets_.empty() ? base_ : with_sets_; }
   // Keys may be built for the session (cache and statement metadata).
   bool keyable() const { return !unsupported_ && !changed_; }
 
@@ -41,7 +41,7 @@ class SessionKey {
   static constexpr size_t kMaxSets = 4096;
   std::string base_;
   std::string sets_;
-  std::string fingerprint_;
+  std::string with_sets_;  // base_ and the sets, once there are any (else fingerprint() is base_)
   bool unsupported_ = false;  // startup parameters a key cannot describe (search_path, role, options)
   bool changed_ = false;      // SET ROLE, DISCARD, DO, set_config(), ...: no keys for the rest of the session
 };

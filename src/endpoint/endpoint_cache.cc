@@ -402,13 +402,15 @@ SessionCache::~SessionCache() {
 void SessionCache::Start(const std::vector<std::pair<std::string, std::string>>& hello) {
   if (started_) return;
   started_ = true;
-  hello_fp_ = cache::HelloFingerprint(hello, &hello_unsupported_);
+  hello_fp_ = cache_->Intern(cache::HelloFingerprint(hello, &hello_unsupported_));
   cache::ApplyStartupParameters(hello, settings_);
-  const std::string unnamed = client_id_;
+  const std::string unnamed = client_id();
+  std::string id;
   for (const auto& [name, value] : hello) {
-    if (name == link::kClientIdParam) client_id_ = value;
+    if (name == link::kClientIdParam) id = value;
   }
-  if (client_id_.empty()) client_id_ = fmt::format("session:{}", static_cast<const void*>(this));
+  if (id.empty()) id = fmt::format("session:{}", static_cast<const void*>(this));
+  client_id_ = cache_->Intern(std::move(id));
   cache_->Rekey(this, unnamed);
 }
 
@@ -446,7 +448,26 @@ void SessionCache::RefreshSettingsKey() {
   // makes the session bypass the tier while it is set.
   std::vector<std::pair<std::string, std::string>> params(tracked_settings_->desired().begin(),
                                                           tracked_settings_->desired().end());
-  hello_fp_ = cache::HelloFingerprint(params, &hello_unsupported_);
+  hello_fp_ = cache_->Intern(cache::HelloFingerprint(params, &hello_unsupported_));
+}
+
+const std::string& SessionCache::Empty() {
+  static const std::string kEmpty;
+  return kEmpty;
+}
+
+std::shared_ptr<const std::string> EndpointCache::Intern(std::string text) {
+  std::weak_ptr<const std::string>& entry = interned_[text];
+  if (std::shared_ptr<const std::string> shared = entry.lock()) return shared;
+  auto shared = std::make_shared<const std::string>(std::move(text));
+  entry = shared;
+  if (interned_.size() >= prune_interned_at_) {
+    for (auto it = interned_.begin(); it != interned_.end();) {
+      it = it->second.expired() ? interned_.erase(it) : std::next(it);
+    }
+    prune_interned_at_ = std::max<std::size_t>(64, 2 * interned_.size());
+  }
+  return shared;
 }
 
 bool SessionCache::StandardConformingStrings() const {
@@ -472,176 +493,6 @@ void SessionCache::EndLeader(bool abandon) {
   cache_->Publish();
 }
 
-SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool apply_settings) {
-  Effect e;
-  if (text.simple_read()) return e;  // one SELECT calling no function: no state change, no write
-  // A session whose names resolve as the catalog's: a text that changes no
-  // session state has the effect the Endpoint's memo holds for its shape.
-  const bool session_precise = !state_changed_ && !hello_unsupported_ && !pending_setting_change_;
-  const bool scs = StandardConformingStrings();
-  if (session_precise) {
-    if (const cache::MemoEffect* m = cache_->FindEffect(text, scs)) {
-      e.write = m->write;
-      e.own_write = m->own_write;
-      e.catalog = m->catalog;
-      if (e.write.any()) cache_->WantCatalog();
-      return e;
-    }
-  }
-  cache::StatementEffects fx = cache::ClassifyStatements(text, apply_settings ? &settings_ : nullptr);
-  e.changes_state = fx.changes_session_state;
-  e.settings_only = fx.only_setting_changes;
-  const bool precise = session_precise && !e.changes_state;
-  e.write = cache::WriteEffectOf(text, cache_->Oracle(), precise, scs);
-  if (e.write.any()) cache_->WantCatalog();
-  const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();
-  // The session's own write (no stale-if-error for it after): anything the
-  // write tracker invalidates for, except a plain read it judged
-  // conservatively (no catalog yet) -- a SELECT that calls no function.
-  bool plain_read = a.ok() && a->functions.empty();
-  if (a.ok()) {
-    for (cache::StatementKind k : a->kinds) {
-      using K = cache::StatementKind;
-      if (k != K::kSelect && k != K::kEmpty && k != K::kShow && k != K::kTransaction && k != K::kCopyTo) {
-        plain_read = false;
-      }
-    }
-  }
-  e.own_write = e.write.any() && !plain_read;
-  // What it may change in the catalog the decisions are made with: the
-  // names its parse tree holds, or anything when the text is not judged.
-  const bool judged = a.ok() && text.sql().size() <= (8u << 20) &&
-                      (scs || text.sql().find('\\') == std::string_view::npos);
-  e.catalog = judged ? cache::CatalogChange::Of(*a) : cache::CatalogChange::All();
-  if (session_precise && !fx.changes_session_state && !fx.only_setting_changes && !fx.only_cache_settings) {
-    cache_->KeepEffect(cache::MemoEffect{e.write, e.own_write, e.catalog});
-  }
-  return e;
-}
-
-void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText* text) {
-  UnitState& u = U();
-  switch (frame.tag) {
-    case 'Q': {
-      u.describe_window = DescribeWindow::kNone;
-      unnamed_known_ = false;
-      Effect e;
-      if (text != nullptr) {  // decoded once by the session
-        e = EffectOf(*text, /*apply_settings=*/true);
-      } else if (auto q = protocol::DecodeQuery(frame.payload); q.ok()) {
-        cache::SqlText own(q->query);
-        e = EffectOf(own, /*apply_settings=*/true);
-      } else {
-        e.write.all = e.write.schema = true;
-        e.catalog.all = true;
-      }
-      if (e.catalog.any()) cache_->OpenCatalogChange(e.catalog);
-      NoteStateChange(e);
-      if (e.own_write) wrote_ = true;
-      if (e.write.any()) {
-        cache_->Invalidate(e.write, /*for_clients=*/false);
-        u.txn_written.Merge(e.write);
-      }
-      u.pending.push_back(std::move(e));
-      break;
-    }
-    case 'P': {
-      auto p = protocol::DecodeParse(frame.payload);
-      if (!p.ok()) break;
-      cache::SqlText own(text != nullptr ? std::string_view() : p->query);
-      statements_[std::string(p->statement)] = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/true);
-      RecordParse(*p);
-      NoteDescribeWindow('P');
-      if (p->statement.empty()) {
-        unnamed_known_ = true;
-        unnamed_text_.sql = std::string(p->query);
-        unnamed_text_.types.assign(p->parameter_types.begin(), p->parameter_types.end());
-      }
-      break;
-    }
-    case 'D': {
-      auto d = protocol::DecodeDescribe(frame.payload);
-      const bool statement = d.ok() && d->kind == protocol::ObjectKind::kStatement;
-      NoteDescribeWindow(statement ? 'D' : 'x');
-      if (statement && u.describe_window == DescribeWindow::kOpen) {
-        ++u.window_describes;
-        u.window_describes_unnamed = d->name.empty();
-      }
-      break;
-    }
-    case 'H':
-      break;  // a Flush keeps the window open
-    case 'B': {
-      u.describe_window = DescribeWindow::kNone;
-      // The names are all this needs: read them without decoding the rest.
-      std::string_view rest = frame.payload;
-      std::string_view portal;
-      std::string_view statement;
-      if (protocol::TakeCString(rest, portal) && protocol::TakeCString(rest, statement)) {
-        portals_[std::string(portal)] = std::string(statement);
-      }
-      break;
-    }
-    case 'E': {
-      u.describe_window = DescribeWindow::kNone;
-      auto x = protocol::DecodeExecute(frame.payload);
-      Effect e;
-      e.write.all = e.write.schema = true;  // unknown portal or statement: anything may have run
-      e.catalog.all = true;
-      if (x.ok()) {
-        auto portal = portals_.find(std::string(x->portal));
-        if (portal != portals_.end()) {
-          auto st = statements_.find(portal->second);
-          if (st != statements_.end()) e = st->second;
-        }
-      }
-      if (e.catalog.any()) cache_->OpenCatalogChange(e.catalog);
-      NoteStateChange(e);
-      if (e.own_write) wrote_ = true;
-      if (e.write.any()) {
-        cache_->Invalidate(e.write, /*for_clients=*/false);
-        u.txn_written.Merge(e.write);
-      }
-      u.building.Merge(e);
-      break;
-    }
-    case 'C': {
-      u.describe_window = DescribeWindow::kNone;
-      auto c = protocol::DecodeClose(frame.payload);
-      if (c.ok()) {
-        if (c->kind == protocol::ObjectKind::kStatement) {
-          statements_.erase(std::string(c->name));
-          statement_texts_.erase(std::string(c->name));
-        } else {
-          portals_.erase(std::string(c->name));
-        }
-      }
-      break;
-    }
-    case 'F': {
-      u.describe_window = DescribeWindow::kNone;
-      Effect e;
-      e.write.all = e.write.schema = true;  // a FunctionCall may run anything
-      e.catalog.all = true;
-      cache_->OpenCatalogChange(e.catalog);
-      e.changes_state = true;
-      state_changed_ = true;
-      wrote_ = true;
-      cache_->Invalidate(e.write, /*for_clients=*/false);
-      u.txn_written.Merge(e.write);
-      u.pending.push_back(std::move(e));
-      break;
-    }
-    case 'S':
-      u.describe_window = DescribeWindow::kNone;
-      u.pending.push_back(std::move(u.building));
-      u.building = Effect{};
-      break;
-    default:
-      break;
-  }
-}
-
 void SessionCache::SettleOpenCatalogChanges() {
   if (!unit_) return;  // (none made since the last sweep: nothing opened)
   UnitState& u = *unit_;
@@ -655,23 +506,7 @@ void SessionCache::SettleOpenCatalogChanges() {
 
 void SessionCache::Emit(const cache::InvalidateControl& control, std::string& batch) {
   cache::AppendControl(batch, control);
-  cache_->Broadcast(control, client_id_);
-}
-
-void SessionCache::RecordParse(const protocol::Parse& p) {
-  if (p.statement.empty()) return;
-  // Re-parsing a name that exists with another text fails at the origin
-  // (42P05) or redefines it through the statement registry: either way,
-  // which text the name runs is not certain here until it is closed.
-  auto [it, inserted] = statement_texts_.try_emplace(std::string(p.statement));
-  if (inserted) {
-    it->second.sql = std::string(p.query);
-    it->second.types.assign(p.parameter_types.begin(), p.parameter_types.end());
-  } else if (it->second.sql != p.query ||
-             !std::equal(it->second.types.begin(), it->second.types.end(), p.parameter_types.begin(),
-                         p.parameter_types.end())) {
-    it->second.poisoned = true;
-  }
+  cache_->Broadcast(control, client_id());
 }
 
 void SessionCache::NoteDescribeWindow(char what) {
@@ -710,6 +545,7 @@ bool SessionCache::UnitState::Empty() const {
 }
 
 void SessionCache::ReleaseIdleBuffers() {
+  if (stmts_ && stmts_->Empty()) stmts_.reset();
   if (!unit_) return;
   if (unit_->Empty()) {
     unit_.reset();
@@ -758,7 +594,7 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
     Leader& l = *leader_;
     if (!l.begun) {
       l.begun = true;
-      l.usable = cache_->ConnectionUsable(conn, hello_fp_);
+      l.usable = cache_->ConnectionUsable(conn, hello_fp());
       if (l.usable) cache::AppendControl(batch, cache::BeginControl{l.digest});
     }
     if (!l.done) {

@@ -222,6 +222,11 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   bool ConnectionUsable(const OriginConnection& conn, const std::string& fingerprint);
   void MarkConnectionDirty(const OriginConnection& conn);
 
+  // `text` kept once however many sessions hold it (their startup
+  // fingerprints and Client ids: apps mostly open many sessions alike);
+  // entries no session holds any more are pruned as the table grows.
+  std::shared_ptr<const std::string> Intern(std::string text);
+
   // Sessions by the Client they came from (SessionCache::client_id):
   // Register at construction (no Client named yet), Rekey when Start names
   // it, Unregister at destruction.
@@ -288,6 +293,9 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
 
   std::unique_ptr<asio::steady_timer> publish_timer_;  // PublishSoon (made at its first use)
   bool publish_armed_ = false;
+
+  std::unordered_map<std::string, std::weak_ptr<const std::string>> interned_;  // Intern
+  std::size_t prune_interned_at_ = 64;
 
   std::function<bool()> serve_gate_;
   std::function<std::chrono::milliseconds()> serve_budget_;
@@ -399,7 +407,7 @@ class SessionCache {
   // The unit failed before reaching the origin: ends its fetch.
   void AbandonUnit() { EndLeader(/*abandon=*/true); }
 
-  const std::string& client_id() const { return client_id_; }
+  const std::string& client_id() const { return client_id_ ? *client_id_ : Empty(); }
   void Deliver(std::string bytes) {
     if (deliver_) deliver_(std::move(bytes));
   }
@@ -499,7 +507,7 @@ class SessionCache {
   // A frontend frame of a Parse/Describe flight ('P', 'D' statement; 'x'
   // anything else closes the window).
   void NoteDescribeWindow(char what);
-  // Remembers a named Parse's text (statement_texts_).
+  // Remembers a named Parse's text (Statements::texts).
   void RecordParse(const protocol::Parse& p);
   bool DescribeWindowReady() const;
   void Emit(const cache::InvalidateControl& control, std::string& batch);
@@ -519,9 +527,13 @@ class SessionCache {
 
   bool started_ = false;
   bool watch_ = false;  // an invalidation watch (StartWatch)
-  std::string hello_fp_;
+  // The startup fingerprint and the Client's id, shared with the Endpoint's
+  // other sessions that have the same (EndpointCache::Intern); null before Start.
+  std::shared_ptr<const std::string> hello_fp_;
+  const std::string& hello_fp() const { return hello_fp_ ? *hello_fp_ : Empty(); }
+  static const std::string& Empty();
   bool hello_unsupported_ = false;
-  std::string client_id_;
+  std::shared_ptr<const std::string> client_id_;
   cache::SessionCacheSettings settings_;
   bool state_changed_ = false;
   bool wrote_ = false;  // the session sent a write (no stale-if-error for it)
@@ -547,8 +559,6 @@ class SessionCache {
   // Settles every catalog change opened and not settled yet (the session
   // ends, or its outstanding requests were answered without the origin).
   void SettleOpenCatalogChanges();
-  std::unordered_map<std::string, Effect> statements_;
-  std::unordered_map<std::string, std::string> portals_;
   // The text and declared types of each named statement the session parsed
   // (to key units that Bind it without a Parse).
   struct StatementText {
@@ -562,11 +572,25 @@ class SessionCache {
     std::unique_ptr<cache::SqlText> analysed;
   };
   static constexpr size_t kMaxAnalysedStatementBytes = 4096;
-  std::unordered_map<std::string, StatementText> statement_texts_;
-  // The unnamed statement's text, while the last Parse('') is known to have
-  // been forwarded (a simple Query replaces it).
-  StatementText unnamed_text_;
-  bool unnamed_known_ = false;
+  // What the extended protocol told of the session's statements and
+  // portals: made at the first Parse or Bind (a session that only sends
+  // simple Queries keeps none: about 240 bytes), given back at the idle
+  // sweep once it holds nothing (Empty).
+  struct Statements {
+    std::unordered_map<std::string, Effect> effects;       // by statement name
+    std::unordered_map<std::string, std::string> portals;  // portal -> statement name
+    std::unordered_map<std::string, StatementText> texts;  // named statements
+    // The unnamed statement's text, while the last Parse('') is known to
+    // have been forwarded (a simple Query replaces it).
+    StatementText unnamed_text;
+    bool unnamed_known = false;
+    bool Empty() const { return effects.empty() && portals.empty() && texts.empty() && !unnamed_known; }
+  };
+  std::unique_ptr<Statements> stmts_;
+  Statements& S() {
+    if (!stmts_) stmts_ = std::make_unique<Statements>();
+    return *stmts_;
+  }
   // A flight of only Parse / Describe(statement) / Flush, sent between units
   // (see Intercept): open while it lasts, `describe_answers` still due.
   enum class DescribeWindow : uint8_t { kNone, kOpen };
@@ -607,6 +631,7 @@ class SessionCache {
  public:
   // For tests: the per-unit state is held (made, and not given back yet).
   bool holds_unit_state() const { return unit_ != nullptr; }
+  bool holds_statements() const { return stmts_ != nullptr; }
 
  private:
   UnitState& U() {

@@ -81,9 +81,10 @@ void SessionCache::NoteNamedParse(const protocol::Frame& frame, const cache::Sql
   auto p = protocol::DecodeParse(frame.payload);
   if (!p.ok() || p->statement.empty()) return;
   RecordParse(*p);
-  if (statements_.find(std::string(p->statement)) == statements_.end()) {
+  auto [it, inserted] = S().effects.try_emplace(std::string(p->statement));
+  if (inserted) {
     cache::SqlText own(text != nullptr ? std::string_view() : p->query);
-    statements_[std::string(p->statement)] = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/false);
+    it->second = EffectOf(text != nullptr ? *text : own, /*apply_settings=*/false);
   }
 }
 
@@ -139,17 +140,19 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   const cache::StatementLookup lookup = [s = &state](std::string_view name, std::string_view* sql,
                                                      std::vector<uint32_t>* types, uint64_t* result_type) {
     SessionCache* const self = s->self;
-    if (name.empty() && s->after_describe && self->unnamed_known_) {
+    Statements* st = self->stmts_.get();
+    if (st == nullptr) return false;  // no Parse seen: no statement to key
+    if (name.empty() && s->after_describe && st->unnamed_known) {
       // Parsed in this very transaction: that Parse reached the origin,
       // and the driver holds what the window's Describe answered.
-      *sql = self->unnamed_text_.sql;
-      *types = self->unnamed_text_.types;
+      *sql = st->unnamed_text.sql;
+      *types = st->unnamed_text.types;
       *result_type = self->U().window_result_type;
       return true;
     }
     if (name.empty() || self->client_statements_ == nullptr) return false;
-    auto it = self->statement_texts_.find(std::string(name));
-    if (it == self->statement_texts_.end() || it->second.poisoned) return false;
+    auto it = st->texts.find(std::string(name));
+    if (it == st->texts.end() || it->second.poisoned) return false;
     // The result type the driver was told for this name: a retired
     // statement (its result type changed) must reach the origin, which
     // fails it with 0A000 as PostgreSQL does, whatever is cached.
@@ -224,7 +227,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   in.result_formats = unit.result_formats;
   in.form = unit.form;
   std::string key = cache::BuildCacheKey(in);
-  cache::AppendKeySuffix(key, hello_fp_, unit.describe, settings_, unit.result_type);
+  cache::AppendKeySuffix(key, hello_fp(), unit.describe, settings_, unit.result_type);
   const uint64_t digest = cache::UnitDigest(unit.frames);
 
   u.lookup = Lookup{};

@@ -1765,6 +1765,35 @@ TEST_CASE("SessionCache: the idle sweep gives back the per-unit state; a transac
   CHECK_FALSE(h.cache().holds_unit_state());
 }
 
+TEST_CASE("SessionCache: simple Queries make no statement state; the sweep gives it back once nothing is in it",
+          "[endpoint][session_core]") {
+  Harness h;
+  OriginConnection* conn = nullptr;
+  h.StartUnit(QueryBytes("SELECT 1"), &conn);
+  h.Origin(RowDesc() + DataRow("1") + Complete("SELECT 1") + Ready('I'));
+  (void)h.Take();
+  CHECK_FALSE(h.cache().holds_statements());  // simple Queries only
+
+  // The unnamed statement, parsed and run: known until a Query replaces it.
+  h.StartUnit(Parse("", "SELECT 1") + Bind("") + Execute() + Sync(), &conn);
+  CHECK(h.cache().holds_statements());
+  h.Origin(ParseOk() + BindOk() + DataRow("1") + Complete("SELECT 1") + Ready('I'));
+  (void)h.Take();
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.cache().holds_statements());  // a Bind('') may still key on its text
+  h.StartUnit(QueryBytes("SELECT 2"), &conn);
+  h.Origin(RowDesc() + DataRow("2") + Complete("SELECT 1") + Ready('I'));
+  (void)h.Take();
+  h.cache().ReleaseIdleBuffers();
+  CHECK_FALSE(h.cache().holds_statements());
+
+  // A named statement is kept across the sweep.
+  h.Client(Parse("s1", "SELECT 3") + Sync());  // parse-only: answered here
+  (void)h.Take();
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.cache().holds_statements());
+}
+
 TEST_CASE("SessionCore: input that waits keeps the core awake", "[endpoint][session_core]") {
   Harness h;
   h.Client(QueryBytes("SELECT 1"));
