@@ -275,13 +275,12 @@ void ClientCore::OnControl(std::string_view payload, LinkEvents& events) {
   if (config_->cache == nullptr) return;
   if (const auto* b = std::get_if<cache::BeginControl>(&*c)) {
     capture_.reset();
-    capture_store_.reset();
     if (!units_.empty() && units_.front().candidate && units_.front().digest == b->digest) {
-      capture_ = std::make_unique<cache::ResultCapture>(config_->cache->options().max_entry_bytes);
-      capture_key_ = units_.front().key;
+      capture_ = std::make_unique<Capture>(config_->cache->options().max_entry_bytes);
+      capture_->key = units_.front().key;
     }
   } else if (auto* s = std::get_if<cache::StoreControl>(&*c)) {
-    if (capture_ && !units_.empty() && units_.front().digest == s->digest) capture_store_ = std::move(*s);
+    if (capture_ && !units_.empty() && units_.front().digest == s->digest) capture_->store = std::move(*s);
   } else if (const auto* i = std::get_if<cache::InvalidateControl>(&*c)) {
     config_->cache->Invalidate(*i);
   }
@@ -318,7 +317,7 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
     if (tag == cache::kControlTag) {
       OnControl(frame.substr(5), events);
     } else {
-      if (capture_) capture_->Feed(tag, frame);
+      if (capture_) capture_->result.Feed(tag, frame);
       Ext().OnBackend(tag, frame, out);
       last_tag_ = tag;
       if (tag == 'Z' && total >= 6) OnReadyForQuery(p[5], events);
@@ -331,13 +330,12 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
 
 void ClientCore::OnReadyForQuery(char status, LinkEvents& events) {
   txn_status_ = status;
-  if (capture_ && capture_store_ && capture_->state() == cache::ResultCapture::State::kComplete &&
+  if (capture_ && capture_->store && capture_->result.state() == cache::ResultCapture::State::kComplete &&
       config_->cache != nullptr) {
     const auto sent = units_.empty() ? std::chrono::steady_clock::now() : units_.front().sent;
-    config_->cache->Store(capture_key_, capture_->TakeMessages(), std::move(*capture_store_), sent);
+    config_->cache->Store(capture_->key, capture_->result.TakeMessages(), std::move(*capture_->store), sent);
   }
   capture_.reset();
-  capture_store_.reset();
   if (!units_.empty()) units_.pop_front();
   if (outstanding_ > 0) --outstanding_;
   if (outstanding_ == 0 && status == 'I') events.ready_idle = true;

@@ -151,9 +151,16 @@ class ClientCore {
   std::unique_ptr<ExtendedSession> ext_;
   ExtendedSession& Ext();
   std::string database_;  // the session's, for Ext()
-  std::unique_ptr<cache::ResultCapture> capture_;
-  std::string capture_key_;
-  std::optional<cache::StoreControl> capture_store_;
+  // The result being captured for the Client tier, between the Endpoint's
+  // 'B' control and the unit's ReadyForQuery (made then: an idle session
+  // holds none).
+  struct Capture {
+    explicit Capture(size_t max_entry_bytes) : result(max_entry_bytes) {}
+    cache::ResultCapture result;
+    std::string key;
+    std::optional<cache::StoreControl> store;  // the 'S' control that says where it goes
+  };
+  std::unique_ptr<Capture> capture_;
   size_t outstanding_ = 0;
   size_t passthrough_ = 0;  // bytes of a partly received DataRow still to forward as they come
   char txn_status_ = 'I';

@@ -457,17 +457,7 @@ const std::string& SessionCache::Empty() {
 }
 
 std::shared_ptr<const std::string> EndpointCache::Intern(std::string text) {
-  std::weak_ptr<const std::string>& entry = interned_[text];
-  if (std::shared_ptr<const std::string> shared = entry.lock()) return shared;
-  auto shared = std::make_shared<const std::string>(std::move(text));
-  entry = shared;
-  if (interned_.size() >= prune_interned_at_) {
-    for (auto it = interned_.begin(); it != interned_.end();) {
-      it = it->second.expired() ? interned_.erase(it) : std::next(it);
-    }
-    prune_interned_at_ = std::max<std::size_t>(64, 2 * interned_.size());
-  }
-  return shared;
+  return interned_.Intern(text, [&text] { return std::move(text); });
 }
 
 bool SessionCache::StandardConformingStrings() const {

@@ -50,6 +50,7 @@
 #include "cache/result_store.h"
 #include "cache/shared_cache.h"
 #include "cache/tier.h"
+#include "common/intern_table.h"
 #include "common/small_fifo.h"
 #include "endpoint/session_settings.h"
 #include "hyperpool/options.h"
@@ -294,8 +295,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::unique_ptr<asio::steady_timer> publish_timer_;  // PublishSoon (made at its first use)
   bool publish_armed_ = false;
 
-  std::unordered_map<std::string, std::weak_ptr<const std::string>> interned_;  // Intern
-  std::size_t prune_interned_at_ = 64;
+  InternTable<std::string> interned_;  // Intern
 
   std::function<bool()> serve_gate_;
   std::function<std::chrono::milliseconds()> serve_budget_;
@@ -626,6 +626,10 @@ class SessionCache {
     // again later changes nothing.
     bool Empty() const;
   };
+  // A forwarded Query's or Execute's effect: the catalog change it opens,
+  // the session state it changes, the writes it invalidates at once and
+  // holds for the transaction's end.
+  void NoteRun(const Effect& e, UnitState& u);
   std::unique_ptr<UnitState> unit_;
 
  public:

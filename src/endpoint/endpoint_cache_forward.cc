@@ -58,6 +58,16 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
   return e;
 }
 
+void SessionCache::NoteRun(const Effect& e, UnitState& u) {
+  if (e.catalog.any()) cache_->OpenCatalogChange(e.catalog);
+  NoteStateChange(e);
+  if (e.own_write) wrote_ = true;
+  if (e.write.any()) {
+    cache_->Invalidate(e.write, /*for_clients=*/false);
+    u.txn_written.Merge(e.write);
+  }
+}
+
 void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText* text) {
   UnitState& u = U();
   switch (frame.tag) {
@@ -79,13 +89,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
         e.write.all = e.write.schema = true;
         e.catalog.all = true;
       }
-      if (e.catalog.any()) cache_->OpenCatalogChange(e.catalog);
-      NoteStateChange(e);
-      if (e.own_write) wrote_ = true;
-      if (e.write.any()) {
-        cache_->Invalidate(e.write, /*for_clients=*/false);
-        u.txn_written.Merge(e.write);
-      }
+      NoteRun(e, u);
       u.pending.push_back(std::move(e));
       break;
     }
@@ -140,13 +144,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
           if (st != stmts_->effects.end()) e = st->second;
         }
       }
-      if (e.catalog.any()) cache_->OpenCatalogChange(e.catalog);
-      NoteStateChange(e);
-      if (e.own_write) wrote_ = true;
-      if (e.write.any()) {
-        cache_->Invalidate(e.write, /*for_clients=*/false);
-        u.txn_written.Merge(e.write);
-      }
+      NoteRun(e, u);
       u.building.Merge(e);
       break;
     }

@@ -1,6 +1,8 @@
 #include "endpoint/listen_state.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "cache/sql_analysis.h"
 #include "protocol/codec.h"
@@ -28,7 +30,13 @@ std::vector<ListenOp> ParseListenOps(std::string_view sql) {
 
 std::vector<ListenOp> ParseListenOps(const cache::SqlText& text) {
   std::vector<ListenOp> out;
-  if (text.simple_read() || !MayListen(text.sql())) return out;  // cheap: most texts never reach the lexer
+  if (text.simple_read()) return out;  // cheap: most texts never reach the lexer
+  // One plain statement that begins with another keyword (an UPDATE, a
+  // BEGIN): no LISTEN or UNLISTEN can be inside it.
+  if (const std::optional<std::string>& kw = text.leading_keyword(); kw && *kw != "listen" && *kw != "unlisten") {
+    return out;
+  }
+  if (!MayListen(text.sql())) return out;
   // The parser's statements (already run for this text by the write pass):
   // channel names as the server's scanner makes them.
   const absl::StatusOr<cache::StatementAnalysis>& a = text.analysis();

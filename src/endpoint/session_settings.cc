@@ -513,17 +513,7 @@ std::shared_ptr<const SettingMap> StartupSettingsTable::Intern(SettingMap settin
     content += ':';
     content += value;
   }
-  std::weak_ptr<const SettingMap>& entry = by_content_[content];
-  if (std::shared_ptr<const SettingMap> shared = entry.lock()) return shared;
-  auto shared = std::make_shared<const SettingMap>(std::move(settings));
-  entry = shared;
-  if (by_content_.size() >= prune_at_) {
-    for (auto it = by_content_.begin(); it != by_content_.end();) {
-      it = it->second.expired() ? by_content_.erase(it) : std::next(it);
-    }
-    prune_at_ = std::max<std::size_t>(64, 2 * by_content_.size());
-  }
-  return shared;
+  return maps_.Intern(content, [&settings] { return std::move(settings); });
 }
 
 SessionSettings::SessionSettings(const std::vector<std::pair<std::string, std::string>>& hello_parameters,

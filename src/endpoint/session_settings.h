@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cache/sql_analysis.h"
+#include "common/intern_table.h"
 #include "pool/release_policy.h"
 
 namespace hyperpool::endpoint {
@@ -147,11 +148,10 @@ class PinSet {
 class StartupSettingsTable {
  public:
   std::shared_ptr<const SettingMap> Intern(SettingMap settings);
-  std::size_t size() const { return by_content_.size(); }
+  std::size_t size() const { return maps_.size(); }
 
  private:
-  std::unordered_map<std::string, std::weak_ptr<const SettingMap>> by_content_;
-  std::size_t prune_at_ = 64;
+  InternTable<SettingMap> maps_;  // by content (name and value, length-prefixed)
 };
 
 class SessionSettings {

@@ -49,6 +49,11 @@ TEST_CASE("ParseListenOps names channels as PostgreSQL does") {
       // at ';').
       {"LISTEN a; SELECT 1 +", {}},
       {"LISTEN U&\"d\\0061t\"", {Listen("dat")}},          // a Unicode escape, decoded
+      // One plain statement of another kind: nothing, whatever its words.
+      {"UPDATE listen SET unlisten = 1 WHERE listen.id = 2", {}},
+      {"CREATE TABLE listen (unlisten int)", {}},
+      {"(LISTEN a)", {}},                                    // PostgreSQL rejects it
+      {"  unlisten  a ;", {Unlisten("a")}},
   }));
   CAPTURE(c.sql);
   CHECK(ParseListenOps(c.sql) == c.ops);
