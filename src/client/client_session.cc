@@ -172,9 +172,11 @@ void ClientSession::NoteIdle() {
   if (!sweep.timer) sweep.timer = std::make_unique<asio::steady_timer>(sweep.executor);
   sweep.armed = true;
   sweep.timer->expires_after(kClientIdleSweepDelay);
-  // The Impl owns the sweep and outlives the timer's wait: its Stop()
-  // ends the workers before it is destroyed, and the wait holds it.
-  sweep.timer->async_wait([impl = impl_, &sweep](std::error_code) {
+  // The Impl owns the sweep and its timer: a wait that outlives it (the
+  // timer's destruction cancels it) finds it gone and touches nothing.
+  sweep.timer->async_wait([weak = std::weak_ptr<Client::Impl>(impl_), &sweep](std::error_code) {
+    std::shared_ptr<Client::Impl> impl = weak.lock();
+    if (!impl) return;
     sweep.armed = false;
     std::vector<std::weak_ptr<ClientSession>> sessions;
     sessions.swap(sweep.sessions);
