@@ -180,8 +180,8 @@ void ClientSession::NoteIdle() {
     sweep.armed = false;
     std::vector<std::weak_ptr<ClientSession>> sessions;
     sessions.swap(sweep.sessions);
-    for (const std::weak_ptr<ClientSession>& weak : sessions) {
-      std::shared_ptr<ClientSession> session = weak.lock();
+    for (const std::weak_ptr<ClientSession>& queued : sessions) {
+      std::shared_ptr<ClientSession> session = queued.lock();
       if (!session) continue;
       session->idle_queued_ = false;
       if (session->state_ == State::kIdle) session->core_.ReleaseIdleState();
