@@ -19,7 +19,6 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
-#include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <fmt/format.h>
@@ -30,6 +29,7 @@
 #include "client/invalidation_watch.h"
 #include "client/server_handshake.h"
 #include "client/statement_metadata.h"
+#include "common/idle_sweep.h"
 #include "hyperpool/client.h"
 #include "ops/latency_histogram.h"
 #include "protocol/codec.h"
@@ -57,6 +57,8 @@ static inline std::string ErrorFrame(const pr::PoolerError& error) {
 }
 
 class ClientSession;  // client_session.h
+// The Client's idle sweep's visit (client_session.cc).
+void SweepIdleClientSession(ClientSession& session);
 
 // How long a session stays idle before the Client's idle sweep gives back
 // its per-unit state (Client::Impl::IdleSweep), as the Endpoint's
@@ -93,21 +95,18 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Wakes the waiting sessions with `error_frame` (an ErrorResponse).
   void FailParams(std::string error_frame);
 
-  // The idle sweep of the sessions on one executor that runs one handler
-  // at a time (the in-process Endpoint's, or a worker's with
-  // one_thread_per_executor): a session whose ReadyForQuery 'I' went out
-  // queues itself (ClientSession::NoteIdle); one timer, armed only while
-  // some wait, runs kClientIdleSweepDelay after the first and gives back
-  // the per-unit state of those still idle (ClientCore::ReleaseIdleState),
-  // as the Endpoint's sweep does for its half. Not at once: a session
-  // between two transactions would free it and make it again for the
-  // next. Touched only on `executor`.
+  // The idle sweep (common/idle_sweep.h, as the Endpoint's) of the
+  // sessions on one executor that runs one handler at a time (the
+  // in-process Endpoint's, or a worker's with one_thread_per_executor): a
+  // session whose ReadyForQuery 'I' went out queues itself
+  // (ClientSession::NoteIdle), and those still idle kClientIdleSweepDelay
+  // later give back their per-unit state (ClientCore::ReleaseIdleState).
+  // Touched only on `executor`.
   struct IdleSweep {
-    explicit IdleSweep(asio::any_io_executor ex) : executor(std::move(ex)) {}
+    explicit IdleSweep(asio::any_io_executor ex)
+        : executor(std::move(ex)), sweep(kClientIdleSweepDelay, &SweepIdleClientSession) {}
     asio::any_io_executor executor;
-    std::vector<std::weak_ptr<ClientSession>> sessions;
-    std::unique_ptr<asio::steady_timer> timer;
-    bool armed = false;
+    hyperpool::IdleSweep<ClientSession> sweep;
   };
   // The sweep of sessions on `executor`, or null (sessions on strands of
   // a shared io_context keep their state: no sweep is theirs alone).

@@ -166,27 +166,12 @@ void ClientSession::StartWatchdog() {
 void ClientSession::NoteIdle() {
   if (idle_sweep_ == nullptr || idle_queued_) return;
   idle_queued_ = true;
-  Client::Impl::IdleSweep& sweep = *idle_sweep_;
-  sweep.sessions.push_back(weak_from_this());
-  if (sweep.armed) return;
-  if (!sweep.timer) sweep.timer = std::make_unique<asio::steady_timer>(sweep.executor);
-  sweep.armed = true;
-  sweep.timer->expires_after(kClientIdleSweepDelay);
-  // The Impl owns the sweep and its timer: a wait that outlives it (the
-  // timer's destruction cancels it) finds it gone and touches nothing.
-  sweep.timer->async_wait([weak = std::weak_ptr<Client::Impl>(impl_), &sweep](std::error_code) {
-    std::shared_ptr<Client::Impl> impl = weak.lock();
-    if (!impl) return;
-    sweep.armed = false;
-    std::vector<std::weak_ptr<ClientSession>> sessions;
-    sessions.swap(sweep.sessions);
-    for (const std::weak_ptr<ClientSession>& queued : sessions) {
-      std::shared_ptr<ClientSession> session = queued.lock();
-      if (!session) continue;
-      session->idle_queued_ = false;
-      if (session->state_ == State::kIdle) session->core_.ReleaseIdleState();
-    }
-  });
+  idle_sweep_->sweep.Note(idle_sweep_->executor, weak_from_this());
+}
+
+void SweepIdleClientSession(ClientSession& session) {
+  session.idle_queued_ = false;
+  if (session.state_ == ClientSession::State::kIdle) session.core_.ReleaseIdleState();
 }
 
 void ClientSession::ArmIdleTimer() {

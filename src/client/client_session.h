@@ -128,6 +128,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Queues the session for its executor's idle sweep (Client::Impl::IdleSweep),
   // which gives back the per-unit state of a session still idle then.
   void NoteIdle();
+  friend void SweepIdleClientSession(ClientSession& session);
   void DisarmIdleTimer();
 
   // The idle timeout fired, or Kill(): FATAL to the app, Terminate to the

@@ -166,12 +166,9 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       Effect e;
       e.write.all = e.write.schema = true;  // a FunctionCall may run anything
       e.catalog.all = true;
-      cache_->OpenCatalogChange(e.catalog);
       e.changes_state = true;
-      state_changed_ = true;
-      wrote_ = true;
-      cache_->Invalidate(e.write, /*for_clients=*/false);
-      u.txn_written.Merge(e.write);
+      e.own_write = true;
+      NoteRun(e, u);
       u.pending.push_back(std::move(e));
       break;
     }

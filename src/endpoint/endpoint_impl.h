@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "absl/status/status.h"
+#include "common/idle_sweep.h"
 #include "endpoint/buffer_pool.h"
 #include "endpoint/endpoint_cache.h"
 #include "endpoint/listen_state.h"
@@ -87,6 +88,9 @@ static inline TransactionStatus ToPoolStatus(char status) {
 }
 
 class Session;  // endpoint_session.h
+// The idle sweep's visit (endpoint_session_io.cc): a session still idle
+// gives its buffers back and may sleep.
+void SweepIdleSession(Session& session);
 
 struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   asio::any_io_executor executor;
@@ -112,10 +116,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   endpoint::StartupSettingsTable startup_settings;
   // Sessions that went idle since the last idle sweep (Session::NoteIdle):
   // the sweep, kIdleSweepDelay after the first, gives the buffers of those
-  // still idle back to `buffers`. The timer is armed only while some wait.
-  std::vector<std::weak_ptr<Session>> idle_sessions;
-  std::unique_ptr<asio::steady_timer> idle_sweep;
-  bool idle_sweep_armed = false;
+  // still idle back to `buffers` and lets them sleep (Session::SweepIdle).
+  IdleSweep<Session> idle_sweep{kIdleSweepDelay, &SweepIdleSession};
   // Sessions holding a pinned connection outside the pool's cap (pin_budget.h).
   endpoint::PinBudget pin_budget{1};
   // The last session serial given out (sequence_state.h: never reused).

@@ -293,28 +293,15 @@ void Session::NoteIdle() {
   // buffers back and grow them again for the next (~1k instructions per
   // transaction); one still idle at the next sweep does.
   idle_queued_ = true;
-  Endpoint::Impl& ep = *endpoint_;
-  ep.idle_sessions.push_back(weak_from_this());
-  if (ep.idle_sweep_armed) return;
-  if (!ep.idle_sweep) ep.idle_sweep = std::make_unique<asio::steady_timer>(ep.executor);
-  ep.idle_sweep_armed = true;
-  ep.idle_sweep->expires_after(kIdleSweepDelay);
-  ep.idle_sweep->async_wait([weak = std::weak_ptr<Endpoint::Impl>(endpoint_)](std::error_code) {
-    std::shared_ptr<Endpoint::Impl> impl = weak.lock();
-    if (!impl) return;
-    impl->idle_sweep_armed = false;
-    std::vector<std::weak_ptr<Session>> sessions;
-    sessions.swap(impl->idle_sessions);
-    for (const std::weak_ptr<Session>& weak_session : sessions) {
-      std::shared_ptr<Session> session = weak_session.lock();
-      if (!session) continue;
-      session->idle_queued_ = false;
-      if (session->Idle()) {
-        session->ReleaseIdleBuffers();
-        session->MaybeSleep();
-      }
-    }
-  });
+  endpoint_->idle_sweep.Note(endpoint_->executor, weak_from_this());
+}
+
+void SweepIdleSession(Session& session) {
+  session.idle_queued_ = false;
+  if (session.Idle()) {
+    session.ReleaseIdleBuffers();
+    session.MaybeSleep();
+  }
 }
 
 void Session::ReleaseIdleBuffers() {
