@@ -155,11 +155,7 @@ void Client::Impl::StartSession(std::shared_ptr<Impl> self, tcp::socket socket, 
   {
     std::lock_guard lock(mu);
     sessions[session.get()] = session;
-    ClientSessionInfo& info = session->info();
-    info.id = next_session_id.fetch_add(1, std::memory_order_relaxed);
-    info.connect_time = std::chrono::system_clock::now();
-    // The Unix listener adopts its sockets as TCP ones (unix_listener.h).
-    info.address = !peer ? "unix" : fmt::format("{}:{}", peer->address().to_string(), peer->port());
+    session->SetListed(next_session_id.fetch_add(1, std::memory_order_relaxed), std::chrono::system_clock::now());
   }
   asio::any_io_executor ex = session->executor();
   asio::co_spawn(ex, session->Run(session), [](std::exception_ptr e) {
@@ -454,8 +450,7 @@ std::vector<ClientSessionInfo> Client::Sessions() const {
   for (auto& [ptr, weak] : impl_->sessions) {
     auto s = weak.lock();
     if (!s) continue;
-    out.push_back(s->info());
-    out.back().state = s->shown_state();
+    out.push_back(s->Info());
     live.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
@@ -470,7 +465,7 @@ bool Client::Kill(uint64_t id) {
     for (auto& [ptr, weak] : impl_->sessions) {
       auto s = weak.lock();
       if (!s) continue;
-      if (s->info().id == id) target = s;
+      if (s->id() == id) target = s;
       live.push_back(std::move(s));
     }
   }

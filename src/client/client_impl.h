@@ -1,6 +1,7 @@
 #pragma once
 // Internal to src/client/: the Client's shared state (Client::Impl) and the
 // small helpers that client.cc and the session (client_session.h) both use.
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -149,11 +150,12 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   bool probe_in_flight = false;
   std::vector<std::weak_ptr<ClientSession>> params_waiters;
   std::unordered_map<const ClientSession*, std::weak_ptr<ClientSession>> sessions;
+  // A cancel request's key: its session's id and database (a cancel link
+  // goes where its session's link went) are read from the session, under
+  // mu, which the session writes them under.
   struct CancelTarget {
-    std::string secret;
+    std::array<char, 4> secret{};
     const ClientSession* session = nullptr;
-    std::string session_id;  // empty until the session's link is open
-    std::string database;    // the session's: a cancel link goes where its session's link went
   };
   std::unordered_map<int32_t, CancelTarget> cancel_keys;
 

@@ -52,6 +52,18 @@ ClientSession::~ClientSession() {
   }
 }
 
+ClientSessionInfo ClientSession::Info() const {
+  ClientSessionInfo info;
+  info.id = id_;
+  info.user = user_;
+  info.database = database_;
+  // The Unix listener adopts its sockets as TCP ones (unix_listener.h).
+  info.address = peer_.unix_socket ? "unix" : peer_.text;
+  info.connect_time = connect_time_;
+  info.state = shown_state();
+  return info;
+}
+
 std::string ClientSession::shown_state() const {
   static constexpr const char* kNames[] = {"login", "login", "login", "idle", "active", "closed"};
   return admin_ ? "admin" : kNames[shown_state_.load(std::memory_order_relaxed)];
@@ -347,17 +359,15 @@ asio::awaitable<bool> ClientSession::Handshake() {
     }
     // kAuthenticated: output holds [NegotiateProtocolVersion] ... AuthenticationOk.
     out_ = std::move(step.output);
-    user_ = hs.user();
-    database_ = hs.database();
+    {
+      std::lock_guard lock(impl_->mu);  // (Info() reads them on other threads)
+      user_ = hs.user();
+      database_ = hs.database();
+    }
     app_params_ = hs.parameters();
     break;
   }
   if (state_ == State::kStartup) SetState(State::kAuthenticating);
-  {
-    std::lock_guard lock(impl_->mu);
-    info_.user = user_;
-    info_.database = database_;
-  }
   if (impl_->options.admin && database_ == impl_->options.admin_database) {
     // The admin console: no origin parameters, no link (RunAdmin).
     admin_ = true;
@@ -393,7 +403,7 @@ asio::awaitable<bool> ClientSession::Handshake() {
     co_await Fatal(kSqlStateConnectionFailure, "could not generate a cancellation key");
     co_return false;
   }
-  pr::Encode(pr::BackendKeyData{cancel_pid_, cancel_secret_}, out_);
+  pr::Encode(pr::BackendKeyData{cancel_pid_, std::string_view(cancel_secret_.data(), cancel_secret_.size())}, out_);
   pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out_);
   SetState(State::kIdle);
   auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_), kAsTuple);
@@ -452,8 +462,8 @@ bool ClientSession::RegisterCancelKey() {
     std::lock_guard lock(impl_->mu);
     if (pid == 0 || impl_->cancel_keys.count(pid) != 0) continue;
     cancel_pid_ = pid;
-    cancel_secret_ = bytes->substr(4, 4);
-    impl_->cancel_keys[pid] = Client::Impl::CancelTarget{cancel_secret_, this, "", database_};
+    std::copy_n(bytes->data() + 4, cancel_secret_.size(), cancel_secret_.begin());
+    impl_->cancel_keys[pid] = Client::Impl::CancelTarget{cancel_secret_, this};
     return true;
   }
   return false;
@@ -465,9 +475,10 @@ asio::awaitable<void> ClientSession::ForwardCancel(int32_t pid, const std::strin
   {
     std::lock_guard lock(impl_->mu);
     auto it = impl_->cancel_keys.find(pid);
-    if (it != impl_->cancel_keys.end() && auth::ConstantTimeEquals(it->second.secret, secret)) {
-      session_id = it->second.session_id;
-      database = it->second.database;
+    if (it != impl_->cancel_keys.end() &&
+        auth::ConstantTimeEquals(std::string_view(it->second.secret.data(), it->second.secret.size()), secret)) {
+      session_id = it->second.session->session_id_;
+      database = it->second.session->database_;
     }
   }
   if (session_id.empty() || impl_->stopping) co_return;  // unknown key, or nothing running yet
@@ -491,8 +502,8 @@ asio::awaitable<void> ClientSession::RunAdmin() {
   AdminLogin login;
   {
     std::lock_guard lock(impl_->mu);
-    login.client_id = info_.id;
-    login.address = info_.address;
+    login.client_id = id_;
+    login.address = peer_.unix_socket ? "unix" : peer_.text;
   }
   login.user = user_;
   std::unique_ptr<AdminSession> session = console.Open(login);

@@ -32,6 +32,7 @@
 // Each reader, when it ends, closes what the other is waiting on, so the
 // session unwinds without joins; the Session object lives as long as a
 // callback or coroutine holds it.
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -94,9 +95,16 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   asio::any_io_executor executor() { return socket_.get_executor(); }
 
-  // SHOW CLIENTS: `info_` is guarded by impl_->mu; the state is read from
-  // an atomic so SetState() takes no lock.
-  ClientSessionInfo& info() { return info_; }
+  // SHOW CLIENTS and KILL_CLIENT, with impl_->mu held (the fields it reads
+  // are written under it: Client::Impl::StartSession, Handshake); the state
+  // is read from an atomic so SetState() takes no lock.
+  ClientSessionInfo Info() const;
+  uint64_t id() const { return id_; }
+  // Client::Impl::StartSession, with impl_->mu held.
+  void SetListed(uint64_t id, std::chrono::system_clock::time_point connect_time) {
+    id_ = id;
+    connect_time_ = connect_time;
+  }
   std::string shown_state() const;
 
   // Client::Kill(): runs on the session's executor. With a link, LinkToApp
@@ -306,11 +314,11 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   bool params_notified_ = false;
   std::string params_error_;
 
-  std::string user_;
+  std::string user_;      // written under impl_->mu (Info() reads them on other threads)
   std::string database_;
   client::ParamList app_params_;  // the startup packet's; moved into the link's hello (OpenLink)
   int32_t cancel_pid_ = 0;
-  std::string cancel_secret_;
+  std::array<char, 4> cancel_secret_{};
 
   std::string session_id_;
   std::unique_ptr<Link> link_;
@@ -328,7 +336,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::string pending_error_;
   std::atomic<bool> admin_{false};  // an admin console session (RunAdmin); read by SHOW CLIENTS
   std::atomic<int> shown_state_{0};  // state_, for SHOW CLIENTS on other threads
-  ClientSessionInfo info_;           // guarded by impl_->mu
+  uint64_t id_ = 0;                  // ClientSessionInfo::id, guarded by impl_->mu
+  std::chrono::system_clock::time_point connect_time_;  // guarded by impl_->mu
  public:
   // Bytes from and to the app; written on the session's executor only.
   std::atomic<uint64_t> received_{0};

@@ -44,7 +44,10 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
     SendAppThenClose(ErrorFrame(pr::PoolerError{std::string(kSqlStateConnectionFailure), "could not generate a session id"}));
     co_return false;
   }
-  session_id_ = *id;
+  {
+    std::lock_guard lock(impl_->mu);  // (ForwardCancel reads it on other threads)
+    session_id_ = *id;
+  }
   // The app's parameters go into the hello and are not kept: a link opens
   // once per session, and nothing after it reads them (an idle session
   // that reached the origin kept them all).
@@ -75,11 +78,6 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
     co_return false;
   }
   link_ = std::move(*link);
-  {
-    std::lock_guard lock(impl_->mu);
-    auto it = impl_->cancel_keys.find(cancel_pid_);
-    if (it != impl_->cancel_keys.end() && it->second.session == this) it->second.session_id = session_id_;
-  }
   asio::co_spawn(executor(), LinkToApp(shared_from_this()), asio::detached);
   co_return true;
 }

@@ -60,7 +60,10 @@ absl::StatusOr<std::string> GeneratePassword() {
 absl::StatusOr<std::string> NewSessionId() {
   absl::StatusOr<std::string> bytes = auth::RandomBytes(8);
   if (!bytes.ok()) return bytes.status();
-  return absl::BytesToHexString(*bytes);
+  // 11 characters: short enough for std::string's inline buffer, so none of
+  // the copies a session keeps (its own, its cancel key's, the Endpoint's
+  // and its registry's) allocates.
+  return absl::WebSafeBase64Escape(*bytes);
 }
 
 std::string BuildLinkHello(const ParamList& app_params, std::string_view session_id) {

@@ -44,7 +44,7 @@ std::string BuildConnectionString(std::string_view user, std::string_view passwo
 // base64 without padding (32 characters, no percent-encoding needed).
 absl::StatusOr<std::string> GeneratePassword();
 
-// A random 64-bit session id as 16 lowercase hex digits.
+// A random 64-bit session id as 11 URL-safe base64 characters ([A-Za-z0-9_-]).
 absl::StatusOr<std::string> NewSessionId();
 
 // The hello that opens a session link (docs/architecture.md, "The link

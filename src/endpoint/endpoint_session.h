@@ -182,7 +182,9 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> Acquire();
   // kPrepare, kCapture or kUnlisten on `conn` (null: it went meanwhile).
   asio::awaitable<void> OwnQuery(OriginConnection* conn, endpoint::SessionCommand::Kind kind, bool discard_sequences);
-  bool Busy(const OriginConnection* conn) const { return reading_ == conn || writing_ == conn || own_query_ == conn; }
+  bool Busy(const OriginConnection* conn) const {
+    return origin_io_ && (origin_io_->reading == conn || origin_io_->writing == conn || origin_io_->own_query == conn);
+  }
   asio::awaitable<void> CancelOrigin(endpoint::BackendKey key, bool notify);
   asio::awaitable<void> ListenSet(std::set<std::string> channels);
   asio::awaitable<void> Barrier();
@@ -214,27 +216,48 @@ class Session : public std::enable_shared_from_this<Session> {
   bool registered_ = false;     // in sessions_by_id / listen_sessions
   const endpoint::ListenRegistry::Subscriber listen_id_;
 
-  Lease lease_;  // the connection the core holds (core_->connection())
-  // Released by the core while one of our operations was inside it: given
-  // back once nothing is (a close has closed the socket, so that operation
-  // fails promptly).
-  std::vector<std::pair<Lease, ReleaseDecision>> releasing_;
-  OriginConnection* reading_ = nullptr;    // ReadOrigin is inside its ReadFrame
-  OriginConnection* writing_ = nullptr;    // WriteOrigin is inside its Write
-  OriginConnection* own_query_ = nullptr;  // a replay, capture or UNLISTEN * runs on it
-  bool origin_writer_ = false;   // WriteOrigin runs
-  bool origin_reader_ = false;   // ReadOrigin runs (TLS: while a lease is held, or it is still inside a read)
-  bool pumping_origin_ = false;  // PumpOrigin is on the stack
-  bool origin_pump_posted_ = false;
-  bool origin_read_full_ = false;  // PumpOrigin's last read used all its space: read again before waiting
-  OriginConnection* origin_waiting_ = nullptr;  // PumpOrigin's readability wait is on it
-  std::string origin_out_;       // frontend bytes for the lent connection, not yet written
-  std::string origin_writing_buf_;  // the bytes WriteOrigin is writing
-  AcquireCancel acquire_cancel_;
-  bool acquiring_ = false;
-  std::uint64_t pin_ticket_ = 0;  // in the pinned budget's queue (WaitPin), or 0
-  bool pin_granted_ = false;      // ...handed a unit, not yet reported to the core
-  std::unique_ptr<asio::steady_timer> pin_timer_;  // WaitPin's deadline
+  // What the session holds while it works with the origin: the lease, the
+  // pumps' and the writer's state, its place in the pinned budget's queue.
+  // Made at the first use (O()), given back at the idle sweep once Quiet()
+  // (ReleaseIdleBuffers): an idle session holds none of it (docs/
+  // architecture.md, "What an idle session holds").
+  struct OriginIo {
+    Lease lease;  // the connection the core holds (core_->connection())
+    // Released by the core while one of our operations was inside it: given
+    // back once nothing is (a close has closed the socket, so that operation
+    // fails promptly).
+    std::vector<std::pair<Lease, ReleaseDecision>> releasing;
+    OriginConnection* reading = nullptr;    // ReadOrigin is inside its ReadFrame
+    OriginConnection* writing = nullptr;    // WriteOrigin is inside its Write
+    OriginConnection* own_query = nullptr;  // a replay, capture or UNLISTEN * runs on it
+    OriginConnection* origin_waiting = nullptr;  // PumpOrigin's readability wait is on it
+    bool origin_writer = false;   // WriteOrigin runs
+    bool origin_reader = false;   // ReadOrigin runs (TLS: while a lease is held, or it is still inside a read)
+    bool pumping_origin = false;  // PumpOrigin is on the stack
+    bool origin_pump_posted = false;
+    bool origin_read_full = false;  // PumpOrigin's last read used all its space: read again before waiting
+    bool acquiring = false;
+    bool pin_granted = false;      // ...handed a unit, not yet reported to the core
+    std::uint64_t pin_ticket = 0;  // in the pinned budget's queue (WaitPin), or 0
+    std::string origin_out;       // frontend bytes for the lent connection, not yet written
+    std::string origin_writing_buf;  // the bytes WriteOrigin is writing
+    AcquireCancel acquire_cancel;
+    std::unique_ptr<asio::steady_timer> pin_timer;  // WaitPin's deadline
+
+    // No lease, nothing released, running, queued or buffered: nothing here
+    // that a new OriginIo would not hold.
+    bool Quiet() const {
+      return !lease && releasing.empty() && reading == nullptr && writing == nullptr && own_query == nullptr &&
+             origin_waiting == nullptr && !origin_writer && !origin_reader && !pumping_origin && !origin_pump_posted &&
+             !acquiring && !pin_granted && pin_ticket == 0 && !pin_timer && origin_out.empty() &&
+             origin_writing_buf.empty();
+    }
+  };
+  OriginIo& O() {
+    if (!origin_io_) origin_io_ = std::make_unique<OriginIo>();
+    return *origin_io_;
+  }
+  std::unique_ptr<OriginIo> origin_io_;
 
   std::string link_out_;         // backend bytes for the link, not yet sent
   bool link_sending_ = false;    // SendLink is inside Send

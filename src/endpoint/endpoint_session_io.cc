@@ -36,8 +36,9 @@ bool Session::Cancel() {
 
 bool Session::MayReadLink() const {
   if (!core_->wants_client()) return false;
+  const OriginIo* o = origin_io_.get();
   const std::size_t pending =
-      core_->outbox().to_origin.size() + origin_out_.size() + origin_writing_buf_.size();
+      core_->outbox().to_origin.size() + (o ? o->origin_out.size() + o->origin_writing_buf.size() : 0);
   return pending <= endpoint_->options.max_pending_to_origin;
 }
 
@@ -110,48 +111,49 @@ void Session::LinkRoom() {
 }
 
 bool Session::OriginPumpWanted() const {
-  return !finished_ && lease_ && own_query_ == nullptr && core_->wants_origin() && origin_waiting_ == nullptr &&
-         !pumping_origin_ && link_out_.size() <= kMaxLinkBatch;
+  const OriginIo* o = origin_io_.get();
+  return o != nullptr && !finished_ && o->lease && o->own_query == nullptr && core_->wants_origin() &&
+         o->origin_waiting == nullptr && !o->pumping_origin && link_out_.size() <= kMaxLinkBatch;
 }
 
 void Session::PumpOrigin() {
-  if (origin_reader_ || pumping_origin_ || origin_waiting_ != nullptr) return;
-  pumping_origin_ = true;
+  if (O().origin_reader || O().pumping_origin || O().origin_waiting != nullptr) return;
+  O().pumping_origin = true;
   auto self = shared_from_this();  // (Execute may end the session)
   // ReadOrigin's loop without a coroutine: the frames already buffered;
   // when they are used up, another read if the last one filled all the
   // space it had (a large result streaming in), else a readability wait
   // whose callback reads and calls back here.
-  while (!finished_ && lease_ && own_query_ == nullptr && core_->wants_origin() &&
+  while (!finished_ && O().lease && O().own_query == nullptr && core_->wants_origin() &&
          link_out_.size() <= kMaxLinkBatch) {
-    OriginConnection* c = &lease_.As<OriginConnection>();
+    OriginConnection* c = &O().lease.As<OriginConnection>();
     absl::StatusOr<std::optional<protocol::Frame>> buffered = c->TakeBufferedFrame();
     if (buffered.ok() && !*buffered) {
       if (!c->SupportsTryFill()) {
         // TLS: only a coroutine reads it (its records).
-        origin_reader_ = true;
+        O().origin_reader = true;
         asio::co_spawn(endpoint_->executor, [self]() { return self->ReadOrigin(); }, asio::detached);
         break;
       }
-      if (origin_read_full_) {
-        origin_read_full_ = false;
-        std::optional<absl::StatusOr<bool>> more = c->TryFill(&origin_read_full_);
+      if (O().origin_read_full) {
+        O().origin_read_full = false;
+        std::optional<absl::StatusOr<bool>> more = c->TryFill(&O().origin_read_full);
         if (more->ok() && **more) continue;
         if (!more->ok()) buffered = more->status();
       }
     }
     if (buffered.ok() && !*buffered) {
-      origin_waiting_ = c;
-      reading_ = c;
+      O().origin_waiting = c;
+      O().reading = c;
       // One shared_ptr captured (c is origin_waiting_): stored in the
       // handler itself, no allocation per wait.
       c->WaitReadable([self](std::error_code) {
-        OriginConnection* c = self->origin_waiting_;
-        self->origin_waiting_ = nullptr;
-        self->reading_ = nullptr;
-        if (!self->lease_ || &self->lease_.As<OriginConnection>() != c) {
+        OriginConnection* c = self->O().origin_waiting;
+        self->O().origin_waiting = nullptr;
+        self->O().reading = nullptr;
+        if (!self->O().lease || &self->O().lease.As<OriginConnection>() != c) {
           self->MaybeFinishRelease();  // released (closed) while we waited: nothing more to do with it
-        } else if (std::optional<absl::StatusOr<bool>> got = c->TryFill(&self->origin_read_full_); !got->ok()) {
+        } else if (std::optional<absl::StatusOr<bool>> got = c->TryFill(&self->O().origin_read_full); !got->ok()) {
           self->core_->OnOriginLost(got->status());
           self->Execute(/*flush_link=*/true);
         }
@@ -169,21 +171,21 @@ void Session::PumpOrigin() {
       continue;
     }
     // As ReadOrigin: a burst of frames goes to the link in one send.
-    Execute(/*flush_link=*/!lease_ || !c->HasBufferedFrame());
+    Execute(/*flush_link=*/!O().lease || !c->HasBufferedFrame());
   }
-  pumping_origin_ = false;
+  O().pumping_origin = false;
 }
 
 asio::awaitable<void> Session::ReadOrigin() {
   for (;;) {
-    while (!finished_ && lease_ && !(own_query_ == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
-    if (finished_ || !lease_) {
+    while (!finished_ && O().lease && !(O().own_query == nullptr && core_->wants_origin())) co_await origin_wake_.Wait();
+    if (finished_ || !O().lease) {
       // No connection to read: the reader ends, so an idle session holds
       // no coroutine for it; Execute starts it again with the next lease.
-      origin_reader_ = false;
+      O().origin_reader = false;
       co_return;
     }
-    OriginConnection* c = &lease_.As<OriginConnection>();
+    OriginConnection* c = &O().lease.As<OriginConnection>();
     // A frame already buffered is taken without suspending (most of a
     // unit's answers arrive in one read); only an empty buffer waits.
     absl::StatusOr<std::optional<protocol::Frame>> buffered = c->TakeBufferedFrame();
@@ -193,10 +195,10 @@ asio::awaitable<void> Session::ReadOrigin() {
     } else if (*buffered) {
       frame = **buffered;
     } else {
-      reading_ = c;
+      O().reading = c;
       frame = co_await c->ReadFrame();
-      reading_ = nullptr;
-      if (!lease_ || &lease_.As<OriginConnection>() != c) {
+      O().reading = nullptr;
+      if (!O().lease || &O().lease.As<OriginConnection>() != c) {
         MaybeFinishRelease();  // released (closed) while we read: nothing more to do with it
         continue;
       }
@@ -213,7 +215,7 @@ asio::awaitable<void> Session::ReadOrigin() {
     // Batches a burst of frames into one link send (a large result into
     // several): sent when nothing more is buffered, the unit is answered,
     // or the batch is large.
-    Execute(/*flush_link=*/!lease_ || !c->HasBufferedFrame());
+    Execute(/*flush_link=*/!O().lease || !c->HasBufferedFrame());
     // Backpressure: a Client that does not read stops the origin reads.
     while (!finished_ && link_out_.size() > kMaxLinkBatch) co_await sent_.Wait();
   }
@@ -228,10 +230,10 @@ void Session::Execute(bool flush_link) {
   executing_ = true;
   for (;;) {
     if (!out.to_origin.empty()) {
-      if (origin_out_.empty()) {
-        origin_out_.swap(out.to_origin);
+      if (O().origin_out.empty()) {
+        O().origin_out.swap(out.to_origin);
       } else {
-        origin_out_ += out.to_origin;
+        O().origin_out += out.to_origin;
         out.to_origin.clear();
       }
       ReleaseIfLarge(out.to_origin);
@@ -256,19 +258,19 @@ void Session::Execute(bool flush_link) {
     }
   }
   executing_ = false;
-  if (origin_reader_) {
-    if (core_->wants_origin() || !lease_) origin_wake_.Notify();  // (without a lease: the reader ends)
-  } else if (OriginPumpWanted() && !origin_pump_posted_) {
+  if (O().origin_reader) {
+    if (core_->wants_origin() || !O().lease) origin_wake_.Notify();  // (without a lease: the reader ends)
+  } else if (OriginPumpWanted() && !O().origin_pump_posted) {
     // Posted, as the reader coroutine's wake-up was: not inside this event.
-    origin_pump_posted_ = true;
+    O().origin_pump_posted = true;
     asio::post(endpoint_->executor, [self] {
-      self->origin_pump_posted_ = false;
+      self->O().origin_pump_posted = false;
       self->PumpOrigin();
     });
   }
   // At once when the socket and the link take the bytes (the usual case:
   // no coroutine, no suspension); the rest by a writer of its own.
-  if (!origin_out_.empty() && !origin_writer_ && lease_ && own_query_ == nullptr) StartOriginWrite();
+  if (!O().origin_out.empty() && !O().origin_writer && O().lease && O().own_query == nullptr) StartOriginWrite();
   LinkRoom();  // after the write above: it may have made room
   if (!link_out_.empty() && !link_sending_) {
     if (link_->TrySend(link_out_)) {
@@ -284,8 +286,9 @@ void Session::Execute(bool flush_link) {
 }
 
 bool Session::Idle() const {
-  return core_ && !finished_ && !lease_ && releasing_.empty() && !link_sending_ && !origin_writer_ && !acquiring_ &&
-         core_->state() == endpoint::SessionCore::State::kIdle && core_->outbox().commands.empty();
+  const OriginIo* o = origin_io_.get();
+  return core_ && !finished_ && (o == nullptr || (!o->lease && o->releasing.empty() && !o->origin_writer && !o->acquiring)) &&
+         !link_sending_ && core_->state() == endpoint::SessionCore::State::kIdle && core_->outbox().commands.empty();
 }
 
 void Session::NoteIdle() {
@@ -311,8 +314,11 @@ void Session::ReleaseIdleBuffers() {
   endpoint::BufferPool& pool = endpoint_->buffers;
   pool.Give(in_);
   pool.Give(link_out_);
-  pool.Give(origin_out_);
-  pool.Give(origin_writing_buf_);
+  if (origin_io_) {
+    pool.Give(origin_io_->origin_out);
+    pool.Give(origin_io_->origin_writing_buf);
+    if (origin_io_->Quiet()) origin_io_.reset();
+  }
   core_->ReleaseIdleBuffers();
   cache_.ReleaseIdleBuffers();
 }
@@ -322,12 +328,9 @@ void Session::MaybeSleep() {
   // flight and no timer or waiter that reads the core: the callback (or a
   // signal, a broadcast, a notification, the Endpoint's stop) wakes it.
   // (Idle() covers the lease, releases, link sends, the origin writer and
-  // the acquire.)
-  if (!Idle() || !link_armed_ || link_coroutine_ || link_blocked_ || pumping_link_ || pumping_origin_ ||
-      executing_ || link_closed_ || origin_reader_ || origin_pump_posted_ || origin_waiting_ != nullptr ||
-      reading_ != nullptr || writing_ != nullptr || own_query_ != nullptr || pin_ticket_ != 0 || pin_granted_ ||
-      pin_timer_ || timeout_timer_ || idle_watch_ ||
-      !in_.empty() || !link_out_.empty() || !origin_out_.empty() || !origin_writing_buf_.empty() ||
+  // the acquire; ReleaseIdleBuffers gave origin_io_ back if it was Quiet.)
+  if (!Idle() || !link_armed_ || link_coroutine_ || link_blocked_ || pumping_link_ || executing_ || link_closed_ ||
+      origin_io_ != nullptr || timeout_timer_ || idle_watch_ || !in_.empty() || !link_out_.empty() ||
       !core_->CanSleep()) {
     return;
   }
@@ -365,19 +368,19 @@ const std::string& Session::SessionId() const {
 }
 
 void Session::StartOriginWrite() {
-  OriginConnection* c = &lease_.As<OriginConnection>();
-  const std::size_t n = c->TryWrite(origin_out_);
-  if (n == origin_out_.size()) {
-    origin_out_.clear();
-    ReleaseIfLarge(origin_out_);
+  OriginConnection* c = &O().lease.As<OriginConnection>();
+  const std::size_t n = c->TryWrite(O().origin_out);
+  if (n == O().origin_out.size()) {
+    O().origin_out.clear();
+    ReleaseIfLarge(O().origin_out);
     return;
   }
   if (c->broken()) {
     if (OriginWriteFailed(c)) Execute(/*flush_link=*/true);
     return;
   }
-  origin_out_.erase(0, n);
-  origin_writer_ = true;
+  O().origin_out.erase(0, n);
+  O().origin_writer = true;
   asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WriteOrigin(); }, asio::detached);
 }
 
@@ -385,15 +388,15 @@ void Session::RunCommand(SessionCommand& command) {
   switch (command.kind) {
     case SessionCommand::Kind::kAcquire: {
       if (std::optional<Lease> lease = endpoint_->pool->TryAcquire()) {
-        lease_ = std::move(*lease);
-        core_->OnAcquired(&lease_.As<OriginConnection>());
+        O().lease = std::move(*lease);
+        core_->OnAcquired(&O().lease.As<OriginConnection>());
         return;
       }
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->Acquire(); }, asio::detached);
       return;
     }
     case SessionCommand::Kind::kCancelAcquire:
-      if (acquiring_) (void)acquire_cancel_.Cancel(command.status);
+      if (O().acquiring) (void)O().acquire_cancel.Cancel(command.status);
       return;
     case SessionCommand::Kind::kIntercept:
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->FinishIntercept(); },
@@ -404,8 +407,8 @@ void Session::RunCommand(SessionCommand& command) {
     case SessionCommand::Kind::kUnlisten: {
       // Our own query on the lent connection; the unit's bytes, if any, go
       // out first (WriteOrigin is done when the core asks for these).
-      OriginConnection* c = lease_ ? &lease_.As<OriginConnection>() : nullptr;
-      own_query_ = c;
+      OriginConnection* c = O().lease ? &O().lease.As<OriginConnection>() : nullptr;
+      O().own_query = c;
       asio::co_spawn(
           endpoint_->executor,
           [self = shared_from_this(), c, kind = command.kind, discard = command.discard_sequences]() {
@@ -415,7 +418,7 @@ void Session::RunCommand(SessionCommand& command) {
       return;
     }
     case SessionCommand::Kind::kMoveOutOfCap:
-      if (lease_) lease_.MoveOutOfCap();
+      if (O().lease) O().lease.MoveOutOfCap();
       return;
     case SessionCommand::Kind::kRelease:
       ReleaseNow(command.decision);
@@ -447,9 +450,9 @@ void Session::RunCommand(SessionCommand& command) {
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WaitPin(); }, asio::detached);
       return;
     case SessionCommand::Kind::kCancelPinWait:
-      if (pin_ticket_ != 0 && !pin_granted_ && endpoint_->pin_budget.Leave(pin_ticket_)) {
-        pin_ticket_ = 0;
-        if (pin_timer_) pin_timer_->cancel();
+      if (O().pin_ticket != 0 && !O().pin_granted && endpoint_->pin_budget.Leave(O().pin_ticket)) {
+        O().pin_ticket = 0;
+        if (O().pin_timer) O().pin_timer->cancel();
         core_->OnPinWaitFailed(command.status);
       }
       return;
@@ -470,17 +473,17 @@ void Session::RunCommand(SessionCommand& command) {
 
 asio::awaitable<void> Session::WriteOrigin() {
   OriginConnection* failed = nullptr;
-  while (!origin_out_.empty() && lease_ && own_query_ == nullptr) {
-    OriginConnection* c = &lease_.As<OriginConnection>();
-    origin_writing_buf_.swap(origin_out_);
-    origin_out_.clear();
-    writing_ = c;
-    absl::Status written = co_await c->Write(origin_writing_buf_);
-    writing_ = nullptr;
-    origin_writing_buf_.clear();
-    ReleaseIfLarge(origin_writing_buf_);
+  while (!O().origin_out.empty() && O().lease && O().own_query == nullptr) {
+    OriginConnection* c = &O().lease.As<OriginConnection>();
+    O().origin_writing_buf.swap(O().origin_out);
+    O().origin_out.clear();
+    O().writing = c;
+    absl::Status written = co_await c->Write(O().origin_writing_buf);
+    O().writing = nullptr;
+    O().origin_writing_buf.clear();
+    ReleaseIfLarge(O().origin_writing_buf);
     LinkRoom();  // room again for the app's bytes
-    if (!lease_ || &lease_.As<OriginConnection>() != c) {
+    if (!O().lease || &O().lease.As<OriginConnection>() != c) {
       MaybeFinishRelease();  // released meanwhile: what was for it is moot
       continue;
     }
@@ -489,18 +492,18 @@ asio::awaitable<void> Session::WriteOrigin() {
       break;
     }
   }
-  origin_writer_ = false;
+  O().origin_writer = false;
   sent_.Notify();  // an own query may wait for the writer
-  ReleaseIfLarge(origin_out_);
-  if (failed != nullptr && lease_ && &lease_.As<OriginConnection>() == failed) OriginWriteFailed(failed);
+  ReleaseIfLarge(O().origin_out);
+  if (failed != nullptr && O().lease && &O().lease.As<OriginConnection>() == failed) OriginWriteFailed(failed);
   Execute(/*flush_link=*/true);
 }
 
 bool Session::OriginWriteFailed(OriginConnection* c) {
-  origin_out_.clear();
+  O().origin_out.clear();
   c->CloseNow();
   // A pending read fails too and reports the loss; else it is reported here.
-  if (reading_ == c) return false;
+  if (O().reading == c) return false;
   core_->OnOriginLost(absl::UnavailableError("writing to the origin failed"));
   return true;
 }
@@ -526,40 +529,40 @@ asio::awaitable<void> Session::SendLink() {
 }
 
 void Session::ReleaseNow(ReleaseDecision decision) {
-  if (!lease_) return;
-  OriginConnection* c = &lease_.As<OriginConnection>();
+  if (!O().lease) return;
+  OriginConnection* c = &O().lease.As<OriginConnection>();
   // A connection past its lifetime is closed instead of shared again.
-  if (decision != ReleaseDecision::kClose && lease_.lifetime_exceeded()) {
+  if (decision != ReleaseDecision::kClose && O().lease.lifetime_exceeded()) {
     decision = ReleaseDecision::kClose;
     endpoint_->discarded++;
   }
   if (decision == ReleaseDecision::kClose) c->CloseNow();  // a pending operation fails promptly
-  origin_out_.clear();  // (anything still unwritten was for this connection)
+  O().origin_out.clear();  // (anything still unwritten was for this connection)
   // PumpOrigin's wait ends now (its callback gives the lease back); not
   // while a write is pending: cancelling would cut it short.
-  if (origin_waiting_ == c && writing_ != c) c->CancelWaitReadable();
+  if (O().origin_waiting == c && O().writing != c) c->CancelWaitReadable();
   if (Busy(c)) {
-    releasing_.emplace_back(std::move(lease_), decision);
+    O().releasing.emplace_back(std::move(O().lease), decision);
   } else {
-    lease_.Release(decision);
+    O().lease.Release(decision);
   }
 }
 
 void Session::MaybeFinishRelease() {
-  for (auto it = releasing_.begin(); it != releasing_.end();) {
+  for (auto it = O().releasing.begin(); it != O().releasing.end();) {
     if (Busy(&it->first.As<OriginConnection>())) {
       ++it;
       continue;
     }
     it->first.Release(it->second);
-    it = releasing_.erase(it);
+    it = O().releasing.erase(it);
   }
 }
 
 void Session::Finish() {
   if (finished_) return;
   finished_ = true;
-  if (acquiring_) (void)acquire_cancel_.Cancel(absl::CancelledError("the session ended"));
+  if (origin_io_ && origin_io_->acquiring) (void)origin_io_->acquire_cancel.Cancel(absl::CancelledError("the session ended"));
   LeavePinWait();
   if (registered_) {
     registered_ = false;
@@ -580,39 +583,39 @@ void Session::Finish() {
 // ----- Asynchronous commands
 
 asio::awaitable<void> Session::Acquire() {
-  acquiring_ = true;
-  absl::StatusOr<Lease> lease = co_await endpoint_->pool->Acquire(&acquire_cancel_);
-  acquiring_ = false;
+  O().acquiring = true;
+  absl::StatusOr<Lease> lease = co_await endpoint_->pool->Acquire(&O().acquire_cancel);
+  O().acquiring = false;
   if (!lease.ok()) {
     core_->OnAcquireFailed(lease.status());
   } else {
-    lease_ = std::move(*lease);
-    core_->OnAcquired(&lease_.As<OriginConnection>());
+    O().lease = std::move(*lease);
+    core_->OnAcquired(&O().lease.As<OriginConnection>());
   }
   Execute(/*flush_link=*/true);
 }
 
 asio::awaitable<void> Session::WaitPin() {
-  if (!pin_timer_) pin_timer_ = std::make_unique<asio::steady_timer>(endpoint_->executor);
-  pin_granted_ = false;
+  if (!O().pin_timer) O().pin_timer = std::make_unique<asio::steady_timer>(endpoint_->executor);
+  O().pin_granted = false;
   // The budget calls this inside another session's event: it only notes
   // the grant and wakes this coroutine, which reports it.
   const std::uint64_t ticket = endpoint_->pin_budget.Wait([weak = weak_from_this()] {
     if (auto self = weak.lock()) {
-      self->pin_granted_ = true;
-      if (self->pin_timer_) self->pin_timer_->cancel();
+      self->O().pin_granted = true;
+      if (self->O().pin_timer) self->O().pin_timer->cancel();
     }
   });
-  pin_ticket_ = ticket;
-  pin_timer_->expires_after(endpoint_->options.pool.acquire_timeout);
-  while (pin_ticket_ == ticket && !pin_granted_ && !finished_) {
-    auto [ec] = co_await pin_timer_->async_wait(kAsTuple);
+  O().pin_ticket = ticket;
+  O().pin_timer->expires_after(endpoint_->options.pool.acquire_timeout);
+  while (O().pin_ticket == ticket && !O().pin_granted && !finished_) {
+    auto [ec] = co_await O().pin_timer->async_wait(kAsTuple);
     if (!ec) break;  // the deadline passed
   }
-  if (pin_ticket_ != ticket || finished_) co_return;  // cancelled, or the session ended (LeavePinWait)
-  pin_ticket_ = 0;
-  if (pin_granted_) {
-    pin_granted_ = false;
+  if (O().pin_ticket != ticket || finished_) co_return;  // cancelled, or the session ended (LeavePinWait)
+  O().pin_ticket = 0;
+  if (O().pin_granted) {
+    O().pin_granted = false;
     core_->OnPinGranted();
   } else {
     (void)endpoint_->pin_budget.Leave(ticket);
@@ -675,15 +678,15 @@ bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
 }
 
 void Session::LeavePinWait() {
-  if (pin_ticket_ == 0) return;
-  if (pin_granted_ || !endpoint_->pin_budget.Leave(pin_ticket_)) endpoint_->pin_budget.Give();
-  pin_ticket_ = 0;
-  pin_granted_ = false;
-  if (pin_timer_) pin_timer_->cancel();
+  if (!origin_io_ || origin_io_->pin_ticket == 0) return;
+  if (O().pin_granted || !endpoint_->pin_budget.Leave(O().pin_ticket)) endpoint_->pin_budget.Give();
+  O().pin_ticket = 0;
+  O().pin_granted = false;
+  if (O().pin_timer) O().pin_timer->cancel();
 }
 
 asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::Kind kind, bool discard_sequences) {
-  while (origin_writer_) co_await sent_.Wait();  // the unit's last bytes first: one writer at a time
+  while (O().origin_writer) co_await sent_.Wait();  // the unit's last bytes first: one writer at a time
   const absl::Status none = absl::UnavailableError("no connection");
   switch (kind) {
     case SessionCommand::Kind::kPrepare: {
@@ -691,7 +694,7 @@ asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::
       // lent connection before its work (settings_replay.h).
       absl::Status status = none;
       if (conn != nullptr) status = co_await endpoint::ApplySettings(*conn, core_->settings().desired(), discard_sequences);
-      own_query_ = nullptr;
+      O().own_query = nullptr;
       MaybeFinishRelease();
       core_->OnPrepared(status);
       break;
@@ -699,7 +702,7 @@ asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::
     case SessionCommand::Kind::kCapture: {
       absl::StatusOr<endpoint::CaptureOutcome> outcome = none;
       if (conn != nullptr) outcome = co_await endpoint::CaptureSettings(*conn, core_->settings(), endpoint_->config->user);
-      own_query_ = nullptr;
+      O().own_query = nullptr;
       MaybeFinishRelease();
       core_->OnCaptured(outcome);
       break;
@@ -724,7 +727,7 @@ asio::awaitable<void> Session::OwnQuery(OriginConnection* conn, SessionCommand::
           if (frame->tag == 'Z') break;
         }
       }
-      own_query_ = nullptr;
+      O().own_query = nullptr;
       MaybeFinishRelease();
       core_->OnUnlistened(status.ok(), notifications);
       break;
