@@ -172,6 +172,12 @@ class AppOutbox {
     }
   }
 
+  // An empty outbox gives its queue's storage back (the idle sweep: an
+  // idle session keeps none).
+  void ReleaseIfEmpty() {
+    if (queue_.empty()) queue_.release();
+  }
+
   // Drops everything queued (the app is gone).
   void Clear() {
     queue_.clear();

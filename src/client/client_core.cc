@@ -43,7 +43,7 @@ bool DeclaresLengthAbove(std::string_view bytes, uint32_t limit) {
 
 }  // namespace
 
-void ClientCore::Start(const Config* config, const std::string& database, const ParamList& app_params) {
+void ClientCore::Start(const Config* config, std::string_view database, const ParamList& app_params) {
   config_ = config;
   key_.Start(database, app_params);
   cache::ApplyStartupParameters(app_params, cache_settings_);
@@ -51,7 +51,7 @@ void ClientCore::Start(const Config* config, const std::string& database, const 
 }
 
 ExtendedSession& ClientCore::Ext() {
-  if (!ext_) ext_ = std::make_unique<ExtendedSession>(config_->metadata, database_, key_.fingerprint());
+  if (!ext_) ext_ = std::make_unique<ExtendedSession>(config_->metadata, std::string(database_), key_.fingerprint());
   return *ext_;
 }
 

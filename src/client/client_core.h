@@ -58,8 +58,9 @@ class ClientCore {
   ClientCore& operator=(const ClientCore&) = delete;
 
   // After the login: the session's database and startup parameters;
-  // `config` (the Client's, shared by its sessions) outlives the core.
-  void Start(const Config* config, const std::string& database, const ParamList& app_params);
+  // `config` (the Client's, shared by its sessions) and `database` (the
+  // session's own string: viewed, not copied) outlive the core.
+  void Start(const Config* config, std::string_view database, const ParamList& app_params);
 
   // ---- From the app ----
 
@@ -150,7 +151,7 @@ class ClientCore {
   // every question as `ext_ == nullptr` does here).
   std::unique_ptr<ExtendedSession> ext_;
   ExtendedSession& Ext();
-  std::string database_;  // the session's, for Ext()
+  std::string_view database_;  // the session's, for Ext()
   // The result being captured for the Client tier, between the Endpoint's
   // 'B' control and the unit's ReadyForQuery (made then: an idle session
   // holds none).

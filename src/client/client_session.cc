@@ -28,18 +28,24 @@ namespace hyperpool {
 
 ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket,
                              const std::optional<tcp::endpoint>& peer)
+    : ClientSession(std::move(impl), std::move(socket), client::PeerAddress(peer)) {}
+
+ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket, client::Peer peer)
     : impl_(std::move(impl)),
       socket_(std::move(socket)),
-      peer_(client::PeerAddress(peer)),
+      peer_text_(std::move(peer.text)),
+      peer_unix_(peer.unix_socket),
       started_(std::chrono::steady_clock::now()),
       handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())),
-      idle_sweep_(impl_->IdleSweepFor(socket_.get_executor())) {}
+      idle_sweep_(impl_->IdleSweepFor(socket_.get_executor())) {
+  handshake_timers_->peer_host = std::move(peer.host);
+}
 
 ClientSession::~ClientSession() {
   if (logged_in_ && impl_->logger->log_disconnections()) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
     impl_->logger->Log(LogLevel::kInfo, "session_end",
-                       {{"client", peer_.text}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
+                       {{"client", peer_text_}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
                         {"db", database_}, {"duration_ms", std::to_string(ms.count())}});
   }
   std::lock_guard lock(impl_->mu);
@@ -58,7 +64,7 @@ ClientSessionInfo ClientSession::Info() const {
   info.user = user_;
   info.database = database_;
   // The Unix listener adopts its sockets as TCP ones (unix_listener.h).
-  info.address = peer_.unix_socket ? "unix" : peer_.text;
+  info.address = peer_unix_ ? "unix" : peer_text_;
   info.connect_time = connect_time_;
   info.state = shown_state();
   return info;
@@ -145,9 +151,10 @@ void ClientSession::Shutdown() {
 }
 
 void ClientSession::OnParams(std::string error_frame) {
-  params_error_ = std::move(error_frame);
-  params_notified_ = true;
-  if (handshake_timers_) handshake_timers_->params.cancel();
+  if (!handshake_timers_) return;  // (the handshake is over: nothing waits for them)
+  handshake_timers_->params_error = std::move(error_frame);
+  handshake_timers_->params_notified = true;
+  handshake_timers_->params.cancel();
 }
 
 void ClientSession::SetState(State next) {
@@ -183,7 +190,9 @@ void ClientSession::NoteIdle() {
 
 void SweepIdleClientSession(ClientSession& session) {
   session.idle_queued_ = false;
-  if (session.state_ == ClientSession::State::kIdle) session.core_.ReleaseIdleState();
+  if (session.state_ != ClientSession::State::kIdle) return;
+  session.core_.ReleaseIdleState();
+  session.app_out_.ReleaseIfEmpty();
 }
 
 void ClientSession::ArmIdleTimer() {
@@ -228,7 +237,7 @@ asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> s
 }
 
 void ClientSession::CloseSocket() {
-  tls_abort_.Abort();  // a TLS handshake in progress holds the real socket
+  if (handshake_timers_) handshake_timers_->tls_abort.Abort();  // a TLS handshake in progress holds the real socket
   asio::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
@@ -301,8 +310,8 @@ asio::awaitable<bool> ClientSession::Handshake() {
   using Event = client::ServerHandshake::Event;
   // Aliases the Impl's config: no per-connection copy of the users.
   client::ServerHandshake hs(std::shared_ptr<const client::HandshakeConfig>(impl_, &impl_->handshake_config));
-  hs.set_peer_host(peer_.host);
-  if (peer_.unix_socket) hs.set_unix_socket();
+  hs.set_peer_host(std::move(handshake_timers_->peer_host));
+  if (peer_unix_) hs.set_unix_socket();
   for (;;) {
     client::ServerHandshake::Step step = hs.Advance(in_.view());
     in_.Consume(step.consumed);
@@ -337,7 +346,7 @@ asio::awaitable<bool> ClientSession::Handshake() {
       }
       asio::any_io_executor ex = socket_.get_executor();
       absl::StatusOr<tcp::socket> inner =
-          co_await client::AcceptAppTls(std::move(socket_), *impl_->app_tls, step.output, tls_abort_);
+          co_await client::AcceptAppTls(std::move(socket_), *impl_->app_tls, step.output, handshake_timers_->tls_abort);
       socket_ = inner.ok() ? *std::move(inner) : tcp::socket(ex);
       if (!inner.ok()) {
         LogRefused(fmt::format("TLS handshake failed: {}", std::string(inner.status().message())));
@@ -414,7 +423,7 @@ asio::awaitable<bool> ClientSession::Handshake() {
   logged_in_ = true;
   if (impl_->logger->log_connections()) {
     impl_->logger->Log(LogLevel::kInfo, "session_start",
-                       {{"client", peer_.text}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
+                       {{"client", peer_text_}, {"session", std::to_string(cancel_pid_)}, {"user", user_},
                         {"db", database_}, {"tls", hs.encrypted() ? "on" : "off"}});
   }
   co_return true;
@@ -425,12 +434,12 @@ asio::awaitable<std::optional<client::ParamList>> ClientSession::AwaitParams() {
     {
       std::lock_guard lock(impl_->mu);
       if (impl_->params) co_return *impl_->params;
-      if (!params_notified_) {
+      if (!handshake_timers_->params_notified) {
         impl_->params_waiters.push_back(weak_from_this());
         impl_->StartProbeLocked();
       }
     }
-    if (!params_notified_) {
+    if (!handshake_timers_->params_notified) {
       asio::steady_timer& wait = handshake_timers_->params;
       wait.expires_at(asio::steady_timer::time_point::max());
       co_await wait.async_wait(kAsTuple);
@@ -441,13 +450,13 @@ asio::awaitable<std::optional<client::ParamList>> ClientSession::AwaitParams() {
       }
       co_return std::nullopt;
     }
-    if (params_notified_ && !params_error_.empty()) {
-      co_await Write(params_error_);
+    if (handshake_timers_->params_notified && !handshake_timers_->params_error.empty()) {
+      co_await Write(handshake_timers_->params_error);
       CloseSocket();
       SetState(State::kClosed);
       co_return std::nullopt;
     }
-    params_notified_ = false;
+    handshake_timers_->params_notified = false;
   }
 }
 
@@ -488,7 +497,7 @@ asio::awaitable<void> ClientSession::ForwardCancel(int32_t pid, const std::strin
 
 void ClientSession::LogRefused(std::string_view reason, bool auth_failed) {
   impl_->logger->Log(auth_failed ? LogLevel::kWarn : LogLevel::kInfo,
-                     auth_failed ? "auth_failed" : "connection_refused", {{"client", peer_.text}, {"reason", reason}});
+                     auth_failed ? "auth_failed" : "connection_refused", {{"client", peer_text_}, {"reason", reason}});
 }
 
 // ---- The admin console (include/hyperpool/admin.h)
@@ -503,7 +512,7 @@ asio::awaitable<void> ClientSession::RunAdmin() {
   {
     std::lock_guard lock(impl_->mu);
     login.client_id = id_;
-    login.address = peer_.unix_socket ? "unix" : peer_.text;
+    login.address = peer_unix_ ? "unix" : peer_text_;
   }
   login.user = user_;
   std::unique_ptr<AdminSession> session = console.Open(login);

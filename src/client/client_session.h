@@ -287,17 +287,25 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   std::shared_ptr<Client::Impl> impl_;
   tcp::socket socket_;
-  const client::Peer peer_;  // the app's address, for the logs
+  ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket, client::Peer peer);
+  // The app's address, for the logs and SHOW CLIENTS (the host alone, for
+  // the access rules, is the handshake's: HandshakeTimers::peer_host).
+  const std::string peer_text_;
+  const bool peer_unix_;
   const std::chrono::steady_clock::time_point started_;
   bool logged_in_ = false;  // ReadyForQuery of the login sent
-  client::TlsAbort tls_abort_;  // armed only during the TLS handshake
-  // Armed during the handshake only, and freed when it ends (Run), so that
-  // a logged-in session keeps neither: the login timeout, and the wait for
-  // the origin's parameters (OnParams). Null after the handshake.
+  // What only the handshake uses, freed when it ends (Run), so that a
+  // logged-in session keeps none of it: the login timeout, the wait for the
+  // origin's parameters and its answer (OnParams, AwaitParams), the TLS
+  // handshake's abort. Null after the handshake.
   struct HandshakeTimers {
     explicit HandshakeTimers(const asio::any_io_executor& ex) : watchdog(ex), params(ex) {}
     asio::steady_timer watchdog;
     asio::steady_timer params;
+    client::TlsAbort tls_abort;  // armed only during the TLS handshake
+    bool params_notified = false;
+    std::string params_error;
+    std::string peer_host;
   };
   std::unique_ptr<HandshakeTimers> handshake_timers_;
   // client_idle_timeout's timer, made at its first arming (none when the
@@ -311,8 +319,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   client::InBuffer in_;  // app bytes not consumed yet
   std::string out_;
   bool timed_out_ = false;
-  bool params_notified_ = false;
-  std::string params_error_;
 
   std::string user_;      // written under impl_->mu (Info() reads them on other threads)
   std::string database_;

@@ -18,22 +18,22 @@ void SessionKey::Start(std::string_view database, const std::vector<std::pair<st
     base_.append(database);
   }
   base_ += cache::HelloFingerprint(params, &unsupported_);
-  sets_.clear();
-  with_sets_.clear();
+  sets_.reset();
 }
 
 bool SessionKey::Note(std::string_view sql, const cache::StatementEffects& fx, bool lasts) {
   // A SET of a setting no key depends on (PgJDBC's application_name at
   // connect) leaves keys valid; the Endpoint still captures and replays it.
   if (!fx.changes_session_state || fx.only_unkeyed_settings) return false;
-  if (fx.only_setting_changes && lasts && sets_.size() + sql.size() < kMaxSets) {
+  if (fx.only_setting_changes && lasts && (sets_ ? sets_->texts.size() : 0) + sql.size() < kMaxSets) {
     // Plain SET/RESET of ordinary settings (PgJDBC's extra_float_digits):
     // sessions share keys only with sessions that sent the same ones, which
     // the Endpoint re-keys by the same captured settings. One in a
     // transaction block or beside other statements may be rolled back, so
     // it does not count (`lasts` false): the session bypasses instead.
-    sets_.append(std::to_string(sql.size())).append(":").append(sql);
-    with_sets_ = base_ + std::string("\0sets\0", 6) + sets_;
+    if (!sets_) sets_ = std::make_unique<Sets>();
+    sets_->texts.append(std::to_string(sql.size())).append(":").append(sql);
+    sets_->with_sets = base_ + std::string("\0sets\0", 6) + sets_->texts;
     return true;
   }
   changed_ = true;

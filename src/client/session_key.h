@@ -7,6 +7,7 @@
 #define HYPERPOOL_CLIENT_SESSION_KEY_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,15 +34,19 @@ class SessionKey {
   // A FunctionCall or anything else a key cannot describe.
   void Invalidate() { changed_ = true; }
 
-  const std::string& fingerprint() const { return sets_.empty() ? base_ : with_sets_; }
+  const std::string& fingerprint() const { return sets_ ? sets_->with_sets : base_; }
   // Keys may be built for the session (cache and statement metadata).
   bool keyable() const { return !unsupported_ && !changed_; }
 
  private:
   static constexpr size_t kMaxSets = 4096;
   std::string base_;
-  std::string sets_;
-  std::string with_sets_;  // base_ and the sets, once there are any (else fingerprint() is base_)
+  // Made at the session's first SET that counts (most sessions send none).
+  struct Sets {
+    std::string texts;
+    std::string with_sets;  // base_ and the texts (fingerprint())
+  };
+  std::unique_ptr<Sets> sets_;
   bool unsupported_ = false;  // startup parameters a key cannot describe (search_path, role, options)
   bool changed_ = false;      // SET ROLE, DISCARD, DO, set_config(), ...: no keys for the rest of the session
 };

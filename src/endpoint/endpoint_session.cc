@@ -119,7 +119,9 @@ asio::awaitable<void> Session::Run() {
   // a Terminate, what came before it still runs, as PostgreSQL runs it.
   if (link_up || (hello && endpoint::HasTerminate(in_) && !endpoint_->origin_parameters.empty())) {
     endpoint::SessionCore::Identity identity;
-    identity.session_id = std::move(session_id_);  // core_->session_id() from now on
+    for (auto& [name, value] : hello_parameters_) {
+      if (name == link::kSessionIdParam) identity.session_id = std::move(value);  // core_->session_id() from now on
+    }
     identity.app_pid = app_pid_;
     identity.hello = std::move(hello_parameters_);  // the core reads them once, then frees them
     identity.listen_id = listen_id_;
@@ -172,25 +174,21 @@ bool Session::OnHello() {
   std::string cancel_id;
   for (const auto& [name, value] : hello_parameters_) {
     if (name == link::kCancelSessionParam) cancel_id = value;
-    if (name == link::kSessionIdParam) session_id_ = value;
     if (name == endpoint::kBackendPidParam) app_pid_ = endpoint::ParseBackendPid(value).value_or(0);
     if (name == placement::kProbeParam) probe_ = true;
     if (name == cache::kWatchParam && value == "1") watch_ = true;
   }
   if (watch_ && !probe_) {
     // Not a session: counted as a watch (EndpointStats::cache_watches).
-    session_id_.clear();
     endpoint_->session_count.fetch_sub(1);
     endpoint_->watch_count.fetch_add(1);
     return true;  // served by RunWatch
   }
   watch_ = false;
   if (probe_) {
-    session_id_.clear();
     return true;  // answered by AnswerProbe
   }
   if (!cancel_id.empty()) {
-    session_id_.clear();
     RouteCancel(cancel_id);
     return false;
   }

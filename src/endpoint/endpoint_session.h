@@ -209,7 +209,6 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<endpoint::SessionCore> core_;  // null before the hello is read, and while asleep
   std::unique_ptr<endpoint::SessionCore::Dormant> dormant_;  // while asleep (MaybeSleep)
 
-  std::string session_id_;      // hyperpool.session_id of the hello (moved into core_ once it exists)
   std::int32_t app_pid_ = 0;    // hyperpool.backend_pid of the hello
   bool probe_ = false;          // a placement probe link
   bool watch_ = false;          // an invalidation watch link (RunWatch)
@@ -253,10 +252,8 @@ class Session : public std::enable_shared_from_this<Session> {
              origin_writing_buf.empty();
     }
   };
-  OriginIo& O() {
-    if (!origin_io_) origin_io_ = std::make_unique<OriginIo>();
-    return *origin_io_;
-  }
+  OriginIo& O() { return origin_io_ ? *origin_io_ : MakeOriginIo(); }
+  OriginIo& MakeOriginIo();  // (out of line: O() stays a test and a load)
   std::unique_ptr<OriginIo> origin_io_;
 
   std::string link_out_;         // backend bytes for the link, not yet sent

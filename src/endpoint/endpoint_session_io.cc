@@ -285,6 +285,11 @@ void Session::Execute(bool flush_link) {
   if (!idle_queued_ && Idle()) NoteIdle();
 }
 
+Session::OriginIo& Session::MakeOriginIo() {
+  origin_io_ = std::make_unique<OriginIo>();
+  return *origin_io_;
+}
+
 bool Session::Idle() const {
   const OriginIo* o = origin_io_.get();
   return core_ && !finished_ && (o == nullptr || (!o->lease && o->releasing.empty() && !o->origin_writer && !o->acquiring)) &&

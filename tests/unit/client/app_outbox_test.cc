@@ -39,6 +39,19 @@ TEST_CASE("the outbox writes what was queued, in order, across partial writes") 
   CHECK(out.empty());
 }
 
+TEST_CASE("the idle sweep's release keeps whatever is still queued") {
+  AppOutbox out;
+  out.Push("first;");
+  out.Push("second");
+  CHECK(WriteSome(out, 3) == "fir");
+  out.ReleaseIfEmpty();  // not empty: nothing is dropped, the offset holds
+  CHECK(WriteSome(out, 100) == "st;second");
+  REQUIRE(out.empty());
+  out.ReleaseIfEmpty();  // empty: its storage goes, and it queues again after
+  out.Push("again");
+  CHECK(WriteSome(out, 100) == "again");
+}
+
 TEST_CASE("the outbox gathers at most kMaxGather strings per write and keeps the rest") {
   AppOutbox out;
   std::string expected;
