@@ -91,6 +91,15 @@ class Client {
   // origin connection). False if there is no such connection. Thread-safe.
   bool Kill(std::uint64_t id);
 
+  // pg_terminate_backend (`terminate`) or pg_cancel_backend of `app_pid`,
+  // the pid of this Client's BackendKeyData, for a session no Endpoint
+  // holds: one that has logged in and not yet opened its link (nothing of
+  // it reached an Endpoint). Terminating ends it as Kill does; cancelling
+  // finds nothing running and does nothing, as PostgreSQL does for an idle
+  // backend. True if this Client handed out that pid and its session is
+  // open. Thread-safe.
+  bool SignalAppSession(std::int32_t app_pid, bool terminate);
+
   struct Impl;
 
  private:

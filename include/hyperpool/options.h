@@ -177,12 +177,14 @@ struct EndpointOptions {
   // origin backend's pid) under log_connections / log_disconnections, and
   // origin_connect_failed; null: Logger::Default().
   std::shared_ptr<const Logger> logger;
-  // Set by a host serving several databases (one Endpoint each): a
-  // pg_terminate_backend / pg_cancel_backend of an app pid no session of this
-  // Endpoint holds is offered to the others (Endpoint::SignalAppSession), so
-  // a pid handed out for one database can be signalled from another, as
-  // directly (node-postgres's gh-issues/130 does it from template1). True if
-  // one of them holds it. Called on this Endpoint's executor.
+  // Set by the host of the Endpoint and its Client (hyperpool::connect,
+  // serve): a pg_terminate_backend / pg_cancel_backend of an app pid no
+  // session of this Endpoint holds is offered to the host's other Endpoints
+  // (one per database: Endpoint::SignalAppSession), so a pid handed out for
+  // one database can be signalled from another, as directly (node-postgres's
+  // gh-issues/130 does it from template1), and then to its Client, for a
+  // session that has not opened its link yet (Client::SignalAppSession).
+  // True if one of them holds it. Called on this Endpoint's executor.
   std::function<bool(std::int32_t app_pid, bool terminate)> signal_elsewhere;
   // When the last app session has gone for this long, the idle origin
   // connections are closed (0: never; they stay for PoolOptions::idle_timeout).

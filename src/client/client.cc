@@ -457,6 +457,24 @@ std::vector<ClientSessionInfo> Client::Sessions() const {
   return out;
 }
 
+bool Client::SignalAppSession(std::int32_t app_pid, bool terminate) {
+  std::shared_ptr<ClientSession> target;  // released after the lock (~ClientSession locks mu)
+  {
+    std::lock_guard lock(impl_->mu);
+    auto key = impl_->cancel_keys.find(app_pid);
+    if (key == impl_->cancel_keys.end()) return false;
+    auto session = impl_->sessions.find(key->second.session);
+    if (session == impl_->sessions.end()) return false;
+    target = session->second.lock();
+  }
+  if (!target) return false;
+  if (terminate) {
+    asio::any_io_executor ex = target->executor();
+    asio::post(ex, [target] { target->Kill(target); });
+  }
+  return true;
+}
+
 bool Client::Kill(uint64_t id) {
   std::vector<std::shared_ptr<ClientSession>> live;  // released after the lock (~ClientSession locks mu)
   std::shared_ptr<ClientSession> target;

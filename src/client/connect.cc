@@ -192,12 +192,18 @@ class ConnectionImpl final : public Connection {
       options.client.cache_watch = !options.endpoint.cache.redis_url.empty() ||
                                    options.endpoint.cache.wal_invalidation != WalInvalidation::kOff;
     }
+    options.endpoint.signal_elsewhere = [this](std::int32_t app_pid, bool terminate) {
+      // (Not while mu_ is held: Close() waits for the Endpoint with it.)
+      std::unique_lock lock(mu_, std::try_to_lock);
+      return lock.owns_lock() && !closed_ && SignalClientLocked(app_pid, terminate);
+    };
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
         Endpoint::Create(std::move(endpoint_executor), std::move(options.endpoint));
     if (!endpoint.ok()) return endpoint.status();
     endpoint_ = *std::move(endpoint);
     default_endpoint_ = endpoint_.get();
     transport_ = MakeInProcessTransport(*endpoint_, endpoint_->executor());
+    std::lock_guard lock(mu_);  // (client_ is read under it: signal_elsewhere above)
     return StartClient(std::move(executors), std::move(options.client));
   }
 
@@ -254,6 +260,12 @@ class ConnectionImpl final : public Connection {
     return databases_.find(name)->second.transport;
   }
 
+  // Requires mu_: a session of our Client that has not opened its link
+  // (Client::SignalAppSession).
+  bool SignalClientLocked(std::int32_t app_pid, bool terminate) {
+    return client_ != nullptr && client_->SignalAppSession(app_pid, terminate);
+  }
+
   // Requires mu_ and a router.
   absl::Status AddDatabaseLocked(std::string name, EndpointOptions options) {
     if (name.empty()) return absl::InvalidArgumentError("a database needs a name");
@@ -271,7 +283,7 @@ class ConnectionImpl final : public Connection {
       for (auto& retired : retired_) {
         if (retired->SignalAppSession(app_pid, terminate)) return true;
       }
-      return false;
+      return SignalClientLocked(app_pid, terminate);
     };
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(std::move(executor), std::move(options));
     if (!endpoint.ok()) {

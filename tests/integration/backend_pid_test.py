@@ -3,6 +3,9 @@
 (issue 28, item 5), psycopg through `hyperpool serve` with its defaults
 (cache on), as psycopg's test_context_inerror_rollback_no_clobber does:
 
+- a connection that has only logged in (no link to the Endpoint yet):
+  terminating it answers t and ends it with 57P01, cancelling it answers t;
+
 - conn A's pid from BackendKeyData (conn.info.backend_pid); conn B runs
   `select pg_terminate_backend(%s::int)` (extended protocol, a parameter)
   and gets t; A's next query fails with FATAL 57P01 and its connection is
@@ -116,6 +119,19 @@ try:
         fail("no connection string from serve")
     b = psycopg.connect(url, autocommit=True)
 
+    # 0. A has only logged in: nothing of it reached the Endpoint yet (no
+    # link), as a pool's fresh connection. Terminating it answers t and
+    # ends it; cancelling it answers t and it goes on, as directly.
+    a = psycopg.connect(url, autocommit=True)
+    check(b.execute("select pg_terminate_backend(%s::int)", [a.info.backend_pid]).fetchone() == (True,),
+          "pg_terminate_backend of a session that only logged in answers t")
+    terminated(a, "a session that only logged in")
+    a = psycopg.connect(url, autocommit=True)
+    check(b.execute("select pg_cancel_backend(%s::int)", [a.info.backend_pid]).fetchone() == (True,),
+          "pg_cancel_backend of a session that only logged in answers t")
+    check(a.execute("SELECT 7").fetchone()[0] == 7, "...and it goes on")
+    a.close()
+
     # 1. psycopg's way: a parameter (extended protocol), A idle in a block.
     a = psycopg.connect(url)
     a.execute("SELECT 1")  # A is inside a transaction block now
@@ -151,8 +167,8 @@ try:
     while t.is_alive() and time.monotonic() < deadline:
         answers.add(b.execute("select pg_cancel_backend(%s)", [pid]).fetchone()[0])
         t.join(0.2)  # (again until it reaches the running query)
-    # (f while A's first query has not reached hyperpool's Endpoint yet: no
-    # session holds the pid there, so the call went to the origin)
+    # (t and nothing cancelled while A's first query has not reached
+    # hyperpool's Endpoint yet: the Client holds the pid, nothing runs)
     check(True in answers, f"pg_cancel_backend(A's pid) answers t ({answers})")
     check(not t.is_alive() and errors and isinstance(errors[0], psycopg.errors.QueryCanceled),
           f"A's running query is cancelled with 57014 ({errors!r})")
