@@ -63,8 +63,7 @@ ClientSessionInfo ClientSession::Info() const {
   info.id = id_;
   info.user = user_;
   info.database = database_;
-  // The Unix listener adopts its sockets as TCP ones (unix_listener.h).
-  info.address = peer_unix_ ? "unix" : peer_text_;
+  info.address = ShownAddress();
   info.connect_time = connect_time_;
   info.state = shown_state();
   return info;
@@ -512,7 +511,7 @@ asio::awaitable<void> ClientSession::RunAdmin() {
   {
     std::lock_guard lock(impl_->mu);
     login.client_id = id_;
-    login.address = peer_unix_ ? "unix" : peer_text_;
+    login.address = ShownAddress();
   }
   login.user = user_;
   std::unique_ptr<AdminSession> session = console.Open(login);

@@ -292,6 +292,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // the access rules, is the handshake's: HandshakeTimers::peer_host).
   const std::string peer_text_;
   const bool peer_unix_;
+  // SHOW CLIENTS' and the admin console's address: "unix" for a Unix-domain
+  // peer (the Unix listener adopts its sockets as TCP ones: unix_listener.h).
+  std::string ShownAddress() const { return peer_unix_ ? "unix" : peer_text_; }
   const std::chrono::steady_clock::time_point started_;
   bool logged_in_ = false;  // ReadyForQuery of the login sent
   // What only the handshake uses, freed when it ends (Run), so that a

@@ -193,9 +193,7 @@ class ConnectionImpl final : public Connection {
                                    options.endpoint.cache.wal_invalidation != WalInvalidation::kOff;
     }
     options.endpoint.signal_elsewhere = [this](std::int32_t app_pid, bool terminate) {
-      // (Not while mu_ is held: Close() waits for the Endpoint with it.)
-      std::unique_lock lock(mu_, std::try_to_lock);
-      return lock.owns_lock() && !closed_ && SignalClientLocked(app_pid, terminate);
+      return SignalElsewhere(/*self=*/"", app_pid, terminate);
     };
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
         Endpoint::Create(std::move(endpoint_executor), std::move(options.endpoint));
@@ -260,9 +258,20 @@ class ConnectionImpl final : public Connection {
     return databases_.find(name)->second.transport;
   }
 
-  // Requires mu_: a session of our Client that has not opened its link
-  // (Client::SignalAppSession).
-  bool SignalClientLocked(std::int32_t app_pid, bool terminate) {
+  // EndpointOptions::signal_elsewhere of database `self`'s Endpoint (""
+  // for the one Endpoint without databases): the other databases' Endpoints,
+  // the retired ones, then our Client, for a session that has not opened
+  // its link (Client::SignalAppSession).
+  bool SignalElsewhere(std::string_view self, std::int32_t app_pid, bool terminate) {
+    // (Not while mu_ is held: Close() and reloads wait for Endpoints with it.)
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || closed_) return false;
+    for (auto& [other, db] : databases_) {
+      if (other != self && db.endpoint->SignalAppSession(app_pid, terminate)) return true;
+    }
+    for (auto& retired : retired_) {
+      if (retired->SignalAppSession(app_pid, terminate)) return true;
+    }
     return client_ != nullptr && client_->SignalAppSession(app_pid, terminate);
   }
 
@@ -274,16 +283,7 @@ class ConnectionImpl final : public Connection {
     asio::any_io_executor executor = ios_.empty() ? asio::any_io_executor(asio::make_strand(base)) : base;
     PoolOptions pool = options.pool;
     options.signal_elsewhere = [this, self = name](std::int32_t app_pid, bool terminate) {
-      // (Not while mu_ is held: Close() and reloads wait for Endpoints with it.)
-      std::unique_lock lock(mu_, std::try_to_lock);
-      if (!lock.owns_lock() || closed_) return false;
-      for (auto& [other, db] : databases_) {
-        if (other != self && db.endpoint->SignalAppSession(app_pid, terminate)) return true;
-      }
-      for (auto& retired : retired_) {
-        if (retired->SignalAppSession(app_pid, terminate)) return true;
-      }
-      return SignalClientLocked(app_pid, terminate);
+      return SignalElsewhere(self, app_pid, terminate);
     };
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = Endpoint::Create(std::move(executor), std::move(options));
     if (!endpoint.ok()) {

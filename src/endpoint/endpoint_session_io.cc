@@ -258,19 +258,23 @@ void Session::Execute(bool flush_link) {
     }
   }
   executing_ = false;
-  if (O().origin_reader) {
-    if (core_->wants_origin() || !O().lease) origin_wake_.Notify();  // (without a lease: the reader ends)
-  } else if (OriginPumpWanted() && !O().origin_pump_posted) {
-    // Posted, as the reader coroutine's wake-up was: not inside this event.
-    O().origin_pump_posted = true;
-    asio::post(endpoint_->executor, [self] {
-      self->O().origin_pump_posted = false;
-      self->PumpOrigin();
-    });
+  // (An event that left no origin state, such as an answer from the
+  // Endpoint's tier after the sweep, makes none.)
+  if (OriginIo* o = origin_io_.get()) {
+    if (o->origin_reader) {
+      if (core_->wants_origin() || !o->lease) origin_wake_.Notify();  // (without a lease: the reader ends)
+    } else if (OriginPumpWanted() && !o->origin_pump_posted) {
+      // Posted, as the reader coroutine's wake-up was: not inside this event.
+      o->origin_pump_posted = true;
+      asio::post(endpoint_->executor, [self] {
+        self->O().origin_pump_posted = false;
+        self->PumpOrigin();
+      });
+    }
+    // At once when the socket and the link take the bytes (the usual case:
+    // no coroutine, no suspension); the rest by a writer of its own.
+    if (!o->origin_out.empty() && !o->origin_writer && o->lease && o->own_query == nullptr) StartOriginWrite();
   }
-  // At once when the socket and the link take the bytes (the usual case:
-  // no coroutine, no suspension); the rest by a writer of its own.
-  if (!O().origin_out.empty() && !O().origin_writer && O().lease && O().own_query == nullptr) StartOriginWrite();
   LinkRoom();  // after the write above: it may have made room
   if (!link_out_.empty() && !link_sending_) {
     if (link_->TrySend(link_out_)) {
@@ -534,7 +538,7 @@ asio::awaitable<void> Session::SendLink() {
 }
 
 void Session::ReleaseNow(ReleaseDecision decision) {
-  if (!O().lease) return;
+  if (!origin_io_ || !origin_io_->lease) return;
   OriginConnection* c = &O().lease.As<OriginConnection>();
   // A connection past its lifetime is closed instead of shared again.
   if (decision != ReleaseDecision::kClose && O().lease.lifetime_exceeded()) {
@@ -554,6 +558,7 @@ void Session::ReleaseNow(ReleaseDecision decision) {
 }
 
 void Session::MaybeFinishRelease() {
+  if (!origin_io_) return;
   for (auto it = O().releasing.begin(); it != O().releasing.end();) {
     if (Busy(&it->first.As<OriginConnection>())) {
       ++it;
