@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
-#include "protocol/wire_reader.h"
+#include "protocol/backend_messages.h"
+#include "protocol/frame_reader.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -17,31 +19,8 @@ constexpr std::string_view kPortalSuspended("s\0\0\0\4", 5);
 
 // The whole frame at the start of `s` if its tag is `tag`, else empty.
 std::string_view FrameIf(std::string_view s, char tag) {
-  if (s.size() < 5 || s[0] != tag) return {};
-  uint32_t len = protocol::LoadUint32(s.data() + 1);
-  if (len < 4 || len > s.size() - 1) return {};
-  return s.substr(0, len + 1);
-}
-
-// Appends a RowDescription with every format code set to 0.
-bool AppendZeroFormats(std::string_view t, std::string& out) {
-  size_t start = out.size();
-  out.append(t);
-  if (t.size() < 7) return false;
-  size_t pos = 5;
-  uint16_t n = static_cast<uint16_t>((static_cast<unsigned char>(t[pos]) << 8) |
-                                     static_cast<unsigned char>(t[pos + 1]));
-  pos += 2;
-  for (uint16_t i = 0; i < n; ++i) {
-    size_t nul = t.find('\0', pos);
-    if (nul == std::string_view::npos) return false;
-    pos = nul + 1 + 4 + 2 + 4 + 2 + 4;  // table oid, attr, type oid, size, typmod
-    if (pos + 2 > t.size()) return false;
-    out[start + pos] = 0;
-    out[start + pos + 1] = 0;
-    pos += 2;
-  }
-  return true;
+  std::optional<protocol::Frame> f = protocol::PeekTaggedFrame(s);
+  return f && f->tag == tag ? f->raw : std::string_view();
 }
 
 }  // namespace
@@ -148,10 +127,10 @@ bool AppendRows(std::string_view rows_and_complete, int32_t max_rows, std::strin
   std::string_view rest = rows_and_complete;
   int64_t rows = 0;
   while (rest.size() >= 5 && rest[0] == 'D') {
-    const uint64_t length = protocol::LoadUint32(rest.data() + 1);
-    if (length < 4 || length + 1 > rest.size()) return false;
+    std::optional<protocol::Frame> row = protocol::PeekTaggedFrame(rest);
+    if (!row) return false;
     if (rows == max_rows) break;
-    rest.remove_prefix(length + 1);
+    rest.remove_prefix(row->size());
     ++rows;
   }
   if (rows < max_rows) {
@@ -187,7 +166,7 @@ absl::Status AppendReplay(std::string_view stored, const ReplayRequest& req, std
     out.append(v->parameter_description);
     if (v->row_description.empty()) {
       out.append(kNoData);
-    } else if (!AppendZeroFormats(v->row_description, out)) {
+    } else if (!protocol::AppendWithTextFormats(v->row_description, out)) {
       return fail("malformed stored RowDescription");
     }
   }

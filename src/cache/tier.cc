@@ -113,19 +113,6 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-// One frontend frame at the start of `bytes`.
-struct RawFrame {
-  char tag = 0;
-  std::string_view payload;
-  size_t size = 0;
-};
-std::optional<RawFrame> NextFrame(std::string_view bytes) {
-  if (bytes.size() < 5) return std::nullopt;
-  const uint32_t len = protocol::LoadUint32(bytes.data() + 1);
-  if (len < 4 || len > bytes.size() - 1) return std::nullopt;
-  return RawFrame{bytes[0], bytes.substr(5, len - 4), size_t{len} + 1};
-}
-
 }  // namespace
 
 void AppendControl(std::string& out, const BeginControl& c) {
@@ -231,12 +218,12 @@ std::optional<Control> DecodeControl(std::string_view payload) {
 
 UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const StatementLookup* lookup) {
   out = CandidateUnit{};
-  std::optional<RawFrame> f = NextFrame(bytes);
+  std::optional<protocol::Frame> f = protocol::PeekTaggedFrame(bytes);
   if (!f) return UnitShape::kNotCandidate;
   if (f->tag == 'Q') {
     auto q = protocol::DecodeQuery(f->payload);
     if (!q.ok()) return UnitShape::kNotCandidate;
-    out.frames = bytes.substr(0, f->size);
+    out.frames = f->raw;
     out.form = ProtocolForm::kSimple;
     out.sql = q->query;
     out.replay.form = ProtocolForm::kSimple;
@@ -254,12 +241,12 @@ UnitShape ParseCandidateUnit(std::string_view bytes, CandidateUnit& out, const S
   out.replay = ReplayRequest{};
   out.replay.form = ProtocolForm::kExtended;
   for (;;) {
-    std::optional<RawFrame> fr = NextFrame(bytes.substr(pos));
+    std::optional<protocol::Frame> fr = protocol::PeekTaggedFrame(bytes.substr(pos));
     if (!fr) {
       // Partial frame or nothing more: the Sync has not arrived (yet).
       return UnitShape::kIncomplete;
     }
-    pos += fr->size;
+    pos += fr->size();
     switch (fr->tag) {
       case 'P': {
         if (stage != kWantParseOrBind) return UnitShape::kNotCandidate;

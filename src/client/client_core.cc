@@ -36,9 +36,8 @@ constexpr size_t kMaxClassifiedSql = 1 << 20;
 // True when `bytes` starts with a frame header whose (well-formed) length
 // is above `limit`: a size we refuse, not a malformed stream.
 bool DeclaresLengthAbove(std::string_view bytes, uint32_t limit) {
-  if (bytes.size() < 5) return false;
-  const uint32_t len = pr::LoadUint32(bytes.data() + 1);
-  return len < 0x80000000u && len > limit;
+  std::optional<pr::FrameHeader> h = pr::PeekTaggedHeader(bytes);
+  return h && h->well_formed() && h->length > limit;
 }
 
 }  // namespace
@@ -296,13 +295,13 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
   }
   while (buf.size() - pos >= 5) {
     const char* p = buf.data() + pos;
-    const char tag = p[0];
-    const uint32_t len = pr::LoadUint32(p + 1);
-    if (len < 4 || len >= 0x80000000u) {
+    const pr::FrameHeader h = *pr::PeekTaggedHeader(std::string_view(buf).substr(pos));
+    const char tag = h.tag;
+    if (!h.well_formed()) {
       consumed = buf.size();
       return false;
     }
-    const size_t total = size_t{len} + 1;
+    const size_t total = h.size();
     const size_t have = buf.size() - pos;
     if (have < total) {
       if ((tag == 'D' || tag == 'd') && !capture_ && (ext_ == nullptr || ext_->StreamsRows())) {

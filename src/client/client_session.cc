@@ -5,6 +5,7 @@
 #include "client/client_session.h"
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -466,7 +467,9 @@ bool ClientSession::RegisterCancelKey() {
     // Above 2^22 (Linux's PID_MAX_LIMIT): never a real origin backend's pid,
     // so a pg_terminate_backend of it cannot hit an unrelated backend
     // (docs/architecture.md, "Backend pids").
-    int32_t pid = static_cast<int32_t>((protocol::LoadUint32(bytes->data()) & 0x7fffffffu) | 0x400000u);
+    uint32_t random = 0;
+    std::memcpy(&random, bytes->data(), sizeof random);
+    int32_t pid = static_cast<int32_t>((random & 0x7fffffffu) | 0x400000u);
     std::lock_guard lock(impl_->mu);
     if (pid == 0 || impl_->cancel_keys.count(pid) != 0) continue;
     cancel_pid_ = pid;

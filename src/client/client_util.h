@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "protocol/frame_reader.h"
 #include "protocol/link_protocol.h"
 #include "protocol/wire_reader.h"
 
@@ -98,10 +99,10 @@ class BackendStreamScanner {
         if (header_len_ == 5) header_len_ = 0;  // previous frame finished
         while (header_len_ < 5 && pos < chunk.size()) header_[header_len_++] = chunk[pos++];
         if (header_len_ < 5) return true;
-        const uint32_t length = protocol::LoadUint32(header_ + 1);
-        if (length < 4 || length >= 0x80000000u) return false;
-        last_tag_ = header_[0];
-        body_remaining_ = length - 4;
+        const protocol::FrameHeader h = *protocol::PeekTaggedHeader(std::string_view(header_, 5));
+        if (!h.well_formed()) return false;
+        last_tag_ = h.tag;
+        body_remaining_ = h.length - 4;
         body_seen_ = 0;
         if (body_remaining_ == 0) header_len_ = 0;
         continue;

@@ -6,15 +6,14 @@
 
 #include "client/client_util.h"
 #include "protocol/frontend_messages.h"
-#include "protocol/wire_reader.h"
+#include "protocol/frame_reader.h"
 
 namespace hyperpool::client {
 
 std::optional<std::string> HelloDatabase(std::string_view initial_bytes) {
-  if (initial_bytes.size() < 8) return std::nullopt;
-  const uint32_t length = protocol::LoadUint32(initial_bytes.data());
-  if (length < 8 || length > initial_bytes.size()) return std::nullopt;
-  absl::StatusOr<protocol::StartupPacket> packet = protocol::DecodeStartupPacket(initial_bytes.substr(4, length - 4));
+  std::optional<protocol::Frame> startup = protocol::PeekStartupPacket(initial_bytes);
+  if (!startup) return std::nullopt;
+  absl::StatusOr<protocol::StartupPacket> packet = protocol::DecodeStartupPacket(startup->payload);
   if (!packet.ok()) return std::nullopt;
   const auto* hello = std::get_if<protocol::StartupMessage>(&*packet);
   if (hello == nullptr) return std::nullopt;

@@ -13,19 +13,6 @@ namespace pr = protocol;
 
 constexpr std::string_view kParseComplete("1\0\0\0\4", 5);
 
-// One whole frame at the start of `bytes`, or nullopt.
-struct Raw {
-  char tag = 0;
-  std::string_view payload;
-  size_t size = 0;
-};
-std::optional<Raw> Next(std::string_view bytes) {
-  if (bytes.size() < 5) return std::nullopt;
-  const uint32_t len = pr::LoadUint32(bytes.data() + 1);
-  if (len < 4 || len > bytes.size() - 1) return std::nullopt;
-  return Raw{bytes[0], bytes.substr(5, len - 4), size_t{len} + 1};
-}
-
 void AppendReady(std::string& out, char status) {
   out.append("Z\0\0\0\5", 5);
   out.push_back(status);
@@ -33,7 +20,7 @@ void AppendReady(std::string& out, char status) {
 
 // The parameter types a ParameterDescription frame lists.
 std::optional<std::vector<uint32_t>> TypesOf(std::string_view param_desc) {
-  std::optional<Raw> f = Next(param_desc);
+  std::optional<pr::Frame> f = pr::PeekTaggedFrame(param_desc);
   if (!f || f->tag != 't') return std::nullopt;
   auto d = pr::DecodeParameterDescription(f->payload);
   if (!d.ok()) return std::nullopt;
@@ -74,7 +61,7 @@ void AppendCachedPlanChanged(std::string& out) {
 }
 
 uint64_t ResultTypeOfFrame(std::string_view frame) {
-  std::optional<Raw> f = Next(frame);
+  std::optional<pr::Frame> f = pr::PeekTaggedFrame(frame);
   if (!f) return 0;
   if (f->tag == 'n') return pr::ResultTypeDigest(std::string_view());
   if (f->tag != 'T') return 0;
@@ -82,17 +69,17 @@ uint64_t ResultTypeOfFrame(std::string_view frame) {
 }
 
 uint64_t ResultTypeOfAnswer(std::string_view frames) {
-  while (std::optional<Raw> f = Next(frames)) {
-    if (f->tag == 'T' || f->tag == 'n') return ResultTypeOfFrame(frames.substr(0, f->size));
+  while (std::optional<pr::Frame> f = pr::PeekTaggedFrame(frames)) {
+    if (f->tag == 'T' || f->tag == 'n') return ResultTypeOfFrame(frames.substr(0, f->size()));
     if (f->tag == 'D' || f->tag == 'C' || f->tag == 'E') return 0;  // rows came first: none
-    frames.remove_prefix(f->size);
+    frames.remove_prefix(f->size());
   }
   return 0;
 }
 
 bool SameRowShape(std::string_view a, std::string_view b) {
-  std::optional<Raw> fa = Next(a);
-  std::optional<Raw> fb = Next(b);
+  std::optional<pr::Frame> fa = pr::PeekTaggedFrame(a);
+  std::optional<pr::Frame> fb = pr::PeekTaggedFrame(b);
   if (!fa || !fb || fa->tag != fb->tag) return false;
   if (fa->tag == 'n') return true;
   if (fa->tag != 'T') return false;
@@ -214,15 +201,15 @@ bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view res
   std::string key = KeyFor(p->query, types, ctx.keyable);
   // Local answer: Parse [Describe(statement) of it] then Flush or Sync.
   if (!key.empty() && CanAnswer(ctx) && (old == statements_.end() || name.empty())) {
-    std::optional<Raw> f1 = Next(rest);
+    std::optional<pr::Frame> f1 = pr::PeekTaggedFrame(rest);
     bool describe = false;
     size_t used = 0;
     if (f1 && f1->tag == 'D') {
       auto d = pr::DecodeDescribe(f1->payload);
       if (d.ok() && d->kind == pr::ObjectKind::kStatement && d->name == p->statement) {
         describe = true;
-        used = f1->size;
-        f1 = Next(rest.substr(used));
+        used = f1->size();
+        f1 = pr::PeekTaggedFrame(rest.substr(used));
       } else {
         f1.reset();
       }
@@ -248,7 +235,7 @@ bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view res
         }
         if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
         store_->NoteLocalAnswer();
-        result.rest_consumed = used + f1->size;
+        result.rest_consumed = used + f1->size();
         result.forwarded = false;
         return true;
       }
@@ -275,13 +262,13 @@ bool ExtendedSession::OnDescribe(const protocol::Frame& frame, std::string_view 
     if (it != statements_.end()) {
       SessionStatement& st = it->second;
       if (!st.deferred_parse.empty() && st.promised && CanAnswer(ctx)) {
-        std::optional<Raw> f1 = Next(rest);
+        std::optional<pr::Frame> f1 = pr::PeekTaggedFrame(rest);
         if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
           local += st.promised->parameter_description;
           local += st.promised->row_description;
           if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
           store_->NoteLocalAnswer();
-          result.rest_consumed = f1->size;
+          result.rest_consumed = f1->size();
           result.forwarded = false;
           return true;
         }
@@ -339,7 +326,7 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
   Pending bind{Expect::kBind};
   if (!promise) {
     Push(std::move(bind));
-    std::optional<Raw> f1 = Next(rest);
+    std::optional<pr::Frame> f1 = pr::PeekTaggedFrame(rest);
     bool driver_describes = false;
     if (f1 && f1->tag == 'D') {
       auto d = pr::DecodeDescribe(f1->payload);
@@ -367,7 +354,7 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
   }
   bind.hold = true;
   Push(std::move(bind));
-  std::optional<Raw> f1 = Next(rest);
+  std::optional<pr::Frame> f1 = pr::PeekTaggedFrame(rest);
   if (f1 && f1->tag == 'D') {
     auto d = pr::DecodeDescribe(f1->payload);
     if (d.ok() && d->kind == pr::ObjectKind::kPortal && d->name == b->portal) {

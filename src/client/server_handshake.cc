@@ -15,11 +15,6 @@ namespace {
 
 namespace pr = protocol;
 
-
-int32_t LoadInt32(std::string_view bytes) {
-  return static_cast<int32_t>(protocol::LoadUint32(bytes.data()));
-}
-
 bool ReplicationRequested(std::string_view value) {
   return !value.empty() && value != "false" && value != "off" && value != "no" && value != "0";
 }
@@ -123,7 +118,7 @@ ServerHandshake::Step ServerHandshake::Advance(std::string_view input) {
 }
 
 bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view rest, Step& step) {
-  const int32_t code = LoadInt32(payload);
+  const int32_t code = pr::PeekStartupCode(payload).value_or(0);
   if (code != pr::kSslRequestCode && code != pr::kGssEncRequestCode && code != pr::kCancelRequestCode &&
       pr::ProtocolMajor(code) != 3) {
     Fail(step, kSqlStateFeatureNotSupported,

@@ -546,16 +546,8 @@ void SessionCache::ReleaseIdleBuffers() {
 
 void SessionCache::AdjustExecute(std::string& to_origin, std::size_t from) {
   if (!leader_ || leader_->max_rows <= 0 || leader_->max_rows == INT32_MAX || U().row_limit.limit != 0) return;
-  // Exactly one Execute frame was appended: its last four bytes are the limit.
-  if (from > to_origin.size() || to_origin.size() - from < 9 || to_origin[from] != 'E') return;
-  const uint32_t length = protocol::LoadUint32(to_origin.data() + from + 1);
-  if (uint64_t{length} + 1 != to_origin.size() - from) return;
-  const uint32_t raised = static_cast<uint32_t>(leader_->max_rows) + 1;
-  char* limit = to_origin.data() + to_origin.size() - 4;
-  limit[0] = static_cast<char>(raised >> 24);
-  limit[1] = static_cast<char>(raised >> 16);
-  limit[2] = static_cast<char>(raised >> 8);
-  limit[3] = static_cast<char>(raised);
+  // Exactly one Execute frame was appended: its limit is raised by one.
+  if (!protocol::PatchExecuteMaxRows(to_origin, from, leader_->max_rows + 1)) return;
   U().row_limit = RowLimit{leader_->max_rows, 0};
   leader_->max_rows = 0;  // once: the unit has one Execute
 }

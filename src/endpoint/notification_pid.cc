@@ -2,24 +2,9 @@
 
 #include "absl/strings/numbers.h"
 #include "cache/sql_analysis.h"
-#include "protocol/wire_reader.h"
+#include "protocol/backend_messages.h"
 
 namespace hyperpool::endpoint {
-namespace {
-
-std::int32_t ReadInt32(std::string_view bytes) {
-  return static_cast<std::int32_t>(protocol::LoadUint32(bytes.data()));
-}
-
-void WriteInt32(char* out, std::int32_t value) {
-  const auto v = static_cast<std::uint32_t>(value);
-  out[0] = static_cast<char>(v >> 24);
-  out[1] = static_cast<char>(v >> 16);
-  out[2] = static_cast<char>(v >> 8);
-  out[3] = static_cast<char>(v);
-}
-
-}  // namespace
 
 std::optional<std::int32_t> ParseBackendPid(std::string_view value) {
   std::int32_t pid = 0;
@@ -53,10 +38,9 @@ std::int32_t NotifierPids::Translate(std::int32_t origin_pid) const {
 void AppendTranslatedNotification(std::string& out, std::string_view raw, const NotifierPids& pids) {
   const std::size_t at = out.size();
   out.append(raw.data(), raw.size());
-  constexpr std::size_t kPidOffset = 5;  // tag byte + Int32 length
-  if (raw.size() < kPidOffset + 4) return;
-  const std::int32_t origin = ReadInt32(raw.substr(kPidOffset, 4));
-  WriteInt32(out.data() + at + kPidOffset, pids.Translate(origin));
+  if (std::optional<std::int32_t> origin = protocol::PeekNotificationPid(raw)) {
+    protocol::PatchNotificationPid(out.data() + at, pids.Translate(*origin));
+  }
 }
 
 bool MayNotify(std::string_view payload) { return cache::ContainsCaseless(payload, "notify"); }

@@ -6,8 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "protocol/wire_reader.h"
-#include "protocol/wire_writer.h"
+#include "protocol/frontend_messages.h"
 
 namespace hyperpool::endpoint {
 namespace {
@@ -15,7 +14,6 @@ namespace {
 constexpr std::uint32_t kTextOid = 25;
 constexpr std::size_t kMaxParameters = 65535;
 
-using protocol::TakeCString;
 
 bool IsIdentChar(char c) {
   const unsigned char u = static_cast<unsigned char>(c);
@@ -41,8 +39,6 @@ std::size_t HighestParameter(std::string_view sql) {
   }
   return highest;
 }
-
-std::uint32_t ReadUint32(std::string_view s) { return protocol::LoadUint32(s.data()); }
 
 }  // namespace
 
@@ -112,33 +108,24 @@ std::string PinBudgetHint(std::size_t limit) {
 }
 
 bool RewritePinningMessage(char tag, std::string_view payload, std::string_view statement, std::string& out) {
-  std::string_view rest = payload;
   if (tag == 'Q') {
-    std::string_view sql;
-    if (!TakeCString(rest, sql)) return false;
-    std::string body;
-    protocol::AppendCString(body, statement);
-    protocol::AppendFrame(out, 'Q', body);
+    if (!protocol::DecodeQuery(payload).ok()) return false;
+    protocol::Encode(protocol::Query{statement}, out);
     return true;
   }
   if (tag != 'P') return false;
-  std::string_view name;
-  std::string_view sql;
-  if (!TakeCString(rest, name) || !TakeCString(rest, sql) || rest.size() < 2) return false;
-  const std::size_t declared = (static_cast<unsigned char>(rest[0]) << 8) | static_cast<unsigned char>(rest[1]);
-  rest.remove_prefix(2);
-  if (rest.size() < 4 * declared) return false;
-  const std::size_t count = std::max(declared, HighestParameter(sql));
-  std::string body;
-  protocol::AppendCString(body, name);
-  protocol::AppendCString(body, statement);
-  protocol::AppendInt16(body, static_cast<std::int16_t>(static_cast<std::uint16_t>(count)));
+  absl::StatusOr<protocol::Parse> parse = protocol::DecodeParse(payload);
+  if (!parse.ok()) return false;
+  const std::size_t declared = parse->parameter_types.size();
+  const std::size_t count = std::max(declared, HighestParameter(parse->query));
+  protocol::Parse rewritten{parse->statement, statement, {}};
+  rewritten.parameter_types.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
-    std::uint32_t oid = i < declared ? ReadUint32(rest.substr(4 * i, 4)) : 0;
+    protocol::Oid oid = i < declared ? parse->parameter_types[i] : 0;
     if (oid == 0) oid = kTextOid;  // a DO block infers nothing
-    protocol::AppendInt32(body, static_cast<std::int32_t>(oid));
+    rewritten.parameter_types.push_back(oid);
   }
-  protocol::AppendFrame(out, 'P', body);
+  protocol::Encode(rewritten, out);
   return true;
 }
 

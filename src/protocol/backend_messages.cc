@@ -614,6 +614,33 @@ absl::StatusOr<NotificationResponse> DecodeNotificationResponse(std::string_view
   return m;
 }
 
+std::optional<int32_t> PeekNotificationPid(std::string_view raw) {
+  if (raw.size() < 9) return std::nullopt;
+  return static_cast<int32_t>(LoadUint32(raw.data() + 5));
+}
+
+void PatchNotificationPid(char* raw, int32_t pid) { StoreUint32(raw + 5, static_cast<uint32_t>(pid)); }
+
+bool AppendWithTextFormats(std::string_view raw, std::string& out) {
+  const size_t start = out.size();
+  out.append(raw);
+  if (raw.size() < 7) return false;
+  size_t pos = 5;
+  const auto n = static_cast<uint16_t>((static_cast<unsigned char>(raw[pos]) << 8) |
+                                       static_cast<unsigned char>(raw[pos + 1]));
+  pos += 2;
+  for (uint16_t i = 0; i < n; ++i) {
+    const size_t nul = raw.find('\0', pos);
+    if (nul == std::string_view::npos) return false;
+    pos = nul + 1 + 4 + 2 + 4 + 2 + 4;  // table oid, attribute, type oid, size, typmod
+    if (pos + 2 > raw.size()) return false;
+    out[start + pos] = 0;
+    out[start + pos + 1] = 0;
+    pos += 2;
+  }
+  return true;
+}
+
 void Encode(const NotificationResponse& msg, std::string& out) {
   MessageStart start = BeginMessage(out, Tag(BackendTag::kNotificationResponse));
   AppendInt32(out, msg.process_id);

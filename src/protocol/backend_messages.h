@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -374,6 +375,17 @@ absl::StatusOr<CopyOutResponse> DecodeCopyOutResponse(std::string_view payload);
 absl::StatusOr<CopyBothResponse> DecodeCopyBothResponse(std::string_view payload);
 absl::StatusOr<NotificationResponse> DecodeNotificationResponse(std::string_view payload);
 absl::StatusOr<FunctionCallResponse> DecodeFunctionCallResponse(std::string_view payload);
+
+// In-place views and edits of raw backend frames (tag and length included)
+// for code that forwards them as received instead of re-encoding:
+//  - the RowDescription `raw` with every column's format code 0 (text),
+//    appended to `out`; false (with `out` holding a partial copy) when it is
+//    malformed;
+bool AppendWithTextFormats(std::string_view raw, std::string& out);
+//  - a NotificationResponse's process id (nullopt: too short to hold one),
+//    and the frame at `raw` (at least 9 bytes) given another one.
+std::optional<int32_t> PeekNotificationPid(std::string_view raw);
+void PatchNotificationPid(char* raw, int32_t pid);
 // CopyData / CopyDone: see common_messages.h.
 
 // Encoders: append the complete frame.

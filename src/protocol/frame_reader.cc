@@ -101,4 +101,14 @@ FrameReader::Result FrameReader::Read(std::string_view buffer) const {
   return Result::Complete(frame);
 }
 
+std::optional<Frame> PeekStartupPacket(std::string_view bytes) {
+  if (bytes.size() < 8) return std::nullopt;
+  const uint32_t length = LoadBigEndian32(bytes.data());
+  if (length < 8 || length > bytes.size()) return std::nullopt;
+  Frame frame;
+  frame.raw = bytes.substr(0, length);
+  frame.payload = frame.raw.substr(4);
+  return frame;
+}
+
 }  // namespace hyperpool::protocol

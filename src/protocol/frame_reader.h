@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -122,6 +123,43 @@ class FrameReader {
   Mode mode_;
   Limits limits_;
 };
+
+// A tagged frame's header (Byte1 tag + Int32 length) read at the start of
+// bytes without a FrameReader: for code that walks frames a FrameReader has
+// already split once (a unit held in a buffer, a stored result, the frame a
+// caller just appended) or follows a stream it forwards as it arrives. The
+// only places outside src/protocol/ that read a frame's length go through
+// these (cmake/LayeringCheck.cmake fails on a hand-read one).
+struct FrameHeader {
+  char tag = '\0';
+  uint32_t length = 0;  // the Int32 length field (counts itself, not the tag)
+  // A length PostgreSQL could send: at least 4, top bit clear.
+  bool well_formed() const { return length >= 4 && length < 0x80000000u; }
+  // Bytes the whole frame takes, tag included.
+  size_t size() const { return size_t{length} + 1; }
+};
+// The header at the start of `bytes`; nullopt when fewer than 5 bytes.
+// (Inline, as PeekTaggedFrame: both run per frame on the forwarding path.)
+inline std::optional<FrameHeader> PeekTaggedHeader(std::string_view bytes) {
+  if (bytes.size() < 5) return std::nullopt;
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  return FrameHeader{bytes[0], (uint32_t{u[1]} << 24) | (uint32_t{u[2]} << 16) | (uint32_t{u[3]} << 8) | u[4]};
+}
+// The whole well-formed tagged frame at the start of `bytes`; nullopt when
+// it is not all there or its length is malformed. No size limit but the
+// bytes themselves (they are already held).
+inline std::optional<Frame> PeekTaggedFrame(std::string_view bytes) {
+  std::optional<FrameHeader> h = PeekTaggedHeader(bytes);
+  if (!h || !h->well_formed() || h->size() > bytes.size()) return std::nullopt;
+  Frame frame;
+  frame.tag = h->tag;
+  frame.raw = bytes.substr(0, h->size());
+  frame.payload = frame.raw.substr(5);
+  return frame;
+}
+// The same for an untagged startup-mode packet (Int32 length, at least 8,
+// then the Int32 code and the body); Frame::tag is '\0'.
+std::optional<Frame> PeekStartupPacket(std::string_view bytes);
 
 }  // namespace hyperpool::protocol
 

@@ -277,6 +277,19 @@ void Encode(const Describe& msg, std::string& out) {
 }
 
 // Execute (F): String portal, Int32 max rows.
+bool PatchExecuteMaxRows(std::string& buffer, size_t at, int32_t max_rows) {
+  if (at > buffer.size()) return false;
+  std::optional<Frame> f = PeekTaggedFrame(std::string_view(buffer).substr(at));
+  if (!f || f->tag != 'E' || f->size() != buffer.size() - at || f->payload.size() < 5) return false;
+  StoreUint32(buffer.data() + buffer.size() - 4, static_cast<uint32_t>(max_rows));
+  return true;
+}
+
+std::optional<int32_t> PeekStartupCode(std::string_view payload) {
+  if (payload.size() < 4) return std::nullopt;
+  return static_cast<int32_t>(LoadUint32(payload.data()));
+}
+
 absl::StatusOr<Execute> DecodeExecute(std::string_view payload) {
   WireReader r(payload, "Execute");
   Execute m;

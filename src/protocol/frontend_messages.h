@@ -199,6 +199,12 @@ absl::StatusOr<Parse> DecodeParse(std::string_view payload);
 absl::StatusOr<Bind> DecodeBind(std::string_view payload);
 absl::StatusOr<Describe> DecodeDescribe(std::string_view payload);
 absl::StatusOr<Execute> DecodeExecute(std::string_view payload);
+// `buffer` from `at` to its end is exactly one raw Execute frame: its row
+// limit becomes `max_rows` (true), else nothing changes (false).
+bool PatchExecuteMaxRows(std::string& buffer, size_t at, int32_t max_rows);
+// A startup-mode packet's Int32 code (protocol version or request code) at
+// the start of its payload; nullopt when shorter than 4 bytes.
+std::optional<int32_t> PeekStartupCode(std::string_view payload);
 absl::StatusOr<Close> DecodeClose(std::string_view payload);
 absl::StatusOr<Sync> DecodeSync(std::string_view payload);
 absl::StatusOr<Flush> DecodeFlush(std::string_view payload);

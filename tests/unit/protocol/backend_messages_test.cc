@@ -282,5 +282,44 @@ TEST_CASE("Backend tag names", "[protocol][backend]") {
   CHECK_FALSE(IsBackendTag('Q'));
 }
 
+TEST_CASE("AppendWithTextFormats copies a RowDescription with every format text", "[protocol][backend]") {
+  RowDescription rd;
+  rd.fields.push_back(FieldDescription{"aid", 16384, 1, 23, 4, -1, kFormatBinary});
+  rd.fields.push_back(FieldDescription{"abalance", 16384, 2, 23, 4, -1, kFormatBinary});
+  std::string raw;
+  Encode(rd, raw);
+  std::string out = "prefix";
+  REQUIRE(AppendWithTextFormats(raw, out));
+  REQUIRE(out.substr(0, 6) == "prefix");
+  std::optional<Frame> f = PeekTaggedFrame(std::string_view(out).substr(6));
+  REQUIRE(f.has_value());
+  absl::StatusOr<RowDescription> text = DecodeRowDescription(f->payload);
+  REQUIRE(text.ok());
+  REQUIRE(text->fields.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(text->fields[i].format == kFormatText);
+    CHECK(text->fields[i].name == rd.fields[i].name);
+    CHECK(text->fields[i].type_oid == 23);
+  }
+  // Cut inside the second column: malformed.
+  std::string partial;
+  CHECK_FALSE(AppendWithTextFormats(std::string_view(raw).substr(0, raw.size() - 3), partial));
+}
+
+TEST_CASE("A NotificationResponse's pid is read and replaced in place", "[protocol][backend]") {
+  std::string raw;
+  Encode(NotificationResponse{4242, "chan", "hello"}, raw);
+  CHECK(PeekNotificationPid(raw) == 4242);
+  PatchNotificationPid(raw.data(), 7);
+  std::optional<Frame> f = PeekTaggedFrame(raw);
+  REQUIRE(f.has_value());
+  absl::StatusOr<NotificationResponse> n = DecodeNotificationResponse(f->payload);
+  REQUIRE(n.ok());
+  CHECK(n->process_id == 7);
+  CHECK(n->channel == "chan");
+  CHECK(n->payload == "hello");
+  CHECK_FALSE(PeekNotificationPid(raw.substr(0, 8)).has_value());
+}
+
 }  // namespace
 }  // namespace hyperpool::protocol

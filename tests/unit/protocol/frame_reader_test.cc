@@ -150,5 +150,45 @@ TEST_CASE("FrameReader limit can be tightened for authentication", "[protocol][f
   CHECK(reader.Read("p" + I32(8192)).is_need_more());
 }
 
+TEST_CASE("PeekTaggedFrame takes one whole well-formed frame off held bytes", "[protocol][frame]") {
+  const std::string bytes = "Q\x00\x00\x00\x0dSELECT 1\0"s + "S\x00\x00\x00\x04"s;
+  std::optional<Frame> f = PeekTaggedFrame(bytes);
+  REQUIRE(f.has_value());
+  CHECK(f->tag == 'Q');
+  CHECK(f->payload == "SELECT 1\0"s);
+  CHECK(f->raw == std::string_view(bytes).substr(0, 14));
+  std::optional<Frame> sync = PeekTaggedFrame(std::string_view(bytes).substr(f->size()));
+  REQUIRE(sync.has_value());
+  CHECK(sync->tag == 'S');
+  CHECK(sync->payload.empty());
+  // Not all there, a length below 4, the top bit set: no frame.
+  CHECK_FALSE(PeekTaggedFrame(std::string_view(bytes).substr(0, 13)).has_value());
+  CHECK_FALSE(PeekTaggedFrame("Q\x00\x00"s).has_value());
+  CHECK_FALSE(PeekTaggedFrame("Q\x00\x00\x00\x03xyz"s).has_value());
+  CHECK_FALSE(PeekTaggedFrame("Q\x80\x00\x00\x05x"s).has_value());
+  // The header alone says what it declares, well-formed or not.
+  std::optional<FrameHeader> h = PeekTaggedHeader("D\x00\x01\x00\x00"s);
+  REQUIRE(h.has_value());
+  CHECK(h->tag == 'D');
+  CHECK(h->length == 65536);
+  CHECK(h->size() == 65537);
+  CHECK(h->well_formed());
+  CHECK_FALSE(PeekTaggedHeader("D\xff\xff\xff\xff"s)->well_formed());
+  CHECK_FALSE(PeekTaggedHeader("D\x00\x00\x00"s).has_value());
+}
+
+TEST_CASE("PeekStartupPacket takes an untagged packet of at least 8 bytes", "[protocol][frame]") {
+  const std::string ssl = I32(8) + I32(80877103);
+  const std::string held = ssl + "more";
+  std::optional<Frame> f = PeekStartupPacket(held);
+  REQUIRE(f.has_value());
+  CHECK(f->tag == '\0');
+  CHECK(f->raw == ssl);
+  CHECK(f->payload == I32(80877103));
+  CHECK_FALSE(PeekStartupPacket(ssl.substr(0, 7)).has_value());
+  CHECK_FALSE(PeekStartupPacket(I32(7) + I32(0)).has_value());
+  CHECK_FALSE(PeekStartupPacket(I32(12) + I32(196608)).has_value());  // declares more than there is
+}
+
 }  // namespace
 }  // namespace hyperpool::protocol

@@ -266,5 +266,35 @@ TEST_CASE("Frontend tag names", "[protocol][frontend]") {
   CHECK(FrontendTagName(static_cast<FrontendTag>('!')) == "unknown");
 }
 
+TEST_CASE("PatchExecuteMaxRows rewrites exactly one Execute frame at the end", "[protocol][frontend]") {
+  std::string buf = "x";
+  Encode(Sync{}, buf);
+  const size_t at = buf.size();
+  Encode(Execute{"p1", 0}, buf);
+  REQUIRE(PatchExecuteMaxRows(buf, at, 51));
+  std::optional<Frame> f = PeekTaggedFrame(std::string_view(buf).substr(at));
+  REQUIRE(f.has_value());
+  absl::StatusOr<Execute> e = DecodeExecute(f->payload);
+  REQUIRE(e.ok());
+  CHECK(e->portal == "p1");
+  CHECK(e->max_rows == 51);
+  // Anything but one Execute running to the end is left alone.
+  const std::string before = buf;
+  CHECK_FALSE(PatchExecuteMaxRows(buf, 1, 7));         // a Sync first
+  CHECK_FALSE(PatchExecuteMaxRows(buf, at + 1, 7));    // not at a frame
+  CHECK_FALSE(PatchExecuteMaxRows(buf, buf.size() + 1, 7));
+  Encode(Sync{}, buf);
+  const std::string with_sync = buf;
+  CHECK_FALSE(PatchExecuteMaxRows(buf, at, 7));        // a frame after it
+  CHECK(buf == with_sync);
+  CHECK(before == with_sync.substr(0, before.size()));
+}
+
+TEST_CASE("PeekStartupCode reads a startup payload's code", "[protocol][frontend]") {
+  CHECK(PeekStartupCode(I32(196608) + "user\0u\0\0"s) == 196608);
+  CHECK(PeekStartupCode(I32(80877102)) == kCancelRequestCode);
+  CHECK_FALSE(PeekStartupCode("\x00\x03\x00"s).has_value());
+}
+
 }  // namespace
 }  // namespace hyperpool::protocol
