@@ -164,13 +164,15 @@ class FrameFill {
 
 }  // namespace
 
-void AppendControl(std::string& out, const StoreControl& c) {
-  FrameFill f(out, 1 + 8 + 4 + 8 + FrameFill::TablesSize(c.tables) + (c.source != 0 ? 8 : 0));
+void AppendControl(std::string& out, const StoreControl& c) { AppendStoreControl(out, c, c.tables); }
+
+void AppendStoreControl(std::string& out, const StoreControl& c, const std::vector<std::string>& tables) {
+  FrameFill f(out, 1 + 8 + 4 + 8 + FrameFill::TablesSize(tables) + (c.source != 0 ? 8 : 0));
   f.Byte('S');
   f.U64(c.digest);
   f.U32(static_cast<uint32_t>(std::clamp<int64_t>(c.ttl.count(), 0, 0xffffffff)));
   f.U64(c.generation);
-  f.Tables(c.tables);
+  f.Tables(tables);
   if (c.source != 0) f.U64(c.source);
 }
 

@@ -86,6 +86,9 @@ using Control = std::variant<BeginControl, StoreControl, InvalidateControl>;
 
 void AppendControl(std::string& out, const BeginControl& c);
 void AppendControl(std::string& out, const StoreControl& c);
+// The same with the tables given apart (`c.tables` unread): the Endpoint
+// names those of the entry it stored instead of keeping a copy for this.
+void AppendStoreControl(std::string& out, const StoreControl& c, const std::vector<std::string>& tables);
 void AppendControl(std::string& out, const InvalidateControl& c);
 // Decodes a control frame's payload; nullopt if malformed. The trailing
 // `source` of 'S' and 'I' is optional (0 when absent).

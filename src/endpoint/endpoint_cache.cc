@@ -598,7 +598,7 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
           entry.keep_until = entry.expires + cache_->options().stale_if_error;  // stale-if-error's bound
         }
         entry.database = cache_->database();
-        entry.tables = l.tables;
+        entry.tables = std::move(l.tables);  // the store control names the stored entry's
         const auto expires = entry.expires;
         if (cache_->shared() != nullptr && l.token.valid) cache_->shared()->Put(l.key, entry, l.token);
         if (l.owns_key) {
@@ -613,9 +613,8 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
           store.digest = l.digest;
           store.ttl = cache_->ClientTtl(l.ttl);
           store.generation = l.generation;
-          store.tables = std::move(l.tables);  // the leader is done with them
           store.source = cache_->source();
-          cache::AppendControl(batch, store);
+          cache::AppendStoreControl(batch, store, stored->tables);
         }
       }
     }

@@ -76,6 +76,14 @@ TEST_CASE("control messages round-trip and reject garbage") {
   CHECK_FALSE(DecodeControl("X").has_value());
   CHECK_FALSE(DecodeControl(std::string("S\0\0", 3)).has_value());
   CHECK_FALSE(DecodeControl(std::string("B\0\0\0\0\0\0\0\0extra", 14)).has_value());
+  // The tables given apart (the Endpoint names its stored entry's): the
+  // same bytes, whatever the control itself holds.
+  std::string whole;
+  AppendControl(whole, StoreControl{42, std::chrono::milliseconds(1500), 9, {"public.a", "s.b"}, 77});
+  std::string apart;
+  AppendStoreControl(apart, StoreControl{42, std::chrono::milliseconds(1500), 9, {"ignored"}, 77},
+                     std::vector<std::string>{"public.a", "s.b"});
+  CHECK(apart == whole);
 }
 
 TEST_CASE("an invalidation of all rows keeps or drops statement metadata, and says which") {
