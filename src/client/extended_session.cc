@@ -101,7 +101,7 @@ bool ExtendedSession::CanAnswer(const ExtendedContext& ctx) const {
          !unsynced_;
 }
 
-void ExtendedSession::Push(Pending p) { pending_.push_back(std::move(p)); }
+void ExtendedSession::Push(Pending&& p) { pending_.push_back(std::move(p)); }
 
 SessionStatement& ExtendedSession::Define(const std::string& name, SessionStatement st) {
   st.serial = ++next_serial_;
@@ -323,9 +323,8 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
   }
   to_link += frame.raw;
   if (skipping_) return true;
-  Pending bind{Expect::kBind};
   if (!promise) {
-    Push(std::move(bind));
+    Push(Expect::kBind);
     std::optional<pr::Frame> f1 = pr::PeekTaggedFrame(rest);
     bool driver_describes = false;
     if (f1 && f1->tag == 'D') {
@@ -352,6 +351,7 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
     }
     return true;
   }
+  Pending bind{Expect::kBind};
   bind.hold = true;
   Push(std::move(bind));
   std::optional<pr::Frame> f1 = pr::PeekTaggedFrame(rest);

@@ -196,7 +196,7 @@ class ExtendedSession {
                   std::string& to_link, std::string& local, FrontendResult& result);
   bool OnBind(const protocol::Frame& frame, std::string_view rest, const ExtendedContext& ctx, std::string& to_link,
               std::string& local, FrontendResult& result);
-  void Push(Pending p);
+  void Push(Pending&& p);
   // A Pending of `kind` and nothing else, made in place (no move of the
   // 192-byte entry).
   void Push(Expect kind) { pending_.emplace_back().kind = kind; }

@@ -5,61 +5,15 @@
 #include "protocol/protocol_error.h"
 
 namespace hyperpool::protocol {
-namespace {
-
-uint32_t LoadBigEndian32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | uint32_t{u[3]};
-}
-
-}  // namespace
-
 bool WireReader::Fail(std::string_view detail) {
   if (status_.ok()) status_ = ProtocolError(fmt::format("{}: {}", message_, detail));
   return false;
 }
 
-bool WireReader::Need(size_t n, const char* what, const char* field) {
+bool WireReader::NeedFailed(size_t n, const char* field) {
   if (!status_.ok()) return false;
-  if (remaining() >= n) return true;
   return Fail(fmt::format("truncated {} (needs {} {}, {} left)", field, n,
                           n == 1 ? "byte" : "bytes", remaining()));
-}
-
-bool WireReader::ReadByte(uint8_t& value, const char* field) {
-  if (!Need(1, "byte", field)) return false;
-  value = static_cast<uint8_t>(data_[pos_]);
-  pos_ += 1;
-  return true;
-}
-
-bool WireReader::ReadUint16(uint16_t& value, const char* field) {
-  if (!Need(2, "Int16", field)) return false;
-  const auto* u = reinterpret_cast<const unsigned char*>(data_.data() + pos_);
-  value = static_cast<uint16_t>((u[0] << 8) | u[1]);
-  pos_ += 2;
-  return true;
-}
-
-bool WireReader::ReadInt16(int16_t& value, const char* field) {
-  uint16_t v;
-  if (!ReadUint16(v, field)) return false;
-  value = static_cast<int16_t>(v);
-  return true;
-}
-
-bool WireReader::ReadUint32(uint32_t& value, const char* field) {
-  if (!Need(4, "Int32", field)) return false;
-  value = LoadBigEndian32(data_.data() + pos_);
-  pos_ += 4;
-  return true;
-}
-
-bool WireReader::ReadInt32(int32_t& value, const char* field) {
-  uint32_t v;
-  if (!ReadUint32(v, field)) return false;
-  value = static_cast<int32_t>(v);
-  return true;
 }
 
 bool TakeCString(std::string_view& in, std::string_view& value) {
@@ -70,22 +24,8 @@ bool TakeCString(std::string_view& in, std::string_view& value) {
   return true;
 }
 
-bool WireReader::ReadCString(std::string_view& value, const char* field) {
-  if (!status_.ok()) return false;
-  const size_t nul = data_.find('\0', pos_);
-  if (nul == std::string_view::npos) {
-    return Fail(fmt::format("{} is missing its NUL terminator", field));
-  }
-  value = data_.substr(pos_, nul - pos_);
-  pos_ = nul + 1;
-  return true;
-}
-
-bool WireReader::ReadBytes(size_t n, std::string_view& value, const char* field) {
-  if (!Need(n, "bytes", field)) return false;
-  value = data_.substr(pos_, n);
-  pos_ += n;
-  return true;
+bool WireReader::MissingNul(const char* field) {
+  return Fail(fmt::format("{} is missing its NUL terminator", field));
 }
 
 bool WireReader::ReadNullableBytes(std::optional<std::string_view>& value, const char* field) {

@@ -39,17 +39,56 @@ class WireReader {
       : data_(data), message_(message) {}
 
   // Each Read* stores the value and returns true, or records an error naming
-  // `field` and returns false.
-  bool ReadByte(uint8_t& value, const char* field);
-  bool ReadInt16(int16_t& value, const char* field);
+  // `field` and returns false. (The fixed-size reads and ReadCString are
+  // inline: every decoder calls them per field, on the forwarding path.)
+  bool ReadByte(uint8_t& value, const char* field) {
+    if (!Need(1, field)) return false;
+    value = static_cast<uint8_t>(data_[pos_]);
+    pos_ += 1;
+    return true;
+  }
+  bool ReadInt16(int16_t& value, const char* field) {
+    uint16_t v;
+    if (!ReadUint16(v, field)) return false;
+    value = static_cast<int16_t>(v);
+    return true;
+  }
   // Int16 counts: PostgreSQL reads them unsigned (0..65535).
-  bool ReadUint16(uint16_t& value, const char* field);
-  bool ReadInt32(int32_t& value, const char* field);
-  bool ReadUint32(uint32_t& value, const char* field);
+  bool ReadUint16(uint16_t& value, const char* field) {
+    if (!Need(2, field)) return false;
+    const auto* u = reinterpret_cast<const unsigned char*>(data_.data() + pos_);
+    value = static_cast<uint16_t>((u[0] << 8) | u[1]);
+    pos_ += 2;
+    return true;
+  }
+  bool ReadInt32(int32_t& value, const char* field) {
+    uint32_t v;
+    if (!ReadUint32(v, field)) return false;
+    value = static_cast<int32_t>(v);
+    return true;
+  }
+  bool ReadUint32(uint32_t& value, const char* field) {
+    if (!Need(4, field)) return false;
+    value = LoadUint32(data_.data() + pos_);
+    pos_ += 4;
+    return true;
+  }
   // NUL-terminated string; the view excludes the NUL.
-  bool ReadCString(std::string_view& value, const char* field);
+  bool ReadCString(std::string_view& value, const char* field) {
+    if (!status_.ok()) return false;
+    const size_t nul = data_.find('\0', pos_);
+    if (nul == std::string_view::npos) return MissingNul(field);
+    value = data_.substr(pos_, nul - pos_);
+    pos_ = nul + 1;
+    return true;
+  }
   // Exactly `n` bytes.
-  bool ReadBytes(size_t n, std::string_view& value, const char* field);
+  bool ReadBytes(size_t n, std::string_view& value, const char* field) {
+    if (!Need(n, field)) return false;
+    value = data_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
   // Int32 length followed by that many bytes; length -1 yields std::nullopt
   // (SQL NULL); any other negative length is an error.
   bool ReadNullableBytes(std::optional<std::string_view>& value, const char* field);
@@ -74,7 +113,9 @@ class WireReader {
   bool Fail(std::string_view detail);
 
  private:
-  bool Need(size_t n, const char* what, const char* field);
+  bool Need(size_t n, const char* field) { return (status_.ok() && remaining() >= n) || NeedFailed(n, field); }
+  bool NeedFailed(size_t n, const char* field);
+  bool MissingNul(const char* field);
 
   std::string_view data_;
   size_t pos_ = 0;
