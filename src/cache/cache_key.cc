@@ -55,12 +55,16 @@ std::optional<std::string_view> Setting(const SessionSettings* s, std::string_vi
 
 }  // namespace
 
-void AppendCacheKey(const CacheKeyInput& in, std::string& out) {
+size_t CacheKeyReserve(const CacheKeyInput& in) {
   size_t estimate = 64 + in.database.size() + in.role.size() + in.sql.size() +
                     in.param_types.size() * 5 + in.result_formats.size() * 3;
   for (const ParamValue& p : in.params) estimate += 8 + (p.value ? p.value->size() : 0);
   if (in.settings != nullptr) estimate += 11 * 24;
-  out.reserve(out.size() + estimate);
+  return estimate;
+}
+
+void AppendCacheKey(const CacheKeyInput& in, std::string& out) {
+  out.reserve(out.size() + CacheKeyReserve(in));
 
   out.append("hpk1");
   out.push_back(static_cast<char>(in.form));

@@ -54,6 +54,9 @@ struct CacheKeyInput {
 
 // Appends the key for `in` to `out` (reuse `out` to avoid allocating).
 void AppendCacheKey(const CacheKeyInput& in, std::string& out);
+// Room AppendCacheKey reserves for `in`'s key (at least its size); a caller
+// that appends a suffix reserves it with the suffix's once (one allocation).
+size_t CacheKeyReserve(const CacheKeyInput& in);
 inline std::string BuildCacheKey(const CacheKeyInput& in) {
   std::string k;
   AppendCacheKey(in, k);

@@ -24,6 +24,7 @@
 #include "cache/cacheability.h"
 #include "cache/result_store.h"
 #include "cache/sql_analysis.h"
+#include "protocol/link_controls.h"
 #include "protocol/link_protocol.h"
 
 namespace hyperpool::cache {
@@ -45,54 +46,15 @@ using link::kControlTag;  // protocol/link_protocol.h
 // FNV-1a took a multiply per byte.
 uint64_t UnitDigest(std::string_view frames);
 
-// 'B': the result of the unit at the head of the Client's queue follows and
-// is cacheable; `digest` is UnitDigest of the unit's frontend frames.
-struct BeginControl {
-  uint64_t digest = 0;
-};
-// 'S': right before that unit's ReadyForQuery: the Endpoint stored (or
-// served) the result; keep it `ttl` fresh (the remaining TTL for an Endpoint
-// hit). `generation` is the Endpoint's invalidation generation when the
-// result's origin fetch started; `tables` are its base tables. `source`
-// names the Endpoint instance whose generations these are (random per
-// Endpoint start; 0 from a sender that does not say): generations of two
-// Endpoints are not comparable.
-struct StoreControl {
-  uint64_t digest = 0;
-  std::chrono::milliseconds ttl{0};
-  uint64_t generation = 0;
-  std::vector<std::string> tables;
-  uint64_t source = 0;
-};
-// 'I': a write was seen; drop entries that read `tables` (or every entry when
-// `all`). `generation` is the Endpoint's generation after the invalidation,
-// `source` as for StoreControl.
-// `rows_only` (with `all`): the statement could write any row but runs no
-// DDL (an unknown or volatile function, a write under a search_path the
-// Endpoint cannot resolve), so statement metadata is kept; without it an
-// `all` also drops the Client's statement metadata. Encoded in the `all`
-// byte: 0 tables, 1 all, 2 all rows only (a Client that knows only 0/1
-// treats 2 as 1, which is safe).
-struct InvalidateControl {
-  uint64_t generation = 0;
-  bool all = false;
-  std::vector<std::string> tables;
-  uint64_t source = 0;
-  bool rows_only = false;
-  // Whether the Client must drop its statement metadata.
-  bool drops_metadata() const { return all && !rows_only; }
-};
-using Control = std::variant<BeginControl, StoreControl, InvalidateControl>;
-
-void AppendControl(std::string& out, const BeginControl& c);
-void AppendControl(std::string& out, const StoreControl& c);
-// The same with the tables given apart (`c.tables` unread): the Endpoint
-// names those of the entry it stored instead of keeping a copy for this.
-void AppendStoreControl(std::string& out, const StoreControl& c, const std::vector<std::string>& tables);
-void AppendControl(std::string& out, const InvalidateControl& c);
-// Decodes a control frame's payload; nullopt if malformed. The trailing
-// `source` of 'S' and 'I' is optional (0 when absent).
-std::optional<Control> DecodeControl(std::string_view payload);
+// The control frames ('B', 'S', 'I') and their codec are the link
+// protocol's (protocol/link_controls.h); the cache names them here.
+using protocol::AppendControl;
+using protocol::AppendStoreControl;
+using protocol::BeginControl;
+using protocol::Control;
+using protocol::DecodeControl;
+using protocol::InvalidateControl;
+using protocol::StoreControl;
 
 // ---------------------------------------------------------------------------
 // The invalidation watch (docs/architecture.md, "Invalidation"): a link whose
@@ -269,6 +231,8 @@ std::string ClientExtendedKey(std::string_view hello_fingerprint, const SessionC
 // (prefix-free: fixed trailing tags).
 void AppendKeySuffix(std::string& key, std::string_view hello_fingerprint, char describe,
                      const SessionCacheSettings& s, uint64_t result_type = 0);
+// The bytes AppendKeySuffix appends for `hello_fingerprint`.
+inline size_t KeySuffixSize(std::string_view hello_fingerprint) { return 1 + 4 + hello_fingerprint.size() + 2 + 9 + 9; }
 // Replaces the result type AppendKeySuffix put last in `key` (a unit whose
 // statement's shape was learnt while it ran).
 void SetKeyResultType(std::string& key, uint64_t result_type);

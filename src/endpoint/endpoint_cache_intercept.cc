@@ -226,7 +226,9 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
   in.params = unit.params;
   in.result_formats = unit.result_formats;
   in.form = unit.form;
-  std::string key = cache::BuildCacheKey(in);
+  std::string key;
+  key.reserve(cache::CacheKeyReserve(in) + cache::KeySuffixSize(hello_fp()));  // one allocation for both parts
+  cache::AppendCacheKey(in, key);
   cache::AppendKeySuffix(key, hello_fp(), unit.describe, settings_, unit.result_type);
   const uint64_t digest = cache::UnitDigest(unit.frames);
 

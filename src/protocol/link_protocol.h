@@ -42,7 +42,7 @@ inline constexpr std::string_view kCacheTtlSetting = "hyperpool.cache_ttl";
 // Control frames (Endpoint -> Client): a backend-direction frame with this
 // tag (no PostgreSQL backend message uses it); the Client consumes it and
 // never forwards it to the application. Payload: one kind byte, then fields
-// (cache/tier.h).
+// (link_controls.h).
 inline constexpr char kControlTag = 'h';
 
 }  // namespace hyperpool::link

@@ -263,6 +263,10 @@ TEST_CASE("keys: the result type a driver holds separates a statement's entries 
   AppendKeySuffix(learnt, "fp", 0, s, 0);
   SetKeyResultType(learnt, rt3);
   CHECK(learnt == endpoint3);
+  // What the Endpoint reserves for the suffix is what it appends.
+  CHECK(endpoint3.size() == 1 + KeySuffixSize("fp"));
+  // The Client's key is allocated once, at its final size.
+  CHECK(client3.capacity() < client3.size() + 16);
 }
 
 TEST_CASE("the Client's extended key never depends on statement or portal names") {
