@@ -35,13 +35,6 @@ FrameReader::Result FrameReader::Result::NeedMore(size_t bytes_needed, bool size
   return r;
 }
 
-FrameReader::Result FrameReader::Result::Complete(Frame frame) {
-  Result r;
-  r.kind_ = Kind::kFrame;
-  r.frame_ = frame;
-  return r;
-}
-
 FrameReader::Result FrameReader::Result::Error(absl::Status status) {
   Result r;
   r.kind_ = Kind::kError;
@@ -49,7 +42,7 @@ FrameReader::Result FrameReader::Result::Error(absl::Status status) {
   return r;
 }
 
-FrameReader::Result FrameReader::Read(std::string_view buffer) const {
+FrameReader::Result FrameReader::ReadSlow(std::string_view buffer) const {
   if (mode_ == Mode::kStartup) {
     if (buffer.size() < kStartupHeaderSize) return Result::NeedMore(kStartupHeaderSize, false);
     const uint32_t length = LoadBigEndian32(buffer.data());

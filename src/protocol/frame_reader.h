@@ -76,7 +76,12 @@ class FrameReader {
   class Result {
    public:
     static Result NeedMore(size_t bytes_needed, bool size_known);
-    static Result Complete(Frame frame);
+    static Result Complete(Frame frame) {
+      Result r;
+      r.kind_ = Kind::kFrame;
+      r.frame_ = frame;
+      return r;
+    }
     static Result Error(absl::Status status);
 
     bool is_need_more() const { return kind_ == Kind::kNeedMore; }
@@ -110,6 +115,8 @@ class FrameReader {
   // yet consumed) and reports the first frame, need-more, or an error. Does
   // not consume anything and keeps no reference to `buffer`; calling it again
   // with the same bytes gives the same answer.
+  // (Inline for the common case, a whole well-formed tagged frame within
+  // the limit: every frame of both halves goes through it.)
   Result Read(std::string_view buffer) const;
 
   Mode mode() const { return mode_; }
@@ -120,6 +127,8 @@ class FrameReader {
   void set_max_message_length(uint32_t max) { limits_.max_message_length = max; }
 
  private:
+  Result ReadSlow(std::string_view buffer) const;
+
   Mode mode_;
   Limits limits_;
 };
@@ -157,6 +166,20 @@ inline std::optional<Frame> PeekTaggedFrame(std::string_view bytes) {
   frame.payload = frame.raw.substr(5);
   return frame;
 }
+inline FrameReader::Result FrameReader::Read(std::string_view buffer) const {
+  if (mode_ == Mode::kTagged) {
+    if (std::optional<FrameHeader> h = PeekTaggedHeader(buffer);
+        h && h->well_formed() && h->length <= limits_.max_message_length && h->size() <= buffer.size()) {
+      Frame frame;
+      frame.tag = h->tag;
+      frame.raw = buffer.substr(0, h->size());
+      frame.payload = frame.raw.substr(5);
+      return Result::Complete(frame);
+    }
+  }
+  return ReadSlow(buffer);
+}
+
 // The same for an untagged startup-mode packet (Int32 length, at least 8,
 // then the Int32 code and the body); Frame::tag is '\0'.
 std::optional<Frame> PeekStartupPacket(std::string_view bytes);
