@@ -14,7 +14,6 @@ namespace {
 constexpr std::uint32_t kTextOid = 25;
 constexpr std::size_t kMaxParameters = 65535;
 
-
 bool IsIdentChar(char c) {
   const unsigned char u = static_cast<unsigned char>(c);
   return (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || (u >= '0' && u <= '9') || c == '_' || u >= 0x80;
