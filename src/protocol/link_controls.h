@@ -18,7 +18,8 @@
 namespace hyperpool::protocol {
 
 // 'B': the result of the unit at the head of the Client's queue follows and
-// is cacheable; `digest` is UnitDigest of the unit's frontend frames.
+// is cacheable; `digest` is UnitDigest (cache/tier.h) of the unit's
+// frontend frames.
 struct BeginControl {
   uint64_t digest = 0;
 };
