@@ -14,11 +14,6 @@ constexpr size_t kStartupHeaderSize = 4;  // Int32 length.
 // A startup packet must at least hold its length and the Int32 code.
 constexpr uint32_t kMinStartupLength = 8;
 
-uint32_t LoadBigEndian32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | uint32_t{u[3]};
-}
-
 std::string DescribeTag(char tag) {
   const auto u = static_cast<unsigned char>(tag);
   if (u >= 0x20 && u < 0x7f) return fmt::format("'{}'", tag);
@@ -45,7 +40,7 @@ FrameReader::Result FrameReader::Result::Error(absl::Status status) {
 FrameReader::Result FrameReader::ReadSlow(std::string_view buffer) const {
   if (mode_ == Mode::kStartup) {
     if (buffer.size() < kStartupHeaderSize) return Result::NeedMore(kStartupHeaderSize, false);
-    const uint32_t length = LoadBigEndian32(buffer.data());
+    const uint32_t length = LoadUint32(buffer.data());
     // Validate before waiting for the body so a peer cannot make us buffer it.
     if (length >= 0x80000000u) {
       return Result::Error(ProtocolError(
@@ -70,7 +65,7 @@ FrameReader::Result FrameReader::ReadSlow(std::string_view buffer) const {
 
   if (buffer.size() < kTaggedHeaderSize) return Result::NeedMore(kTaggedHeaderSize, false);
   const char tag = buffer[0];
-  const uint32_t length = LoadBigEndian32(buffer.data() + 1);
+  const uint32_t length = LoadUint32(buffer.data() + 1);
   if (length >= 0x80000000u) {
     return Result::Error(ProtocolError(fmt::format("message {} has negative length {}",
                                                    DescribeTag(tag),
@@ -96,7 +91,7 @@ FrameReader::Result FrameReader::ReadSlow(std::string_view buffer) const {
 
 std::optional<Frame> PeekStartupPacket(std::string_view bytes) {
   if (bytes.size() < 8) return std::nullopt;
-  const uint32_t length = LoadBigEndian32(bytes.data());
+  const uint32_t length = LoadUint32(bytes.data());
   if (length < 8 || length > bytes.size()) return std::nullopt;
   Frame frame;
   frame.raw = bytes.substr(0, length);

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "protocol/tags.h"
+#include "protocol/wire_reader.h"
 
 namespace hyperpool::protocol {
 
@@ -151,8 +152,7 @@ struct FrameHeader {
 // (Inline, as PeekTaggedFrame: both run per frame on the forwarding path.)
 inline std::optional<FrameHeader> PeekTaggedHeader(std::string_view bytes) {
   if (bytes.size() < 5) return std::nullopt;
-  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
-  return FrameHeader{bytes[0], (uint32_t{u[1]} << 24) | (uint32_t{u[2]} << 16) | (uint32_t{u[3]} << 8) | u[4]};
+  return FrameHeader{bytes[0], LoadUint32(bytes.data() + 1)};
 }
 // The whole well-formed tagged frame at the start of `bytes`; nullopt when
 // it is not all there or its length is malformed. No size limit but the
