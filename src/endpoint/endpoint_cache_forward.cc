@@ -63,7 +63,16 @@ void SessionCache::NoteRun(const Effect& e, UnitState& u) {
   NoteStateChange(e);
   if (e.own_write) wrote_ = true;
   if (e.write.any()) {
-    cache_->Invalidate(e.write, /*for_clients=*/false);
+    // A unit that starts inside a transaction block (the origin's latest
+    // ReadyForQuery said so, and nothing is outstanding that could change
+    // it) writes rows nobody else sees before its COMMIT, and this session
+    // reads nothing from the tiers until the block ends (Intercept: only
+    // when idle): `txn_written` invalidates at the commit point (the
+    // ReadyForQuery 'I' that ends it; OnOriginFrame). DDL keeps its
+    // invalidations at once (it drops the Clients' statement metadata).
+    const bool rows_in_block = !e.write.all && !e.write.schema && u.pending.empty() &&
+                               (last_status_ == 'T' || last_status_ == 'E');
+    if (!rows_in_block) cache_->Invalidate(e.write, /*for_clients=*/false);
     u.txn_written.Merge(e.write);
   }
 }

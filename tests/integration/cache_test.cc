@@ -90,6 +90,23 @@ long long LocalHits(const Pooler& p) {
   return std::stoll(r.substr(at + 11));
 }
 
+// The login of an app connection to the pooler (its connection string:
+// postgresql://user:pass@127.0.0.1:port/db?...).
+cli::demo::PgLogin AppLogin(const Pooler& p) {
+  cli::demo::PgLogin login;
+  const std::string& url = p.url;
+  size_t at = url.find('@');
+  size_t colon = url.find(':', at);
+  size_t slash = url.find('/', colon);
+  size_t creds = url.find("://") + 3;
+  size_t pw = url.find(':', creds);
+  login.user = url.substr(creds, pw - creds);
+  login.password = url.substr(pw + 1, at - pw - 1);
+  login.port = static_cast<uint16_t>(std::stoi(url.substr(colon + 1, slash - colon - 1)));
+  login.database = url.substr(slash + 1, url.find('?') - slash - 1);
+  return login;
+}
+
 // Runs `sql` twice on one connection and twice more on another; returns how
 // many of the four reached the origin.
 size_t OriginHitsOfFour(const testing::PgCluster& c, Pooler& p, const std::string& sql) {
@@ -141,18 +158,7 @@ TEST_CASE("a cache hit takes far less than an origin round trip") {
   auto proxy = wan::WanProxy::StartThread(wo);
   REQUIRE(proxy.ok());
   Pooler p = Start(c, Origin(c, "127.0.0.1", (*proxy)->port()));
-  cli::demo::PgLogin login;
-  std::string url = p.url;  // postgresql://user:pass@127.0.0.1:port/db?...
-  size_t at = url.find('@');
-  size_t colon = url.find(':', at);
-  size_t slash = url.find('/', colon);
-  size_t creds = url.find("://") + 3;
-  size_t pw = url.find(':', creds);
-  login.user = url.substr(creds, pw - creds);
-  login.password = url.substr(pw + 1, at - pw - 1);
-  login.port = static_cast<uint16_t>(std::stoi(url.substr(colon + 1, slash - colon - 1)));
-  login.database = url.substr(slash + 1, url.find('?') - slash - 1);
-  auto app = cli::demo::PgClient::Connect(login);
+  auto app = cli::demo::PgClient::Connect(AppLogin(p));
   REQUIRE(app.ok());
   auto timed = [&](const std::string& sql) {
     auto t0 = Clock::now();
@@ -298,6 +304,55 @@ TEST_CASE("an UPDATE is visible at once to the writer and to another app") {
   // a write through it always is.
   Psql(c, p.url, {"UPDATE cache_rw SET v = 5 WHERE id = 2"});
   CHECK(Psql(c, p.url, {"SELECT v FROM cache_rw WHERE id = 2"}) == "5");
+}
+
+TEST_CASE("a write inside a transaction block leaves others' cached rows until its COMMIT, then drops them") {
+  // As directly: until the COMMIT nobody else sees the block's writes, so
+  // the cached rows are still the answer (served without the origin); from
+  // the COMMIT's ReadyForQuery on they are gone, for every table the block
+  // wrote, and the writer always reads its own writes.
+  const auto& c = testing::SharedPgCluster();
+  Admin(c, "DROP TABLE IF EXISTS cache_txn_a, cache_txn_b; "
+           "CREATE TABLE cache_txn_a(id int primary key, v int); CREATE TABLE cache_txn_b(id int primary key, v int); "
+           "INSERT INTO cache_txn_a VALUES (1, 10); INSERT INTO cache_txn_b VALUES (1, 20)");
+  Pooler p = Start(c, Origin(c, c.host, c.port));
+  auto reader = cli::demo::PgClient::Connect(AppLogin(p));
+  auto writer = cli::demo::PgClient::Connect(AppLogin(p));
+  REQUIRE(reader.ok());
+  REQUIRE(writer.ok());
+  auto one = [](std::unique_ptr<cli::demo::PgClient>& app, const std::string& sql) {
+    auto r = app->Query(sql);
+    INFO(sql);
+    REQUIRE(r.ok());
+    return r->rows.empty() ? std::string("(none)") : r->rows.back()[0].value_or("NULL");
+  };
+  const std::string qa = "SELECT v FROM cache_txn_a WHERE id = 1";
+  const std::string qb = "SELECT v FROM cache_txn_b WHERE id = 1";
+  for (int round = 1; round <= 3; ++round) {
+    const int a = 10 + round - 1;
+    const int b = 20 + round - 1;
+    CHECK(one(*reader, qa) == std::to_string(a));
+    CHECK(one(*reader, qb) == std::to_string(b));
+    CHECK(one(*reader, qa) == std::to_string(a));  // cached from here on
+    one(*writer, "BEGIN");
+    one(*writer, "UPDATE cache_txn_a SET v = v + 1 WHERE id = 1");
+    one(*writer, "UPDATE cache_txn_b SET v = v + 1 WHERE id = 1");
+    CHECK(one(*writer, qa) == std::to_string(a + 1));  // its own write, inside the block
+    const size_t before = p.origin_units();
+    CHECK(one(*reader, qa) == std::to_string(a));  // not committed: the cached row is the answer
+    CHECK(one(*reader, qb) == std::to_string(b));
+    CHECK(p.origin_units() == before);
+    one(*writer, "COMMIT");
+    CHECK(one(*reader, qa) == std::to_string(a + 1));
+    CHECK(one(*reader, qb) == std::to_string(b + 1));
+    CHECK(p.origin_units() == before + 3);  // COMMIT and both reads
+    // A rolled-back block changes nothing anybody reads.
+    one(*writer, "BEGIN");
+    one(*writer, "UPDATE cache_txn_a SET v = 0 WHERE id = 1");
+    one(*writer, "ROLLBACK");
+    CHECK(one(*reader, qa) == std::to_string(a + 1));
+    CHECK(one(*writer, qa) == std::to_string(a + 1));
+  }
 }
 
 TEST_CASE("a table created on the origin after start is cacheable from the second read of a burst") {
