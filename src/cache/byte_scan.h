@@ -17,6 +17,16 @@
 
 namespace hyperpool::cache {
 
+#if defined(__SSE2__)
+// The lanes of `chunk` equal to any of B... (0xff), one compare each.
+template <char... B>
+inline __m128i EqualToAny(__m128i chunk) {
+  __m128i hit = _mm_setzero_si128();
+  ((hit = _mm_or_si128(hit, _mm_cmpeq_epi8(chunk, _mm_set1_epi8(B)))), ...);
+  return hit;
+}
+#endif
+
 // N: the number of bytes in the set (a constant, so that the compares
 // unroll).
 template <std::size_t N>

@@ -1,9 +1,14 @@
 #include "cache/decision_memo.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
 #include "cache/byte_scan.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace hyperpool::cache {
 namespace {
@@ -29,6 +34,75 @@ constexpr std::array<bool, 256> kKeyStop = [] {
   t[static_cast<unsigned char>('\'')] = true;
   return t;
 }();
+
+// Bit k set when sql[block + k] (k < 16; fewer at the end) is a byte
+// AppendShape must look at: a digit, or one of \ ' " $ & - / and NUL.
+uint32_t ShapeStops(std::string_view sql, size_t block) {
+#if defined(__SSE2__)
+  if (sql.size() >= 16) {
+    // The last, partial block: the sixteen bytes that end the text, the
+    // ones before `block` shifted out.
+    const size_t at = std::min(block, sql.size() - 16);
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sql.data() + at));
+    // c - '0' <= 9, unsigned: max(c - '0', 9) == 9.
+    const __m128i d = _mm_sub_epi8(c, _mm_set1_epi8('0'));
+    const __m128i digits = _mm_cmpeq_epi8(_mm_max_epu8(d, _mm_set1_epi8(9)), _mm_set1_epi8(9));
+    const __m128i hit = _mm_or_si128(digits, EqualToAny<'\\', '\'', '"', '$', '&', '-', '/', '\0'>(c));
+    return static_cast<uint32_t>(_mm_movemask_epi8(hit)) >> (block - at);
+  }
+#endif
+  uint32_t mask = 0;
+  const size_t end = std::min(sql.size(), block + 16);
+  for (size_t i = block; i < end; ++i) {
+    const char c = sql[i];
+    if (IsDigit(c) || c == '\\' || c == '\'' || c == '"' || c == '$' || c == '&' || c == '-' || c == '/' || c == '\0') {
+      mask |= 1u << (i - block);
+    }
+  }
+  return mask;
+}
+
+// MaskableText(sql) and, when it holds, AppendMaskedIntegers(sql, out), in
+// one pass that looks only at the bytes either reads (ShapeStops, sixteen
+// at a time) and copies the rest in runs. False when not maskable (`out`
+// then holds part of a key: the caller starts over).
+bool AppendShape(std::string_view sql, std::string& out) {
+  const size_t n = sql.size();
+  bool in_string = false;
+  size_t copied = 0;  // sql[copied, i) is still to be appended
+  size_t next = 0;    // bytes before this one were read as part of a run of digits
+  for (size_t block = 0; block < n; block += 16) {
+    for (uint32_t stops = ShapeStops(sql, block); stops != 0; stops &= stops - 1) {
+      const size_t i = block + static_cast<size_t>(__builtin_ctz(stops));
+      if (i < next) continue;
+      const char c = sql[i];
+      if (c == '\\' || c == kNumberMark) return false;
+      if (c == '\'') {
+        in_string = !in_string;
+        continue;
+      }
+      if (in_string) continue;
+      if (c == '"' || c == '$' || c == '&') return false;
+      if (c == '-' || c == '/') {
+        if (i + 1 < n && sql[i + 1] == (c == '-' ? '-' : '*')) return false;  // a comment
+        continue;
+      }
+      // A digit outside a string: its whole run is one number token if it
+      // stands alone, else part of a word, parameter or other number.
+      size_t end = i + 1;
+      while (end < n && IsDigit(sql[end])) ++end;
+      if (!(i > 0 && JoinsDigits(sql[i - 1])) && (end == n || !JoinsDigits(sql[end]))) {
+        out.append(sql.data() + copied, i - copied);
+        out.push_back(kNumberMark);
+        copied = end;
+      }
+      next = end;
+    }
+  }
+  if (in_string) return false;
+  out.append(sql.data() + copied, n - copied);
+  return true;
+}
 
 }  // namespace
 
@@ -172,6 +246,19 @@ void DecisionMemo::Keep(Entry e) {
   current_.insert_or_assign(key_, std::move(e));
 }
 
+const std::string& SqlText::shape() const {
+  if (shape_) return *shape_;
+  std::string& s = shape_.emplace();
+  if (sql_.size() > kMaxShapeBytes) return s;
+  s.reserve(sql_.size() + 1);
+  s.push_back(1);
+  if (!AppendShape(sql_, s)) {  // not maskable: the text itself
+    s.assign(1, '\0');
+    s.append(sql_);
+  }
+  return s;
+}
+
 bool EffectMemo::KeyOf(std::string_view sql, bool standard_conforming_strings, std::string& key) {
   if (sql.size() > kMaxTextBytes) return false;
   const bool mask = MaskableText(sql);
@@ -193,8 +280,13 @@ const MemoEffect* EffectMemo::Find(const SqlText& text, bool standard_conforming
     version_ = version;
     oracle_ = oracle;
   }
-  keyed_ = KeyOf(text.sql(), standard_conforming_strings, key_);
+  // KeyOf(text.sql(), ...), from the shape the text's other memos share.
+  static_assert(kMaxTextBytes == SqlText::kMaxShapeBytes);
+  const std::string& shape = text.shape();
+  keyed_ = !shape.empty();
   if (!keyed_) return nullptr;
+  key_.assign(shape);
+  if (standard_conforming_strings) key_[0] = static_cast<char>(key_[0] | 2);
   auto it = map_.find(std::string_view(key_));
   if (it == map_.end()) return nullptr;
   ++hits_;

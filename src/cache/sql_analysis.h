@@ -296,6 +296,14 @@ class SqlText {
   // LeadingKeywordOfPlainText(sql()), computed on first use: the
   // classification and the session-state pass both ask.
   const std::optional<std::string>& leading_keyword() const;
+  // The key the memos keep what they conclude from this text under
+  // (cache::EffectMemo, endpoint::SessionEffectsMemo), computed on first
+  // use: one byte, 1 when the rest is the text with its standalone integers
+  // masked (MaskableText and AppendMaskedIntegers, decision_memo.h), else 0
+  // and the rest the text itself. Empty for a text longer than
+  // kMaxShapeBytes (not memoized).
+  const std::string& shape() const;
+  static constexpr size_t kMaxShapeBytes = 2048;
 
   // Lex(sql) and AnalyzeStatement(sql) with the default LexOptions, each
   // computed on first use (the analysis from the same tokens).
@@ -321,6 +329,7 @@ class SqlText {
   mutable std::optional<absl::StatusOr<StatementAnalysis>> analysis_;
   mutable bool normalized_ = false;
   mutable std::optional<std::optional<std::string>> leading_keyword_;
+  mutable std::optional<std::string> shape_;
 };
 
 // 64-bit FNV-1a; used for fingerprints. `h` continues a hash: the hash of

@@ -36,21 +36,13 @@ uint32_t StopMask(std::string_view sql, size_t block) {
     // 0x21..0x28, - . / 0x2d..0x2f (tier_test holds it to kScanStops).
     const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sql.data() + block));
     const __m128i f = _mm_or_si128(c, _mm_set1_epi8(0x20));
-    __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(f, _mm_set1_epi8('s')), _mm_cmpeq_epi8(f, _mm_set1_epi8('h')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(f, _mm_set1_epi8('i')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(f, _mm_set1_epi8('k')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(f, _mm_set1_epi8('z')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(f, _mm_set1_epi8('~')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(f, _mm_set1_epi8('|')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(f, _mm_set1_epi8('`')));
+    __m128i hit = EqualToAny<'s', 'h', 'i', 'k', 'z', '~', '|', '`'>(f);
     // c - lo <= hi - lo, unsigned: max(c - lo, hi - lo) == hi - lo.
     const __m128i r1 = _mm_sub_epi8(c, _mm_set1_epi8(0x21));
     hit = _mm_or_si128(hit, _mm_cmpeq_epi8(_mm_max_epu8(r1, _mm_set1_epi8(7)), _mm_set1_epi8(7)));
     const __m128i r2 = _mm_sub_epi8(c, _mm_set1_epi8(0x2d));
     hit = _mm_or_si128(hit, _mm_cmpeq_epi8(_mm_max_epu8(r2, _mm_set1_epi8(2)), _mm_set1_epi8(2)));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(c, _mm_set1_epi8(':')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(c, _mm_set1_epi8(';')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(c, _mm_set1_epi8('?')));
+    hit = _mm_or_si128(hit, EqualToAny<':', ';', '?'>(c));
     return static_cast<uint32_t>(_mm_movemask_epi8(hit));
   }
 #endif

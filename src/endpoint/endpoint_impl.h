@@ -114,6 +114,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   endpoint::BufferPool buffers;
   // The sessions' startup settings, each distinct map kept once.
   endpoint::StartupSettingsTable startup_settings;
+  // What statement texts do to a session, by shape (session_settings.h).
+  endpoint::SessionEffectsMemo session_effects;
   // Sessions that went idle since the last idle sweep (Session::NoteIdle):
   // the sweep, kIdleSweepDelay after the first, gives the buffers of those
   // still idle back to `buffers` and lets them sleep (Session::SweepIdle).

@@ -570,7 +570,7 @@ bool SessionCore::TracksListens() const { return endpoint_.options.pool.mode == 
 
 bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text) {
   if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
-  SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload, text);
+  SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload, text, &endpoint_.session_effects);
   if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
   if ((frame.tag == 'Q' || frame.tag == 'P') && !(text != nullptr && text->simple_read()) &&
       MayNotify(frame.payload)) {

@@ -534,7 +534,22 @@ void SessionSettings::Absorb(const SessionEffects& fx) {
   if (!fx.custom_names.empty()) changed().custom_names.insert(fx.custom_names.begin(), fx.custom_names.end());
 }
 
-SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text) {
+SessionEffects SessionEffectsMemo::Of(const cache::SqlText& text) {
+  if (text.simple_read()) return {};  // AnalyzeSessionEffects' own first answer, without a key
+  const std::string& shape = text.shape();
+  if (shape.empty()) return AnalyzeSessionEffects(text);
+  if (auto it = map_.find(std::string_view(shape)); it != map_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  SessionEffects fx = AnalyzeSessionEffects(text);
+  if (map_.size() >= kCapacity) map_.clear();
+  map_.emplace(shape, fx);
+  return fx;
+}
+
+SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text,
+                                             SessionEffectsMemo* memo) {
   std::size_t pos = 0;
   switch (tag) {
     case 'Q': {
@@ -545,7 +560,7 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
         if (!sql) return {};
         text = &own.emplace(*sql);
       }
-      SessionEffects fx = AnalyzeSessionEffects(*text);
+      SessionEffects fx = memo != nullptr ? memo->Of(*text) : AnalyzeSessionEffects(*text);
       Absorb(fx);
       return fx;
     }
@@ -556,7 +571,7 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
       if (!sql) return {};
       std::optional<cache::SqlText> own;
       if (text == nullptr) text = &own.emplace(*sql);
-      SessionEffects fx = AnalyzeSessionEffects(*text);
+      SessionEffects fx = memo != nullptr ? memo->Of(*text) : AnalyzeSessionEffects(*text);
       // A Parse is usually followed by its Execute; count it now as well.
       Absorb(fx);
       if (fx.empty()) {

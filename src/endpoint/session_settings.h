@@ -38,7 +38,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "cache/sql_analysis.h"
+#include "cache/string_hash.h"
 #include "common/intern_table.h"
 #include "pool/release_policy.h"
 
@@ -119,6 +121,27 @@ SessionEffects AnalyzeSessionEffects(std::string_view sql);
 // passes (cache/sql_analysis.h).
 SessionEffects AnalyzeSessionEffects(const cache::SqlText& text);
 
+// AnalyzeSessionEffects by the text's shape (cache::SqlText::shape, the
+// key cache::EffectMemo keeps a text's writes under): what a text does to
+// a session is read from its tokens' kinds and words, never from the value
+// of a standalone integer, so texts that differ only in those (TPC-B's
+// statements, from one transaction to the next) share one analysis; ~1.3k
+// instructions a statement, two lexical passes and three word searches,
+// become a look-up under a key the write memo computes anyway. One per
+// Endpoint (Endpoint::Impl), confined to its executor; no catalog state
+// goes in, so nothing but its size empties it.
+class SessionEffectsMemo {
+ public:
+  static constexpr std::size_t kCapacity = 4096;
+  SessionEffects Of(const cache::SqlText& text);
+  std::size_t size() const { return map_.size(); }
+  std::uint64_t hits() const { return hits_; }
+
+ private:
+  absl::flat_hash_map<std::string, SessionEffects, cache::StringHash, cache::StringEq> map_;
+  std::uint64_t hits_ = 0;
+};
+
 // The reasons a session is pinned; only ever grows (until Clear) while the
 // session holds the connection.
 class PinSet {
@@ -176,7 +199,10 @@ class SessionSettings {
   // client's own. `text`: the Query's / Parse's text as the session decoded
   // it once (its analysis shared with the other passes), or null to decode
   // it here.
-  SessionEffects NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text = nullptr);
+  // `memo`: the Endpoint's analyses by shape, asked instead of analysing
+  // the text anew (null: analysed here).
+  SessionEffects NoteFrontend(char tag, std::string_view payload, const cache::SqlText* text = nullptr,
+                              SessionEffectsMemo* memo = nullptr);
 
   std::string CaptureQuery() const { return BuildCaptureQuery(changed_ ? changed_->custom_names : std::set<std::string>{}); }
   // Stores a capture: `captured` is what the connection now carries.

@@ -16,8 +16,10 @@
 //     masked): the parser's analysis of the text with other integers there
 //     is this text's;
 //   - EffectMemo's key of any text (its standalone integers masked when
-//     MaskableText): the same, and the same ClassifyStatements, write
-//     effect and catalog change from the lexer's side.
+//     MaskableText; SqlText::shape, the key the Endpoint's memos share):
+//     the same, and the same ClassifyStatements, write effect, catalog
+//     change and session effects (AnalyzeSessionEffects) from the lexer's
+//     side.
 // A text the parser rejects is not held against anything: the server
 // rejects it too, so it runs nothing.
 
@@ -38,6 +40,7 @@
 #include "cache/decision_memo.h"
 #include "cache/sql_analysis.h"
 #include "cache/tier.h"
+#include "endpoint/session_settings.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -219,7 +222,14 @@ std::string MemoKeyDisagreement(const std::string& text, const StatementAnalysis
 // nothing is masked.
 std::string EffectKeyDisagreement(const std::string& text, const StatementAnalysis& p, size_t& masked) {
   std::string key;
-  if (!EffectMemo::KeyOf(text, true, key) || (key[0] & 1) == 0 || key.find('\0', 1) == std::string::npos) return "";
+  if (!EffectMemo::KeyOf(text, true, key)) return "";
+  // The shape the memos share (SqlText::shape, one pass) is this key but
+  // for standard_conforming_strings' bit.
+  if (std::string shape = SqlText(text).shape(); shape.empty() || static_cast<char>(shape[0] | 2) != key[0] ||
+                                                  std::string_view(shape).substr(1) != std::string_view(key).substr(1)) {
+    return "effect key: the text's shape is not its key: " + Excerpt(text);
+  }
+  if ((key[0] & 1) == 0 || key.find('\0', 1) == std::string::npos) return "";
   ++masked;
   const std::string variant = VariantOf(key);
   std::string again;
@@ -235,6 +245,14 @@ std::string EffectKeyDisagreement(const std::string& text, const StatementAnalys
   if (fa.changes_session_state != fb.changes_session_state || fa.only_setting_changes != fb.only_setting_changes ||
       fa.only_cache_settings != fb.only_cache_settings) {
     return "effect key: ClassifyStatements tells the variant apart: " + Excerpt(variant);
+  }
+  // The Endpoint's session-effects memo (endpoint::SessionEffectsMemo)
+  // holds the same key to AnalyzeSessionEffects.
+  const endpoint::SessionEffects sa = endpoint::AnalyzeSessionEffects(a);
+  const endpoint::SessionEffects sb = endpoint::AnalyzeSessionEffects(b);
+  if (sa.settings != sb.settings || sa.pins != sb.pins || sa.custom_names != sb.custom_names ||
+      sa.sequences != sb.sequences) {
+    return "effect key: AnalyzeSessionEffects tells the variant apart: " + Excerpt(variant);
   }
   const WriteEffect wa = WriteEffectOf(a, nullptr, true, true);
   const WriteEffect wb = WriteEffectOf(b, nullptr, true, true);

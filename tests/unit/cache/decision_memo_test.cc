@@ -12,6 +12,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "cache/catalog_overlay.h"
+#include "support/xorshift.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -255,6 +256,39 @@ TEST_CASE("EffectMemo: a write's key masks its standalone integers, only where t
   CHECK_FALSE(MaskableText("UPDATE t SET a = 'unbalanced"));
   CHECK(MaskableText("UPDATE t SET a = '-- not a comment', b = '\"x\"'"));
   CHECK(EKey("UPDATE t SET a = 1 -- 2") != EKey("UPDATE t SET a = 1 -- 3"));
+}
+
+TEST_CASE("SqlText::shape is MaskableText and AppendMaskedIntegers in one pass, at every length and place") {
+  // Texts up to 90 bytes of digits, letters, and every byte either
+  // function reads (quotes of all kinds, '-', '/', '*', '.', '$', '&', '\\',
+  // NUL, a high byte), so that runs of digits and strings cross the
+  // sixteen-byte blocks at every offset; the reference is the two
+  // functions' own answer.
+  std::string alphabet = "0123456789 aZ_.$&\"'-/*e,()=\\\xc3";
+  alphabet.push_back('\0');
+  testing::XorShift next(0x853c49e6748fea9bULL);
+  size_t masked = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string sql(next() % 91, ' ');
+    // Mostly plain bytes (digits, blanks, letters), so that many texts are
+    // maskable; the rare bytes now and then.
+    for (char& c : sql) {
+      const uint64_t r = next() % 100;
+      c = r < 40 ? static_cast<char>('0' + next() % 10) : r < 60 ? ' ' : r < 80 ? "aZ_e.,()="[next() % 9] : alphabet[next() % alphabet.size()];
+    }
+    std::string expected(1, MaskableText(sql) ? '\1' : '\0');
+    if (expected[0] == '\1') {
+      AppendMaskedIntegers(sql, expected);
+      ++masked;
+    } else {
+      expected.append(sql);
+    }
+    CAPTURE(sql);
+    REQUIRE(SqlText(sql).shape() == expected);
+  }
+  CHECK(masked > 2000);  // both kinds were compared
+  CHECK(SqlText(std::string(SqlText::kMaxShapeBytes + 1, '1')).shape().empty());
+  CHECK(SqlText("UPDATE t SET a = a + -12 WHERE id = 3").shape() == std::string("\1UPDATE t SET a = a + -\0 WHERE id = \0", 37));
 }
 
 TEST_CASE("EffectMemo: a kept effect is what EffectOf would compute, and never another catalog's") {

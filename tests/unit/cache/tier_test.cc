@@ -15,6 +15,7 @@
 #include "cache/tier.h"
 #include "client/client_cache.h"
 #include "protocol/codec.h"
+#include "support/xorshift.h"
 
 namespace hyperpool::cache {
 namespace {
@@ -702,13 +703,7 @@ TEST_CASE("ContainsCaseless agrees with a byte-by-byte search at every length an
   const std::vector<std::string_view> needles = {"listen", "notify", "pg_prepared_statement", "hyperpool:nocache",
                                                  "set_config", "l", "ln"};
   const std::string alphabet = "lLiIsStTeEnN_pPgG:@`[{ \xc3";
-  uint64_t state = 0x9e3779b97f4a7c15ULL;
-  auto next = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  testing::XorShift next(0x9e3779b97f4a7c15ULL);
   size_t found = 0;
   for (int round = 0; round < 4000; ++round) {
     const std::string_view needle = needles[next() % needles.size()];

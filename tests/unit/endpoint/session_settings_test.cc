@@ -1,5 +1,6 @@
 // Session settings, capture and pin detection without I/O
 // (src/endpoint/session_settings.h).
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -286,6 +287,62 @@ TEST_CASE("a named statement's effects count again at each Bind, until it is clo
   protocol::Encode(protocol::Query{"SELECT 1"}, query);
   s.NoteFrontend('Q', payload(query));
   CHECK_FALSE(s.capture_owed());
+}
+
+}  // namespace
+}  // namespace hyperpool::endpoint
+
+namespace hyperpool::endpoint {
+namespace {
+
+bool SameEffects(const SessionEffects& a, const SessionEffects& b) {
+  return a.settings == b.settings && a.pins == b.pins && a.custom_names == b.custom_names &&
+         a.sequences == b.sequences;
+}
+
+// SessionEffectsMemo (the Endpoint's analyses by shape): the answer is
+// AnalyzeSessionEffects' for every text, and texts share one only when they
+// differ in standalone integers alone.
+TEST_CASE("the session-effects memo answers what the analysis answers, shared only across integers") {
+  SessionEffectsMemo memo;
+  const std::vector<std::string> texts = {
+      "SET TimeZone = 'UTC'", "SET my.x1 = 1", "SET my.x2 = 1", "SET my.x1 = 2", "RESET my.x1",
+      "SELECT set_config('app.a1', '1', false)", "SELECT set_config('app.a2', '1', false)",
+      "SELECT set_config('app.a1', '2', true)", "SELECT pg_advisory_lock(42)", "SELECT pg_advisory_lock(43)",
+      "SELECT pg_advisory_xact_lock(42)", "CREATE TEMP TABLE t1 (a int)", "CREATE TABLE t1 (a int)",
+      "SELECT nextval('s1')", "SELECT nextval('s2')", "SELECT 1", "SELECT 2",
+      "UPDATE pgbench_accounts SET abalance = abalance + -4211 WHERE aid = 77;",
+      "UPDATE pgbench_accounts SET abalance = abalance + 17 WHERE aid = 90210;",
+      "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (7, 1, 8598, -1702, CURRENT_TIMESTAMP);",
+      "UPDATE t SET a = 1 WHERE pg_try_advisory_lock(a)", "UPDATE t SET a = 2 WHERE pg_try_advisory_lock(a)",
+      "SET \"my.q1\" = 1", "SET \"my.q2\" = 1", "SELECT 1; CREATE TEMP TABLE t (a int)",
+      "DECLARE c CURSOR WITH HOLD FOR SELECT 1", "SET ROLE other", "SET LOCAL ROLE other", "BEGIN", "END;"};
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass answers from the memo
+    for (const std::string& sql : texts) {
+      CAPTURE(sql, pass);
+      const cache::SqlText text(sql);
+      CHECK(SameEffects(memo.Of(text), AnalyzeSessionEffects(sql)));
+    }
+  }
+  // Names with digits in them are words, not integers: never shared.
+  CHECK(memo.Of(cache::SqlText("SET my.x1 = 1")).custom_names == std::set<std::string>{"my.x1"});
+  CHECK(memo.Of(cache::SqlText("SET my.x2 = 7")).custom_names == std::set<std::string>{"my.x2"});
+  // TPC-B's statements, from one transaction to the next: one analysis each.
+  const std::uint64_t hits = memo.hits();
+  const std::string t1 = "UPDATE pgbench_tellers SET tbalance = tbalance + 5 WHERE tid = 3;";
+  const std::string t2 = "UPDATE pgbench_tellers SET tbalance = tbalance + 9 WHERE tid = 8;";
+  CHECK(SameEffects(memo.Of(cache::SqlText(t1)), AnalyzeSessionEffects(t1)));
+  CHECK(SameEffects(memo.Of(cache::SqlText(t2)), AnalyzeSessionEffects(t2)));
+  CHECK(memo.hits() == hits + 1);
+  // (A sign is a byte of the shape: "+ -9" is another text.)
+  CHECK(SameEffects(memo.Of(cache::SqlText("UPDATE pgbench_tellers SET tbalance = tbalance + -9 WHERE tid = 8;")),
+                    AnalyzeSessionEffects(t2)));
+  CHECK(memo.hits() == hits + 1);
+  // A Parse's effects through the memo, as without it.
+  SessionSettings s(Params{});
+  std::string parse;
+  protocol::Encode(protocol::Parse{"s1", "SELECT pg_advisory_lock(7)", {}}, parse);
+  CHECK(HasPin(s.NoteFrontend('P', std::string_view(parse).substr(5), nullptr, &memo), PinReason::kAdvisoryLock));
 }
 
 }  // namespace
