@@ -84,7 +84,11 @@ void ListenTracker::AddToCurrentUnit(const std::vector<ListenOp>& ops) {
 
 void ListenTracker::NoteQuery(const cache::SqlText& text) {
   if (text.simple_read()) return;  // calls nothing, so listens on nothing
-  if (MayListen(text.sql())) connection_listened_ = true;
+  // A text that never spells "listen" holds no LISTEN or UNLISTEN (nor a
+  // pg_listening_channels call): ParseListenOps' own last check, made
+  // first, so most texts never ask for their leading keyword here.
+  if (!MayListen(text.sql())) return;
+  connection_listened_ = true;
   AddToCurrentUnit(ParseListenOps(text));
 }
 
