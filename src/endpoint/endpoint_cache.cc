@@ -630,6 +630,13 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
     const char status = conn.transaction_status();
     if (w.all || w.schema || (status != 'T' && status != 'E')) Emit(cache_->Invalidate(w), batch);
   }
+  // A COMMIT's CommandComplete is a commit point even when no ReadyForQuery
+  // 'I' follows: COMMIT AND CHAIN (or a COMMIT in a Query that goes on
+  // to BEGIN again) leaves the session in a new block.
+  if (tag == 'C' && u.txn_written.any() && raw.size() >= 12 && raw.substr(5, 7) == std::string_view("COMMIT\0", 7)) {
+    Emit(cache_->Invalidate(u.txn_written), batch);
+    u.txn_written = cache::WriteEffect{};
+  }
   if (tag == 'Z' && raw.size() >= 6) {
     const char status = raw[5];
     last_status_ = status;

@@ -346,6 +346,15 @@ TEST_CASE("a write inside a transaction block leaves others' cached rows until i
     CHECK(one(*reader, qa) == std::to_string(a + 1));
     CHECK(one(*reader, qb) == std::to_string(b + 1));
     CHECK(p.origin_units() == before + 3);  // COMMIT and both reads
+    // COMMIT AND CHAIN commits and stays in a block: committed is committed.
+    one(*writer, "BEGIN");
+    one(*writer, "UPDATE cache_txn_b SET v = v + 100 WHERE id = 1");
+    CHECK(one(*reader, qb) == std::to_string(b + 1));
+    one(*writer, "COMMIT AND CHAIN");
+    CHECK(one(*reader, qb) == std::to_string(b + 101));
+    one(*writer, "UPDATE cache_txn_b SET v = v - 100 WHERE id = 1");
+    one(*writer, "COMMIT");
+    CHECK(one(*reader, qb) == std::to_string(b + 1));
     // A rolled-back block changes nothing anybody reads.
     one(*writer, "BEGIN");
     one(*writer, "UPDATE cache_txn_a SET v = 0 WHERE id = 1");
