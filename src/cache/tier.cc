@@ -570,6 +570,10 @@ WriteEffect WriteEffectOf(const SqlText& text, const VolatilityOracle* oracle, b
         k == StatementKind::kOther || k == StatementKind::kExplain) {
       fx.all = fx.schema = true;  // EXPLAIN ANALYZE CREATE TABLE AS creates a table
     }
+    // COMMIT PREPARED commits what a PREPARE TRANSACTION left, perhaps in
+    // another session and with DDL: nothing here says what it wrote. (Its
+    // own session's invalidation came at the PREPARE, before this commit.)
+    if (k == StatementKind::kTransaction && ContainsCaseless(text.sql(), "prepared")) fx.all = fx.schema = true;
   }
   for (StatementKind k : a->kinds) {
     if (k == StatementKind::kExplain || k == StatementKind::kCursor) {

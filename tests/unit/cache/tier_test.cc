@@ -409,6 +409,11 @@ TEST_CASE("write effects: tables, or everything when they cannot be known") {
   CHECK(WriteEffectOf("EXPLAIN ANALYZE DELETE FROM t", &oracle, true).all);
   CHECK(WriteEffectOf("INSERT INTO nowhere VALUES (1)", &oracle, true).all);
   CHECK(WriteEffectOf("SELECT 'unterminated", &oracle, true).all);
+  // Two-phase commit: the commit of a prepared transaction wrote what it wrote.
+  CHECK(WriteEffectOf("COMMIT PREPARED 'tx1'", &oracle, true).all);
+  CHECK(WriteEffectOf("commit prepared 'tx1'", &oracle, true).schema);
+  CHECK_FALSE(WriteEffectOf("COMMIT", &oracle, true).any());
+  CHECK_FALSE(WriteEffectOf("PREPARE TRANSACTION 'tx1'", &oracle, true).any());
   WriteEffect w;
   w.Merge(WriteEffectOf("SELECT count(*) FROM t", nullptr, true));
   CHECK((w.all && !w.schema));
