@@ -632,10 +632,13 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
   }
   // A COMMIT's CommandComplete is a commit point even when no ReadyForQuery
   // 'I' follows: COMMIT AND CHAIN (or a COMMIT in a Query that goes on
-  // to BEGIN again) leaves the session in a new block.
+  // to BEGIN again) leaves the session in a new block. A unit that writes
+  // itself keeps `txn_written` for its ReadyForQuery: what it writes after
+  // the COMMIT ("COMMIT; UPDATE t ...", merged when it was sent) commits
+  // later, so its ReadyForQuery 'I' invalidates again.
   if (tag == 'C' && u.txn_written.any() && raw.size() >= 12 && raw.substr(5, 7) == std::string_view("COMMIT\0", 7)) {
     Emit(cache_->Invalidate(u.txn_written), batch);
-    u.txn_written = cache::WriteEffect{};
+    if (u.pending.empty() || !u.pending.front().write.any()) u.txn_written = cache::WriteEffect{};
   }
   if (tag == 'Z' && raw.size() >= 6) {
     const char status = raw[5];

@@ -355,6 +355,26 @@ TEST_CASE("a write inside a transaction block leaves others' cached rows until i
     one(*writer, "UPDATE cache_txn_b SET v = v - 100 WHERE id = 1");
     one(*writer, "COMMIT");
     CHECK(one(*reader, qb) == std::to_string(b + 1));
+    // Invalidations (EndpointStats::cache_write_invalidations): an
+    // autocommit write when sent, at its CommandComplete and at its commit;
+    // a block's writes once, at its commit point; a write after the COMMIT
+    // in the same Query again at the ReadyForQuery that commits it.
+    auto invalidations = [&p] { return p.connection->endpoint_stats().cache_write_invalidations; };
+    size_t from = invalidations();
+    one(*writer, "UPDATE cache_txn_a SET v = v + 0 WHERE id = 1");
+    CHECK(invalidations() == from + 3);
+    from = invalidations();
+    one(*writer, "BEGIN");
+    one(*writer, "UPDATE cache_txn_a SET v = v + 0 WHERE id = 1");
+    one(*writer, "UPDATE cache_txn_b SET v = v + 0 WHERE id = 1");
+    CHECK(invalidations() == from);
+    one(*writer, "COMMIT");
+    CHECK(invalidations() == from + 1);
+    one(*writer, "BEGIN");
+    one(*writer, "UPDATE cache_txn_b SET v = v + 0 WHERE id = 1");
+    from = invalidations();
+    one(*writer, "COMMIT; UPDATE cache_txn_a SET v = v + 0 WHERE id = 1");
+    CHECK(invalidations() == from + 2);
     // A rolled-back block changes nothing anybody reads.
     one(*writer, "BEGIN");
     one(*writer, "UPDATE cache_txn_a SET v = 0 WHERE id = 1");
