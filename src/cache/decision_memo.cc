@@ -27,16 +27,8 @@ bool JoinsDigits(char c) {
 
 constexpr char kNumberMark = '\0';  // never in a Query or Parse text (NUL-terminated)
 
-// The bytes KeyOf stops at: digits and single quotes.
-constexpr std::array<bool, 256> kKeyStop = [] {
-  std::array<bool, 256> t{};
-  for (char c = '0'; c <= '9'; ++c) t[static_cast<unsigned char>(c)] = true;
-  t[static_cast<unsigned char>('\'')] = true;
-  return t;
-}();
-
 // Bit k set when sql[block + k] (k < 16; fewer at the end) is a byte
-// AppendShape must look at: a digit, or one of \ ' " $ & - / and NUL.
+// MaskScan must look at: a digit, or one of \ ' " $ & - / and NUL.
 uint32_t ShapeStops(std::string_view sql, size_t block) {
 #if defined(__SSE2__)
   if (sql.size() >= 16) {
@@ -62,11 +54,14 @@ uint32_t ShapeStops(std::string_view sql, size_t block) {
   return mask;
 }
 
-// MaskableText(sql) and, when it holds, AppendMaskedIntegers(sql, out), in
-// one pass that looks only at the bytes either reads (ShapeStops, sixteen
-// at a time) and copies the rest in runs. False when not maskable (`out`
-// then holds part of a key: the caller starts over).
-bool AppendShape(std::string_view sql, std::string& out) {
+// The one scan behind MaskableText, AppendMaskedIntegers and the shape: it
+// looks only at the bytes any of them reads (ShapeStops, sixteen at a time)
+// and copies the rest in runs. `check`: return false at the first byte
+// that makes the text not maskable (backslash, NUL, quoted identifier,
+// dollar quote, '&', comment, an unbalanced quote); else those are plain
+// bytes. `out`: where the text goes with its standalone integers masked
+// (null: nowhere; after a false return it holds part of a key).
+bool MaskScan(std::string_view sql, std::string* out, bool check) {
   const size_t n = sql.size();
   bool in_string = false;
   size_t copied = 0;  // sql[copied, i) is still to be appended
@@ -76,32 +71,50 @@ bool AppendShape(std::string_view sql, std::string& out) {
       const size_t i = block + static_cast<size_t>(__builtin_ctz(stops));
       if (i < next) continue;
       const char c = sql[i];
-      if (c == '\\' || c == kNumberMark) return false;
+      // A backslash may end a string early (E'', or standard_conforming_strings
+      // off): anywhere, the bytes no longer tell where strings are.
+      if (c == '\\' || c == kNumberMark) {
+        if (check) return false;
+        continue;
+      }
       if (c == '\'') {
         in_string = !in_string;
         continue;
       }
       if (in_string) continue;
-      if (c == '"' || c == '$' || c == '&') return false;
-      if (c == '-' || c == '/') {
-        if (i + 1 < n && sql[i + 1] == (c == '-' ? '-' : '*')) return false;  // a comment
+      if (c == '"' || c == '$' || c == '&' || c == '-' || c == '/') {
+        if (check && (c == '"' || c == '$' || c == '&' || (i + 1 < n && sql[i + 1] == (c == '-' ? '-' : '*')))) {
+          return false;  // a quoted identifier, dollar quote, U& escape or comment
+        }
         continue;
       }
       // A digit outside a string: its whole run is one number token if it
       // stands alone, else part of a word, parameter or other number.
       size_t end = i + 1;
       while (end < n && IsDigit(sql[end])) ++end;
-      if (!(i > 0 && JoinsDigits(sql[i - 1])) && (end == n || !JoinsDigits(sql[end]))) {
-        out.append(sql.data() + copied, i - copied);
-        out.push_back(kNumberMark);
+      if (out != nullptr && !(i > 0 && JoinsDigits(sql[i - 1])) && (end == n || !JoinsDigits(sql[end]))) {
+        out->append(sql.data() + copied, i - copied);
+        out->push_back(kNumberMark);
         copied = end;
       }
       next = end;
     }
   }
-  if (in_string) return false;
-  out.append(sql.data() + copied, n - copied);
+  if (check && in_string) return false;
+  if (out != nullptr) out->append(sql.data() + copied, n - copied);
   return true;
+}
+
+// The shape (SqlText::shape), appended to `key`: a byte, 1 when the rest
+// is `sql` masked, 0 when it is `sql` itself (not maskable).
+void AppendShape(std::string_view sql, std::string& key) {
+  const size_t at = key.size();
+  key.push_back(1);
+  if (!MaskScan(sql, &key, /*check=*/true)) {
+    key.resize(at);
+    key.push_back(0);
+    key.append(sql);
+  }
 }
 
 }  // namespace
@@ -122,54 +135,13 @@ bool DecisionMemo::KeyOf(const SqlText& text, const DecisionContext& ctx, std::s
   return true;
 }
 
-bool MaskableText(std::string_view sql) {
-  // Only the places of these bytes are looked at (ByteSet).
-  static constexpr std::string_view kInteresting("\\'\"$&-/\0", 8);
-  static const ByteSet<kInteresting.size()> kBytes(kInteresting);
-  static_assert(kNumberMark == '\0');
-  bool in_string = false;
-  const bool maskable = kBytes.ForEach(sql, [&](size_t i) {
-    const char c = sql[i];
-    // A backslash may end a string early (E'', or standard_conforming_strings
-    // off): anywhere, the bytes no longer tell where strings are.
-    if (c == '\\' || c == kNumberMark) return false;
-    if (c == '\'') {
-      in_string = !in_string;
-      return true;
-    }
-    if (in_string) return true;
-    if (c == '"' || c == '$' || c == '&') return false;
-    return !(i + 1 < sql.size() && sql[i + 1] == (c == '-' ? '-' : '*'));  // '-' or '/'
-  });
-  return maskable && !in_string;
-}
+bool MaskableText(std::string_view sql) { return MaskScan(sql, nullptr, /*check=*/true); }
 
-void AppendMaskedIntegers(std::string_view sql, std::string& key) {
-  // No comments, dollar quotes, quoted identifiers or backslashes, and
-  // balanced single quotes ('' inside a string toggles twice): each
-  // maximal run of digits outside a string that stands alone is one
-  // number token, whatever its digits.
-  bool in_string = false;
-  size_t copied = 0;  // sql[copied, i) is still to be appended
-  for (size_t i = 0; i < sql.size(); ++i) {
-    const char c = sql[i];
-    if (!kKeyStop[static_cast<unsigned char>(c)]) continue;
-    if (c == '\'') {
-      in_string = !in_string;
-      continue;
-    }
-    if (in_string || !IsDigit(c) || (i > 0 && JoinsDigits(sql[i - 1]))) continue;
-    size_t end = i + 1;
-    while (end < sql.size() && IsDigit(sql[end])) ++end;
-    if (end == sql.size() || !JoinsDigits(sql[end])) {
-      key.append(sql.data() + copied, i - copied);
-      key.push_back(kNumberMark);
-      copied = end;
-    }
-    i = end - 1;
-  }
-  key.append(sql.data() + copied, sql.size() - copied);
-}
+// (For a text the caller knows to be maskable: no comments, dollar quotes,
+// quoted identifiers or backslashes, and balanced single quotes, so that
+// each maximal run of digits outside a string that stands alone is one
+// number token, whatever its digits.)
+void AppendMaskedIntegers(std::string_view sql, std::string& key) { (void)MaskScan(sql, &key, /*check=*/false); }
 
 MemoDecision DecisionMemo::Answer(const Entry& e, const DecisionContext& ctx) {
   MemoDecision out;
@@ -251,25 +223,16 @@ const std::string& SqlText::shape() const {
   std::string& s = shape_.emplace();
   if (sql_.size() > kMaxShapeBytes) return s;
   s.reserve(sql_.size() + 1);
-  s.push_back(1);
-  if (!AppendShape(sql_, s)) {  // not maskable: the text itself
-    s.assign(1, '\0');
-    s.append(sql_);
-  }
+  AppendShape(sql_, s);
   return s;
 }
 
 bool EffectMemo::KeyOf(std::string_view sql, bool standard_conforming_strings, std::string& key) {
   if (sql.size() > kMaxTextBytes) return false;
-  const bool mask = MaskableText(sql);
   key.clear();
   key.reserve(sql.size() + 1);
-  key.push_back(static_cast<char>((mask ? 1 : 0) | (standard_conforming_strings ? 2 : 0)));
-  if (mask) {
-    AppendMaskedIntegers(sql, key);
-  } else {
-    key.append(sql);
-  }
+  AppendShape(sql, key);
+  if (standard_conforming_strings) key[0] = static_cast<char>(key[0] | 2);
   return true;
 }
 

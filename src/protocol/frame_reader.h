@@ -168,13 +168,9 @@ inline std::optional<Frame> PeekTaggedFrame(std::string_view bytes) {
 }
 inline FrameReader::Result FrameReader::Read(std::string_view buffer) const {
   if (mode_ == Mode::kTagged) {
-    if (std::optional<FrameHeader> h = PeekTaggedHeader(buffer);
-        h && h->well_formed() && h->length <= limits_.max_message_length && h->size() <= buffer.size()) {
-      Frame frame;
-      frame.tag = h->tag;
-      frame.raw = buffer.substr(0, h->size());
-      frame.payload = frame.raw.substr(5);
-      return Result::Complete(frame);
+    // (raw.size() - 1: the frame's length field.)
+    if (std::optional<Frame> f = PeekTaggedFrame(buffer); f && f->raw.size() - 1 <= limits_.max_message_length) {
+      return Result::Complete(*f);
     }
   }
   return ReadSlow(buffer);

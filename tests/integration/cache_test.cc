@@ -309,7 +309,7 @@ TEST_CASE("an UPDATE is visible at once to the writer and to another app") {
 TEST_CASE("a write inside a transaction block leaves others' cached rows until its COMMIT, then drops them") {
   // As directly: until the COMMIT nobody else sees the block's writes, so
   // the cached rows are still the answer (served without the origin); from
-  // the COMMIT's ReadyForQuery on they are gone, for every table the block
+  // the COMMIT on they are gone, for every table the block
   // wrote, and the writer always reads its own writes.
   const auto& c = testing::SharedPgCluster();
   Admin(c, "DROP TABLE IF EXISTS cache_txn_a, cache_txn_b; "
