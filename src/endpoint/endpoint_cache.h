@@ -363,25 +363,25 @@ class SessionCache {
 
   // `frame` starts a unit of work; `rest` are the input bytes after it.
   // `idle`: nothing outstanding, transaction status 'I', nothing buffered
-  // for the origin. True when the unit was answered into `local_out`
-  // (extended units: up to the Sync, which the caller then answers through
-  // `skip_until_sync`/`skip_status`).
+  // for the origin. kServed: the unit was answered into `local_out`;
+  // kServedUntilSync: an extended unit was, and the caller discards its
+  // messages up to the Sync, which it answers with ReadyForQuery('I').
   // `text`: the frame's Query / Parse text as the session decoded it (its
   // analysis shared with the other passes), or null. Decides at once in
   // all but two cases: the shared tier must be asked, or another session
   // leads the fetch of the same key; then kWait, and the session calls
   // FinishIntercept (which may suspend) for the answer. The unit's frames
   // must stay as they are until then.
-  enum class InterceptResult { kNotServed, kServed, kWait };
+  enum class InterceptResult { kNotServed, kServed, kServedUntilSync, kWait };
   InterceptResult Intercept(const protocol::Frame& frame, const cache::SqlText* text, std::string_view rest, bool idle,
-                            std::string& local_out, bool& skip_until_sync, char& skip_status);
+                            std::string& local_out);
   // The session is idle (the Endpoint's sweep): the per-unit state
   // (UnitState) is given back when it holds nothing a later read would see,
   // else its request queue gives back its storage (both are kept between
   // units otherwise).
   void ReleaseIdleBuffers();
-  // After kWait: true when the unit was answered into `local_out`.
-  asio::awaitable<bool> FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // After kWait: the decision (never kWait), as Intercept's.
+  asio::awaitable<InterceptResult> FinishIntercept(std::string& local_out);
   void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);
   // The session appended an Execute to `to_origin` at `from`. When it is the
   // row-limited Execute of a unit this session fetches for the tier
@@ -398,12 +398,11 @@ class SessionCache {
   OriginVerdict OnOriginFrame(char tag, std::string_view raw, std::string& batch, const OriginConnection& conn);
   // The unit this session leads could not get an origin connection
   // (`status`, from the pool): with stale-if-error on, a kept entry past its
-  // max age answers it into `local_out` (as Intercept would); false when
-  // the error should be reported. Never inside a transaction (a leader
+  // max age answers it into `local_out` (as Intercept would); kNotServed
+  // when the error should be reported. Never inside a transaction (a leader
   // exists only for units that start idle) or after the session's own write.
   // Ends the unit's fetch either way (its followers go to the origin).
-  bool ServeStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
-                         char& skip_status);
+  InterceptResult ServeStaleOnError(const absl::Status& status, std::string& local_out);
   // The unit failed before reaching the origin: ends its fetch.
   void AbandonUnit() { EndLeader(/*abandon=*/true); }
 
@@ -468,12 +467,13 @@ class SessionCache {
   void NoteStateChange(const Effect& e);
   // Before a unit starts idle: re-keys by the captured settings.
   void RefreshSettingsKey();
-  bool Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit, uint64_t digest,
-             std::string& local_out, bool& skip_until_sync, char& skip_status);
-  bool TryStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
-                       char& skip_status);
-  bool Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form, cache::ReplayRequest replay,
-             uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status);
+  // Answers the unit from `entry` into `local_out` (kServed or
+  // kServedUntilSync), or kNotServed.
+  InterceptResult Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit,
+                        uint64_t digest, std::string& local_out);
+  InterceptResult TryStaleOnError(const absl::Status& status, std::string& local_out);
+  InterceptResult Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form,
+                        cache::ReplayRequest replay, uint64_t digest, std::string& local_out);
   // A look-up in progress (Intercept -> FinishIntercept).
   struct Lookup {
     enum class Wait : std::uint8_t { kNone, kShared, kFollower, kCatalog };
@@ -491,7 +491,7 @@ class SessionCache {
     int round = 0;
     Wait wait = Wait::kNone;
   };
-  InterceptResult Step(std::string& local_out, bool& skip_until_sync, char& skip_status);
+  InterceptResult Step(std::string& local_out);
   // A refresh_only look-up that found an entry or a fetch in flight: the
   // unit goes to the origin as a mark-only leader (never served, never waits).
   InterceptResult RefreshOnly();

@@ -34,21 +34,22 @@ constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
 
 }  // namespace
 
-bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit,
-                         uint64_t digest, std::string& local_out, bool& skip_until_sync, char& skip_status) {
-  return Serve(entry, unit.form, unit.replay, digest, local_out, skip_until_sync, skip_status);
+SessionCache::InterceptResult SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry,
+                                                 const cache::CandidateUnit& unit, uint64_t digest,
+                                                 std::string& local_out) {
+  return Serve(entry, unit.form, unit.replay, digest, local_out);
 }
 
-bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form,
-                         cache::ReplayRequest r, uint64_t digest, std::string& local_out, bool& skip_until_sync,
-                         char& skip_status) {
+SessionCache::InterceptResult SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry,
+                                                 cache::ProtocolForm form, cache::ReplayRequest r, uint64_t digest,
+                                                 std::string& local_out) {
   std::string out;
   cache::AppendControl(out, cache::BeginControl{digest});
   if (form == cache::ProtocolForm::kExtended) r.sync = false;
-  if (!cache::AppendReplay(entry->messages, r, out).ok()) return false;
+  if (!cache::AppendReplay(entry->messages, r, out).ok()) return InterceptResult::kNotServed;
   if (form == cache::ProtocolForm::kSimple) {
     if (out.size() < kReadyIdle.size() || std::string_view(out).substr(out.size() - kReadyIdle.size()) != kReadyIdle) {
-      return false;
+      return InterceptResult::kNotServed;
     }
     out.resize(out.size() - kReadyIdle.size());
   }
@@ -62,16 +63,11 @@ bool SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry, cache::
   store.tables = entry->tables;
   store.source = cache_->source();
   cache::AppendControl(out, store);
-  if (form == cache::ProtocolForm::kSimple) {
-    out.append(kReadyIdle);
-  } else {
-    // The unit's remaining frames are discarded up to its Sync, which the
-    // session answers with ReadyForQuery('I').
-    skip_until_sync = true;
-    skip_status = 'I';
-  }
+  if (form == cache::ProtocolForm::kSimple) out.append(kReadyIdle);
   local_out += out;
-  return true;
+  // Extended: the unit's remaining frames are discarded up to its Sync,
+  // which the session answers with ReadyForQuery('I').
+  return form == cache::ProtocolForm::kSimple ? InterceptResult::kServed : InterceptResult::kServedUntilSync;
 }
 
 void SessionCache::NoteNamedParse(const protocol::Frame& frame, const cache::SqlText* text) {
@@ -100,8 +96,7 @@ void SessionCache::ResetAtIdle() {
 }
 
 SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& frame, const cache::SqlText* text,
-                                                     std::string_view rest, bool idle, std::string& local_out,
-                                                     bool& skip_until_sync, char& skip_status) {
+                                                     std::string_view rest, bool idle, std::string& local_out) {
   UnitState& u = U();
   if (frame.tag == 'P') NoteNamedParse(frame, text);
   if (idle) ResetAtIdle();
@@ -245,7 +240,7 @@ SessionCache::InterceptResult SessionCache::Intercept(const protocol::Frame& fra
     u.lookup->shape_pending = std::move(shape_pending);
     return RefreshOnly();
   }
-  return Step(local_out, skip_until_sync, skip_status);
+  return Step(local_out);
 }
 
 // A unit that must reach the origin although its key is cached or being
@@ -272,7 +267,7 @@ SessionCache::InterceptResult SessionCache::RefreshOnly() {
 
 // One round of the look-up (at most four: a leader that abandoned makes its
 // followers look again). kWait leaves U().lookup->wait set for FinishIntercept.
-SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& skip_until_sync, char& skip_status) {
+SessionCache::InterceptResult SessionCache::Step(std::string& local_out) {
   Lookup& l = *U().lookup;
   for (; l.round < 4; ++l.round) {
     U().woken = false;
@@ -286,11 +281,11 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
       case CacheLookupStatus::kHit:
       case CacheLookupStatus::kStale: {
         if (l.refresh_only) return RefreshOnly();
-        bool served = Serve(lk.entry, l.form, l.replay, l.digest, local_out, skip_until_sync, skip_status);
-        if (served) cache_->NoteServed(l.waited);
+        const InterceptResult served = Serve(lk.entry, l.form, l.replay, l.digest, local_out);
+        if (served != InterceptResult::kNotServed) cache_->NoteServed(l.waited);
         cache_->Publish();
         U().lookup.reset();
-        return served ? InterceptResult::kServed : InterceptResult::kNotServed;
+        return served;
       }
       case CacheLookupStatus::kStaleRefresh:
       case CacheLookupStatus::kMissLeader: {
@@ -344,7 +339,7 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out, bool& s
   return InterceptResult::kNotServed;
 }
 
-asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool& skip_until_sync, char& skip_status) {
+asio::awaitable<SessionCache::InterceptResult> SessionCache::FinishIntercept(std::string& local_out) {
   while (U().lookup && U().lookup->wait != Lookup::Wait::kNone) {
     Lookup& l = *U().lookup;
     if (l.wait == Lookup::Wait::kCatalog) {
@@ -353,19 +348,19 @@ asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool
       cache_->OnRefreshEnd(catalog_timer_);
       (void)co_await catalog_timer_->async_wait(kAsTuple);
       U().lookup.reset();
-      co_return false;
+      co_return InterceptResult::kNotServed;
     }
     if (l.wait == Lookup::Wait::kShared) {
       l.wait = Lookup::Wait::kNone;
       const std::string key = l.key;
       std::shared_ptr<const CacheEntry> e = co_await LookupShared(key, leader_->tables);
-      if (!U().lookup || !leader_ || leader_->key != key) co_return false;  // the session moved on (cannot happen idle)
+      if (!U().lookup || !leader_ || leader_->key != key) co_return InterceptResult::kNotServed;  // the session moved on (cannot happen idle)
       if (e && std::chrono::steady_clock::now() < e->expires) {
         cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
         leader_->done = true;
         EndLeader(/*abandon=*/false);
-        bool served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out, skip_until_sync, skip_status);
-        if (served) {
+        const InterceptResult served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out);
+        if (served != InterceptResult::kNotServed) {
           cache_->NoteServed(U().lookup->waited);
           cache_->NoteSharedServed();
         }
@@ -376,7 +371,7 @@ asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool
       if (e && !leader_->fallback) leader_->fallback = e;  // past max age: for stale-if-error only
       cache_->Publish();
       U().lookup.reset();
-      co_return false;
+      co_return InterceptResult::kNotServed;
     }
     // A follower: the leader's result (or its abandoning) wakes us.
     l.wait = Lookup::Wait::kNone;
@@ -385,33 +380,26 @@ asio::awaitable<bool> SessionCache::FinishIntercept(std::string& local_out, bool
       timer.expires_after(kFollowerWait);
       (void)co_await timer.async_wait(kAsTuple);
     }
-    if (!U().lookup) co_return false;
+    if (!U().lookup) co_return InterceptResult::kNotServed;
     if (!U().woken) cache_->tier().CancelWait(U().wait_key, U().wait_id);
     U().wait_key.clear();
     U().lookup->waited = true;
     if (U().woken && U().woken_entry) {
       std::shared_ptr<const CacheEntry> e = std::move(U().woken_entry);
-      bool served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out, skip_until_sync, skip_status);
-      if (served) cache_->NoteServed(true);
+      const InterceptResult served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out);
+      if (served != InterceptResult::kNotServed) cache_->NoteServed(true);
       cache_->Publish();
       U().lookup.reset();
       co_return served;
     }
     if (!U().woken) {  // timed out: go to the origin, uncoordinated
       U().lookup.reset();
-      co_return false;
+      co_return InterceptResult::kNotServed;
     }
     ++U().lookup->round;  // the leader abandoned: look again (may lead now)
-    switch (Step(local_out, skip_until_sync, skip_status)) {
-      case InterceptResult::kServed:
-        co_return true;
-      case InterceptResult::kNotServed:
-        co_return false;
-      case InterceptResult::kWait:
-        break;
-    }
+    if (const InterceptResult r = Step(local_out); r != InterceptResult::kWait) co_return r;
   }
-  co_return false;
+  co_return InterceptResult::kNotServed;
 }
 
 }  // namespace hyperpool::endpoint

@@ -102,38 +102,38 @@ asio::awaitable<std::shared_ptr<const CacheEntry>> SessionCache::LookupShared(
   co_return std::move(wait->entry);
 }
 
-bool SessionCache::ServeStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
-                                     char& skip_status) {
-  const bool served = TryStaleOnError(status, local_out, skip_until_sync, skip_status);
+SessionCache::InterceptResult SessionCache::ServeStaleOnError(const absl::Status& status, std::string& local_out) {
+  const InterceptResult served = TryStaleOnError(status, local_out);
   // Either way the unit's fetch is over: followers waiting on it go to the
   // origin themselves now, not when this session next starts a unit.
   EndLeader(/*abandon=*/true);
   return served;
 }
 
-bool SessionCache::TryStaleOnError(const absl::Status& status, std::string& local_out, bool& skip_until_sync,
-                                   char& skip_status) {
-  if (cache_->options().stale_if_error <= std::chrono::milliseconds(0)) return false;
-  if (!leader_ || leader_->begun || !leader_->fallback || wrote_ || state_changed_) return false;
+SessionCache::InterceptResult SessionCache::TryStaleOnError(const absl::Status& status, std::string& local_out) {
+  constexpr InterceptResult kNo = InterceptResult::kNotServed;
+  if (cache_->options().stale_if_error <= std::chrono::milliseconds(0)) return kNo;
+  if (!leader_ || leader_->begun || !leader_->fallback || wrote_ || state_changed_) return kNo;
   // Only "the origin cannot be reached": not a full pool (53300), a
   // shutdown, a cancel or the origin's own error.
   if (status.code() != absl::StatusCode::kUnavailable && status.code() != absl::StatusCode::kDeadlineExceeded) {
-    return false;
+    return kNo;
   }
   const auto now = std::chrono::steady_clock::now();
   std::shared_ptr<const CacheEntry> e = leader_->fallback;
-  if (now >= std::max(e->keep_until, e->stale_until)) return false;
+  if (now >= std::max(e->keep_until, e->stale_until)) return kNo;
   const uint64_t digest = leader_->digest;
   const cache::ProtocolForm form = leader_->form;
   const cache::ReplayRequest replay = leader_->replay;
   EndLeader(/*abandon=*/true);  // followers try the origin themselves
-  if (!Serve(e, form, replay, digest, local_out, skip_until_sync, skip_status)) return false;
+  const InterceptResult served = Serve(e, form, replay, digest, local_out);
+  if (served == kNo) return kNo;
   cache_->NoteStaleIfError();
   cache_->Publish();
   Log(fmt::format("origin unreachable ({}): served a result {} ms past its max age (stale-if-error)",
                   std::string(status.message()),
                   std::chrono::duration_cast<std::chrono::milliseconds>(now - e->expires).count()));
-  return true;
+  return served;
 }
 
 }  // namespace hyperpool::endpoint

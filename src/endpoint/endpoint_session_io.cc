@@ -776,10 +776,8 @@ asio::awaitable<void> Session::Barrier() {
 
 asio::awaitable<void> Session::FinishIntercept() {
   std::string answers;
-  bool skip_until_sync = false;
-  char skip_status = 'I';
-  const bool served = co_await cache_.FinishIntercept(answers, skip_until_sync, skip_status);
-  core_->OnIntercepted(served, answers, skip_until_sync, skip_status);
+  const endpoint::SessionCache::InterceptResult served = co_await cache_.FinishIntercept(answers);
+  core_->OnIntercepted(served, answers);
   Execute(/*flush_link=*/true);
 }
 

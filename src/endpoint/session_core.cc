@@ -8,7 +8,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -34,6 +36,38 @@ std::string_view SessionCore::StateName(State state) {
     case State::kClosed: return "closed";
   }
   return "?";
+}
+
+// The variant's index is the State.
+template <SessionCore::State S, class Data>
+constexpr bool kIndexed =
+    std::is_same_v<std::variant_alternative_t<static_cast<std::size_t>(S), SessionCore::StateData>, Data>;
+static_assert(kIndexed<SessionCore::State::kIdle, SessionCore::Idle> &&
+              kIndexed<SessionCore::State::kIntercepting, SessionCore::Intercepting> &&
+              kIndexed<SessionCore::State::kAcquiring, SessionCore::Acquiring> &&
+              kIndexed<SessionCore::State::kPreparing, SessionCore::Preparing> &&
+              kIndexed<SessionCore::State::kActive, SessionCore::Active> &&
+              kIndexed<SessionCore::State::kShapeChecking, SessionCore::ShapeChecking> &&
+              kIndexed<SessionCore::State::kOwnQuery, SessionCore::OwnQuery> &&
+              kIndexed<SessionCore::State::kDraining, SessionCore::Draining> &&
+              kIndexed<SessionCore::State::kEnding, SessionCore::Ending> &&
+              kIndexed<SessionCore::State::kClosed, SessionCore::Closed> &&
+              std::variant_size_v<SessionCore::StateData> == static_cast<std::size_t>(SessionCore::State::kClosed) + 1);
+
+SessionCore::StateData SessionCore::DataOf(State state) {
+  switch (state) {
+    case State::kIdle: return Idle{};
+    case State::kIntercepting: return Intercepting{};
+    case State::kAcquiring: return Acquiring{};
+    case State::kPreparing: return Preparing{};
+    case State::kActive: return Active{};
+    case State::kShapeChecking: return ShapeChecking{};
+    case State::kOwnQuery: return OwnQuery{};
+    case State::kDraining: return Draining{};
+    case State::kEnding: return Ending{};
+    case State::kClosed: return Closed{};
+  }
+  return Idle{};
 }
 
 SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity identity)
@@ -79,15 +113,15 @@ void SessionCore::Attach(bool woken) {
 }
 
 bool SessionCore::CanSleep() const {
-  return state_ == State::kIdle && conn_ == nullptr && in_.empty() && rewritten_.empty() && held_frame_.empty() &&
-         head_step_ == Step::kStart && !advancing_ && outstanding_ == 0 && !in_unit_ && !origin_fatal_sent_ &&
-         !terminated_ && !client_gone_ && !link_gone_ && !stopping_ && !session_done_ && !skip_until_sync_ &&
-         !close_after_flush_ && copy_.state() == CopyTracker::State::kNormal && !copy_.in_copy_out() &&
-         !copy_.uncertain() && timeouts_.Quiet() && !statement_timeout_pending_ && !starting_unit_ &&
-         !cancel_requested_ && !cancel_sent_ && cancels_in_flight_ == 0 && hold_ == HoldStep::kNone &&
-         !settings_.capture_owed() && pins_.empty() && !used_sequences_ && !may_notify_ && !pin_counted_gone_ &&
-         statements_.Empty() && !parse_only_unit_ && !pin_budget_held_ && !lease_out_of_cap_ && !rewritten_pin_ &&
-         !pin_waiting_ && !pin_noted_ && waiting_pins_.empty() && !pin_refusal_ && !signal_pending_ &&
+  return state() == State::kIdle && conn_ == nullptr && in_.empty() && head_.stand_in.empty() &&
+         held_frame_.empty() && head_.step == Step::kStart && !head_.stand_in_noted && !head_.effects_noted &&
+         !advancing_ && outstanding_ == 0 && !in_unit_ && !origin_fatal_sent_ && !terminated_ && !client_gone_ &&
+         !link_gone_ && !stopping_ && !session_done_ && !skip_until_sync_ &&
+         copy_.state() == CopyTracker::State::kNormal && !copy_.in_copy_out() && !copy_.uncertain() &&
+         timeouts_.Quiet() && !statement_timeout_pending_ && !cancel_sent_ && cancels_in_flight_ == 0 &&
+         hold_ == HoldStep::kNone && !settings_.capture_owed() && pins_.empty() && !used_sequences_ && !may_notify_ &&
+         !pin_counted_gone_ && statements_.Empty() && !parse_only_unit_ && !pin_budget_held_ && !lease_out_of_cap_ &&
+         std::holds_alternative<std::monostate>(pin_gate_) && !signal_wait_ &&
          !discard_after_unit_ && !idle_watch_started_ && listens_.Idle() && pending_notifications_.empty() &&
          !notifications_overflowed_ && out_.to_client.empty() && out_.to_origin.empty() && out_.commands.empty() &&
          !out_.flush_client;
@@ -105,47 +139,62 @@ SessionCore::~SessionCore() {
 // ----- The transition function
 
 void SessionCore::SetState(State next) {
-  if (next == state_) return;
+  if (next != state()) SetState(DataOf(next));
+}
+
+void SessionCore::SetState(StateData data) {
+  const State next = static_cast<State>(data.index());
+  const State from = state();
+  if (next == from) return;
   // Impossible transitions are bugs of ours, never a peer's doing: checked
   // always (a session in a wrong state could hand a connection on dirty).
   const bool lent = conn_ != nullptr;
   bool ok = true;
   switch (next) {
     case State::kIdle:
-      ok = !lent && state_ != State::kClosed && state_ != State::kEnding;
+      ok = !lent && from != State::kClosed && from != State::kEnding;
       break;
     case State::kIntercepting:
-      ok = state_ == State::kIdle || state_ == State::kActive;
+      ok = from == State::kIdle || from == State::kActive;
       break;
     case State::kAcquiring:
-      ok = !lent && state_ == State::kIdle;
+      ok = !lent && from == State::kIdle;
       break;
     case State::kPreparing:
-      ok = lent && state_ == State::kAcquiring;
+      ok = lent && from == State::kAcquiring;
       break;
     case State::kActive:
-      ok = lent && state_ != State::kClosed && state_ != State::kEnding;
+      ok = lent && from != State::kClosed && from != State::kEnding;
       break;
     case State::kShapeChecking:
     case State::kOwnQuery:
-      ok = lent && state_ == State::kActive;
+      ok = lent && from == State::kActive;
       break;
     case State::kDraining:
-      ok = lent && state_ != State::kEnding && state_ != State::kClosed;
+      ok = lent && from != State::kEnding && from != State::kClosed;
       break;
     case State::kEnding:
-      ok = state_ != State::kClosed;
+      ok = from != State::kClosed;
       break;
     case State::kClosed:
-      ok = state_ == State::kEnding;
+      ok = from == State::kEnding;
       break;
   }
   if (!ok) {
     fmt::print(stderr, "hyperpool: endpoint session {}: impossible transition {} -> {}\n",
-               id_.session_id.empty() ? std::string("-") : id_.session_id, StateName(state_), StateName(next));
+               id_.session_id.empty() ? std::string("-") : id_.session_id, StateName(from), StateName(next));
     std::abort();
   }
-  state_ = next;
+  state_ = std::move(data);
+}
+
+void SessionCore::NextFrame() {
+  head_.step = Step::kStart;
+  head_.scan = -1;
+  head_.effects_noted = false;
+  head_.signal_checked = false;
+  head_.stand_in.clear();
+  head_.stand_in_noted = false;
 }
 
 void SessionCore::Command(SessionCommand::Kind kind) {
@@ -159,11 +208,11 @@ void SessionCore::Command(SessionCommand command) { out_.commands.push_back(std:
 // ----- Client frames
 
 bool SessionCore::wants_client() const {
-  if (state_ != State::kIdle && state_ != State::kActive) return false;
+  if (state() != State::kIdle && state() != State::kActive) return false;
   // Waiting for the pinned budget: read on (up to a bound) so that a client
   // that leaves is seen at once and leaves the queue.
-  if (pin_waiting_) return in_.size() <= kMaxLocalBacklog;
-  if (head_step_ != Step::kStart || !rewritten_.empty() || GateClosed()) return false;
+  if (pin_waiting()) return in_.size() <= kMaxLocalBacklog;
+  if (head_.step != Step::kStart || !head_.stand_in.empty() || GateClosed()) return false;
   return out_.to_client.size() <= kMaxLocalBacklog;
 }
 
@@ -195,7 +244,7 @@ void SessionCore::Advance() {
   advancing_ = true;
   std::size_t consumed = 0;
   bool end = false;
-  while (!end && (state_ == State::kIdle || state_ == State::kActive)) {
+  while (!end && (state() == State::kIdle || state() == State::kActive)) {
     const std::string_view input = std::string_view(in_).substr(consumed);
     auto r = reader_.Read(input);
     if (r.is_need_more()) break;
@@ -208,20 +257,16 @@ void SessionCore::Advance() {
     const std::size_t head_size = r.frame().size();
     const std::size_t offset = consumed + head_size;  // where the frames after it start in in_
     Next next;
-    if (!rewritten_.empty()) {
-      // A refused pin's replacement stands in for the head frame.
+    if (!head_.stand_in.empty()) {
+      // A refused pin's error statement or a signal's stand-in.
       protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
-      auto rr = reader.Read(rewritten_);
+      auto rr = reader.Read(head_.stand_in);
       next = rr.is_frame() ? HandleFrame(rr.frame(), offset) : Next::kConsumed;
     } else {
       next = HandleFrame(r.frame(), offset);
     }
     if (next == Next::kWait) break;
-    head_step_ = Step::kStart;
-    rewritten_.clear();
-    rewritten_pin_ = false;
-    pin_noted_ = false;
-    signal_checked_ = false;
+    NextFrame();
     switch (next) {
       case Next::kConsumed:
         consumed = offset;
@@ -259,9 +304,9 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
     if (auto p = protocol::DecodeParse(frame.payload); p.ok()) text.emplace(p->query);
   }
   const cache::SqlText* sql = text ? &*text : nullptr;
-  if (text && head_step_ != Step::kStart) text->set_scan_result(head_scan_);
+  if (text && head_.step != Step::kStart) text->set_scan_result(head_.scan);
 
-  if (head_step_ == Step::kStart) {
+  if (head_.step == Step::kStart) {
     if (tag == 'X') {
       terminated_ = true;
       return Next::kEnd;
@@ -270,21 +315,21 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
       // After an error in extended-query mode PostgreSQL discards messages
       // until Sync, which it answers with ReadyForQuery.
       if (tag == 'S') {
-        skip_until_sync_ = false;
-        QueueReadyForQuery(skip_status_);
+        QueueReadyForQuery(*skip_until_sync_);
+        skip_until_sync_.reset();
       }
       return Next::kConsumed;
     }
     // The settings capture, UNLISTEN * or a cancel still owns the connection.
     if (GateClosed()) return Next::kWait;
     if (stopping_) return Next::kEnd;
-    if (pin_refusal_) return HandleRefusedPin(frame, offset);  // its wait for the budget failed
+    if (std::holds_alternative<PinRefused>(pin_gate_)) {
+      return HandleRefusedPin(frame, offset);  // its wait for the budget failed
+    }
     if (std::optional<BackendSignal> signal = HeadSignal(frame, sql, offset)) {
       // pg_cancel/terminate_backend of a pid we may have handed out
       // (backend_signal.h): the driver looks for its session.
-      signal_pending_ = true;
-      signal_ = *signal;
-      signal_status_ = conn_ != nullptr ? conn_->transaction_status() : 'I';
+      signal_wait_ = SignalWait{*signal, conn_ != nullptr ? conn_->transaction_status() : 'I'};
       SessionCommand c;
       c.kind = SessionCommand::Kind::kSignalSession;
       c.signal_pid = signal->pid;
@@ -292,29 +337,30 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
       Command(std::move(c));
       return Next::kWait;
     }
-    if (!rewritten_pin_ && !pin_noted_) {
-      pin_noted_ = true;
+    if (!head_.stand_in_noted && !head_.effects_noted) {
+      head_.effects_noted = true;
       if (!NoteSessionEffects(frame, sql)) {
         // The budget is spent: the frame waits for a unit (pin_budget.h).
-        pin_waiting_ = true;
         Command(SessionCommand::Kind::kWaitPin);
         return Next::kWait;
       }
     }
     if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, sql);  // remembered by name
-    head_step_ = Step::kNoted;
-    head_scan_ = sql != nullptr ? sql->scan_result() : -1;
+    head_.step = Step::kNoted;
+    head_.scan = sql != nullptr ? sql->scan_result() : -1;
   }
-  if (head_step_ == Step::kNoted) {
+  if (head_.step == Step::kNoted) {
     // The lent connection failed: its loss is being reported (OnOriginLost).
     if (conn_ != nullptr && conn_->broken()) return Next::kWait;
     // The query cache (endpoint_cache.h): a unit of work answered from the
     // Endpoint tier needs no origin connection.
     const bool idle = outstanding_ == 0 && !in_unit_ && out_.to_origin.empty() &&
                       (conn_ == nullptr || conn_->transaction_status() == 'I');
-    switch (cache_.Intercept(frame, sql, std::string_view(in_).substr(offset), idle, out_.to_client, skip_until_sync_,
-                             skip_status_)) {
+    switch (cache_.Intercept(frame, sql, std::string_view(in_).substr(offset), idle, out_.to_client)) {
       case SessionCache::InterceptResult::kServed:
+        return Next::kConsumed;
+      case SessionCache::InterceptResult::kServedUntilSync:
+        skip_until_sync_ = 'I';
         return Next::kConsumed;
       case SessionCache::InterceptResult::kWait:
         SetState(State::kIntercepting);
@@ -323,15 +369,15 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
       case SessionCache::InterceptResult::kNotServed:
         break;
     }
-    head_step_ = Step::kIntercepted;
+    head_.step = Step::kIntercepted;
   }
-  if (head_step_ == Step::kIntercepted) {
+  if (head_.step == Step::kIntercepted) {
     const Next started = StartUnit(frame, offset);
-    if (started != Next::kConsumed || head_step_ != Step::kAcquired) return started;
+    if (started != Next::kConsumed || head_.step != Step::kAcquired) return started;
   }
-  if (head_step_ == Step::kAcquired) {
+  if (head_.step == Step::kAcquired) {
     const Next forwarded = Forward(frame, sql);
-    if (forwarded != Next::kConsumed || head_step_ != Step::kChecked) return forwarded;
+    if (forwarded != Next::kConsumed || head_.step != Step::kChecked) return forwarded;
   }
   // kChecked: the shape check (if any) is over.
   if (conn_ == nullptr) return Next::kConsumed;  // lost meanwhile: the loss answered the unit
@@ -344,7 +390,7 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
 
 SessionCore::Next SessionCore::StartUnit(const protocol::Frame& frame, std::size_t offset) {
   const char tag = frame.tag;
-  if (conn_ == nullptr && !rewritten_pin_ &&
+  if (conn_ == nullptr && !head_.stand_in_noted &&
       (parse_only_unit_ ||
        (tag == 'P' && statements_.IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
     // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
@@ -355,19 +401,24 @@ SessionCore::Next SessionCore::StartUnit(const protocol::Frame& frame, std::size
   if (conn_ == nullptr) {
     // COPY data outside COPY: PostgreSQL ignores it, and it starts no work.
     if (tag == 'd' || tag == 'c' || tag == 'f') return Next::kConsumed;
-    starting_unit_ = true;  // a cancel now ends this unit before it starts
-    acquire_started_ = std::chrono::steady_clock::now();
-    SetState(State::kAcquiring);
+    // (A cancel now ends this unit before it starts.)
+    SetState(Acquiring{.since = std::chrono::steady_clock::now()});
     Command(SessionCommand::Kind::kAcquire);
     return Next::kWait;
   }
-  head_step_ = Step::kAcquired;
+  head_.step = Step::kAcquired;
   return Next::kConsumed;
 }
 
+void SessionCore::ObserveAcquireWait() const {
+  if (const auto* acquiring = std::get_if<Acquiring>(&state_)) {
+    endpoint_.acquire_wait.Observe(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - acquiring->since));
+  }
+}
+
 void SessionCore::OnAcquired(OriginConnection* conn) {
-  endpoint_.acquire_wait.Observe(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - acquire_started_));
+  ObserveAcquireWait();
   conn_ = conn;
   if (stopping_ || ending()) {
     // Nothing of the session reached it: a healthy one goes back as it came.
@@ -375,7 +426,7 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
                                                                          : ReleaseDecision::kClose);
     return;
   }
-  SetState(State::kPreparing);
+  SetState(Preparing{.cancel_requested = std::get<Acquiring>(state_).cancel_requested});
   // Who sent a notification is who last ran a unit that may NOTIFY on that
   // backend (from its first message to its ReadyForQuery), not who holds it
   // now: the listener's copy of another session's NOTIFY may arrive after
@@ -407,21 +458,18 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
 }
 
 void SessionCore::OnAcquireFailed(const absl::Status& status) {
-  endpoint_.acquire_wait.Observe(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - acquire_started_));
-  starting_unit_ = cancel_requested_ = false;
-  if (state_ != State::kAcquiring) return;  // ended meanwhile
+  ObserveAcquireWait();
+  if (state() != State::kAcquiring) return;  // ended meanwhile
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   auto r = reader.Read(in_);
   if (!r.is_frame()) return;
   SetState(State::kIdle);
-  head_step_ = Step::kStart;
-  if (cache_.ServeStaleOnError(status, out_.to_client, skip_until_sync_, skip_status_)) {
-    in_.erase(0, r.frame().size());  // stale-if-error (endpoint_cache.h): answered like a hit
-    rewritten_.clear();
-    rewritten_pin_ = false;
-    pin_noted_ = false;
-    signal_checked_ = false;
+  const SessionCache::InterceptResult stale = cache_.ServeStaleOnError(status, out_.to_client);
+  if (stale != SessionCache::InterceptResult::kNotServed) {
+    // stale-if-error (endpoint_cache.h): answered like a hit.
+    if (stale == SessionCache::InterceptResult::kServedUntilSync) skip_until_sync_ = 'I';
+    in_.erase(0, r.frame().size());
+    NextFrame();
     Advance();
     return;
   }
@@ -433,21 +481,17 @@ void SessionCore::FailHeadUnit(const absl::Status& status) {
   // ErrorResponse, then a ReadyForQuery for each Query/Sync of the pending
   // input, so the session stays usable.
   SetState(State::kIdle);
-  head_step_ = Step::kStart;
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   auto r = reader.Read(in_);
   if (r.is_frame()) {
-    // The replacement of a refused pin stands for the head frame when given.
+    // The head frame's stand-in, when it has one, is what is answered.
     protocol::FrameReader rr(protocol::FrameReader::Mode::kTagged);
-    auto first = rewritten_.empty() ? r : rr.Read(rewritten_);
+    auto first = head_.stand_in.empty() ? r : rr.Read(head_.stand_in);
     in_.erase(0, AnswerAcquireFailure(status, first.is_frame() ? first.frame() : r.frame(), r.frame().size()));
   } else {
     in_.clear();
   }
-  rewritten_.clear();
-  rewritten_pin_ = false;
-  pin_noted_ = false;
-  signal_checked_ = false;
+  NextFrame();
   if (terminated_) {
     FinishDraining();  // a Terminate was among the input answered: the session ends
     return;
@@ -457,15 +501,14 @@ void SessionCore::FailHeadUnit(const absl::Status& status) {
 
 void SessionCore::OnPrepared(const absl::Status& prepared_status) {
   absl::Status status = prepared_status;
-  starting_unit_ = false;
   if (conn_ == nullptr) return;  // lost meanwhile (OnOriginLost answered)
   parameter_mark_ = conn_->parameter_changes();
-  const bool cancelled = status.ok() && cancel_requested_;
+  const auto* preparing = std::get_if<Preparing>(&state_);
+  const bool cancelled = status.ok() && preparing != nullptr && preparing->cancel_requested;
   if (cancelled) {
     status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
                                     kSqlStateQueryCanceled);
   }
-  cancel_requested_ = false;
   if (!status.ok()) {
     // A cancel that came as the connection was handed over: nothing of the
     // unit was sent, so the healthy connection goes back as it came. A
@@ -478,7 +521,7 @@ void SessionCore::OnPrepared(const absl::Status& prepared_status) {
   }
   if (ending()) return;
   SetState(State::kActive);
-  head_step_ = Step::kAcquired;
+  head_.step = Step::kAcquired;
   Advance();
 }
 
@@ -523,7 +566,7 @@ SessionCore::Next SessionCore::Forward(const protocol::Frame& frame, const cache
   cache_.OnForward(frame, text);  // writes and state changes, for the query cache
   if (tag != 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, text);
   if (tag == 'P') statements_.set_scope(StatementScope());
-  head_step_ = Step::kChecked;
+  head_.step = Step::kChecked;
   if (statements_.StartShapeCheck(frame, conn_->statements(), out_.to_origin)) {
     // A statement prepared before DDL is re-Parsed here: its result shape
     // is checked before the client's Bind goes out (statement_session.h).
@@ -533,25 +576,18 @@ SessionCore::Next SessionCore::Forward(const protocol::Frame& frame, const cache
   return Next::kConsumed;
 }
 
-void SessionCore::OnIntercepted(bool served, std::string_view answers, bool skip_until_sync, char skip_status) {
-  if (state_ != State::kIntercepting) return;
+void SessionCore::OnIntercepted(SessionCache::InterceptResult result, std::string_view answers) {
+  if (state() != State::kIntercepting) return;
   SetState(conn_ != nullptr ? State::kActive : State::kIdle);
-  if (served) {
+  if (result == SessionCache::InterceptResult::kServed || result == SessionCache::InterceptResult::kServedUntilSync) {
     out_.to_client.append(answers.data(), answers.size());
-    if (skip_until_sync) {
-      skip_until_sync_ = true;
-      skip_status_ = skip_status;
-    }
+    if (result == SessionCache::InterceptResult::kServedUntilSync) skip_until_sync_ = 'I';
     protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
     auto r = reader.Read(in_);
     if (r.is_frame()) in_.erase(0, r.frame().size());
-    head_step_ = Step::kStart;
-    rewritten_.clear();
-    rewritten_pin_ = false;
-    pin_noted_ = false;
-    signal_checked_ = false;
+    NextFrame();
   } else {
-    head_step_ = Step::kIntercepted;
+    head_.step = Step::kIntercepted;
   }
   AfterProgress();
 }
@@ -563,7 +599,7 @@ void SessionCore::OnAdminTerminate() {
 }
 
 bool SessionCore::GateClosed() const {
-  return pin_waiting_ || signal_pending_ || CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0;
+  return pin_waiting() || signal_wait_ || CapturePending() || ListenCleanupPending() || cancels_in_flight_ > 0;
 }
 
 bool SessionCore::TracksListens() const { return endpoint_.options.pool.mode == PoolMode::kTransaction; }
@@ -581,7 +617,7 @@ bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::
   }
   if (effects.pins.empty()) return true;
   if (!TakePinBudget()) {
-    waiting_pins_ = std::move(effects.pins);  // added once a unit is granted
+    pin_gate_ = PinWait{std::move(effects.pins)};  // added once a unit is granted
     return false;
   }
   for (PinReason reason : effects.pins) AddPin(reason);
@@ -624,10 +660,7 @@ std::size_t SessionCore::AnswerAcquireFailure(const absl::Status& status, const 
     answer(r.frame().tag);
     rest.remove_prefix(r.frame().size());
   }
-  if (in_unit) {
-    skip_until_sync_ = true;
-    skip_status_ = 'I';
-  }
+  if (in_unit) skip_until_sync_ = 'I';
   return in_.size() - rest.size();  // a frame cut by the read boundary stays
 }
 

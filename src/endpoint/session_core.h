@@ -19,7 +19,7 @@
 // Client frames are consumed in order from an input buffer. A frame that
 // needs something asynchronous first (a connection, the settings replay, a
 // capture or cancel to finish, a shape check, the cache's wait) stays at the
-// head of the input with a note of how far it got (`head_step_`), a command
+// head of the input with a note of how far it got (`head_`), a command
 // goes out, and processing resumes with the completion. Origin frames are
 // handled one at a time; a ReadyForQuery that must wait for the listener
 // connection is held (OnOriginFrame returns false) and finished by
@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -65,7 +66,7 @@ struct SessionCommand {
   enum class Kind : std::uint8_t {
     kAcquire,        // borrow a connection from the pool: OnAcquired(conn) or OnAcquireFailed(status)
     kCancelAcquire,  // end the pending kAcquire with `status` (it then reports OnAcquireFailed)
-    kIntercept,      // finish the query cache's decision (SessionCache::FinishIntercept): OnIntercepted(served)
+    kIntercept,      // finish the query cache's decision (SessionCache::FinishIntercept): OnIntercepted(result)
     kPrepare,        // settings replay on the lent connection (ApplySettings(desired, discard_sequences)): OnPrepared
     kMoveOutOfCap,   // the lease leaves the pool's cap (a pinned session: pin_budget.h)
     kCapture,        // settings capture on the lent connection (CaptureSettings into settings()): OnCaptured
@@ -113,6 +114,30 @@ class SessionCore {
     kClosed,        // over and flushed; nothing more happens
   };
   static std::string_view StateName(State state);
+
+  // What only one state has, in that state's alternative of StateData (the
+  // variant's index is the State; the others carry nothing of their own).
+  struct Idle {};
+  struct Intercepting {};
+  struct Acquiring {
+    std::chrono::steady_clock::time_point since;  // for the acquire_wait histogram
+    bool cancel_requested = false;                // the app cancelled: the wait ends with 57014
+  };
+  struct Preparing {
+    // The app cancelled while the unit waited for its connection or its
+    // settings replay: it ends with 57014 before any of it is sent.
+    bool cancel_requested = false;
+  };
+  struct Active {};
+  struct ShapeChecking {};
+  struct OwnQuery {
+    SessionCommand::Kind query = SessionCommand::Kind::kCapture;  // kCapture or kUnlisten
+  };
+  struct Draining {};
+  struct Ending {};
+  struct Closed {};
+  using StateData = std::variant<Idle, Intercepting, Acquiring, Preparing, Active, ShapeChecking, OwnQuery, Draining,
+                                 Ending, Closed>;
 
   // Who the session is (from the hello; Session reads it).
   struct Identity {
@@ -188,9 +213,10 @@ class SessionCore {
   // Another session's pg_terminate_backend named this session's app pid:
   // FATAL 57P01, as PostgreSQL's administrator command, and the session ends.
   void OnAdminTerminate();
-  // The cache's wait ended: `served` with `answers` (and, for an
-  // extended unit, the rest skipped up to its Sync: `skip_until_sync`).
-  void OnIntercepted(bool served, std::string_view answers, bool skip_until_sync, char skip_status);
+  // The cache's wait ended (SessionCache::FinishIntercept): served with
+  // `answers` (kServedUntilSync: the rest of the extended unit is skipped
+  // up to its Sync), or not.
+  void OnIntercepted(SessionCache::InterceptResult result, std::string_view answers);
   void OnPrepared(const absl::Status& status);
   void OnCaptured(const absl::StatusOr<CaptureOutcome>& outcome);
   // UNLISTEN * finished (`ok`: ended at 'I'); `notifications` are the
@@ -243,15 +269,15 @@ class SessionCore {
   // ----- What the driver reads ---------------------------------------------
 
   Outbox& outbox() { return out_; }
-  State state() const { return state_; }
-  bool closed() const { return state_ == State::kClosed; }
+  State state() const { return static_cast<State>(state_.index()); }
+  bool closed() const { return state() == State::kClosed; }
   // The driver should read from the lent connection now.
   bool wants_origin() const;
   // The driver may read more from the link (false: answers made here pile
   // up unsent, or the session is over).
   bool wants_client() const;
   // The link should close once `to_client` is out (the session is over).
-  bool ending() const { return state_ == State::kEnding || state_ == State::kClosed; }
+  bool ending() const { return state() == State::kEnding || state() == State::kClosed; }
   // Nobody reads `to_client` any more (the link ended): drop it.
   bool discard_output() const { return link_gone_; }
   // Once `to_client` is flushed in kEnding: the session is closed.
@@ -291,7 +317,11 @@ class SessionCore {
   };
 
   // The one transition function (checks each transition's invariants).
+  // A state with data of its own is entered with it; the others (and
+  // those) also by name, with their data's defaults.
+  void SetState(StateData next);
   void SetState(State next);
+  static StateData DataOf(State state);
   void Command(SessionCommand::Kind kind);
   void Command(SessionCommand command);
 
@@ -299,6 +329,7 @@ class SessionCore {
   void Advance();
   Next HandleFrame(const protocol::Frame& frame, std::size_t offset);
   Next StartUnit(const protocol::Frame& frame, std::size_t offset);
+  void ObserveAcquireWait() const;  // in kAcquiring: how long it waited
   Next Forward(const protocol::Frame& frame, const cache::SqlText* text);
   Next HandleRefusedPin(const protocol::Frame& frame, std::size_t offset);
   bool GateClosed() const;
@@ -346,7 +377,7 @@ class SessionCore {
   // AppendBackendSignalBatchAnswer answers: the statement is recorded as
   // the client's and the batch answered here (ParseComplete, ...). Returns
   // the bytes of in_ answered, Sync included; 0 (nothing done) otherwise.
-  std::size_t AnswerSignalParse(const protocol::Frame& parse);
+  std::size_t AnswerSignalParse(const protocol::Frame& parse, const BackendSignal& signal);
   // The Parse payload the client made the statement that a Bind (`bind_payload`)
   // names with, or "" if it holds no such statement.
   std::string_view BoundParse(std::string_view bind_payload) const;
@@ -378,36 +409,45 @@ class SessionCore {
   SessionCache& cache_;
   Identity id_;
   Outbox out_;
-  State state_ = State::kIdle;
+  StateData state_;
   protocol::FrameReader reader_{protocol::FrameReader::Mode::kTagged};
 
   std::string in_;             // link bytes not yet handled; the head frame may be waiting
-  Step head_step_ = Step::kStart;
-  // The head frame's select-scan (cache::SqlText::scan_result), kept while
-  // the frame waits past Step::kStart so handling it again does not rescan.
-  signed char head_scan_ = -1;
-  std::string rewritten_;      // a refused pin's replacement frame, handled instead of the head
+  // The frame at the head of `in_`: how far it got before it had to wait,
+  // and what stands in for it. All of it ends with the frame (NextFrame).
+  struct HeadFrame {
+    Step step = Step::kStart;
+    // Its select-scan (cache::SqlText::scan_result), kept while it waits
+    // past Step::kStart so handling it again does not rescan.
+    signed char scan = -1;
+    bool effects_noted = false;   // NoteSessionEffects ran for it (a pin wait resumes past it)
+    bool signal_checked = false;  // HeadSignal looked, or kSignalSession found nobody
+    // A refused pin's error statement or a backend signal's stand-in,
+    // handled instead of the frame; its effects are not noted again.
+    std::string stand_in;
+    bool stand_in_noted = false;
+  };
+  HeadFrame head_;
+  // The head frame is done: the next one starts from nothing.
+  void NextFrame();
   bool advancing_ = false;     // Advance() is on the stack (no re-entry)
 
   OriginConnection* conn_ = nullptr;  // the lent connection (the driver's lease), or null
   std::size_t outstanding_ = 0;       // Query/Sync/FunctionCall sent, ReadyForQuery not yet seen
   bool in_unit_ = false;              // extended-query messages sent since the last Sync
   std::chrono::steady_clock::time_point txn_started_{};
-  std::chrono::steady_clock::time_point acquire_started_{};
   bool origin_fatal_sent_ = false;    // the origin's FATAL went to the client
   bool terminated_ = false;           // Terminate received
   bool client_gone_ = false;          // the link ended (after Terminate or not)
   bool link_gone_ = false;            // nobody reads the answers any more (drain them)
   bool stopping_ = false;             // Shutdown()
   bool session_done_ = false;         // EndSession ran
-  bool skip_until_sync_ = false;      // discard until Sync, answer it with skip_status_
-  char skip_status_ = 'I';
-  bool close_after_flush_ = false;    // a FATAL is queued: the session ends once it is out
+  // Set: discard the app's messages until a Sync, answered with
+  // ReadyForQuery of this status (an extended unit answered or failed here).
+  std::optional<char> skip_until_sync_;
   CopyTracker copy_;
   SessionTimeouts timeouts_;
   bool statement_timeout_pending_ = false;
-  bool starting_unit_ = false;        // acquiring or preparing for the head unit
-  bool cancel_requested_ = false;     // a cancel arrived while starting_unit_
   bool cancel_sent_ = false;          // CancelIfBusy went out
   std::size_t cancels_in_flight_ = 0;
   std::uint64_t parameter_mark_ = 0;
@@ -425,21 +465,25 @@ class SessionCore {
   bool parse_only_unit_ = false;
   bool pin_budget_held_ = false;
   bool lease_out_of_cap_ = false;
-  bool rewritten_pin_ = false;        // the head frame's replacement is being handled
-  // Waiting for the pinned budget (kWaitPin): the head frame's effects are
-  // noted (`pin_noted_`), its pins are added once a unit is granted; a wait
-  // that failed while a connection is lent leaves the error the head frame
-  // is replaced by (`pin_refusal_`).
-  bool pin_waiting_ = false;
-  bool pin_noted_ = false;
-  std::vector<PinReason> waiting_pins_;
-  std::unique_ptr<protocol::PoolerError> pin_refusal_;  // (made when it happens: rare)
-  // The head Query is a pg_cancel/terminate_backend of an app pid
-  // (kSignalSession pending), or was checked and goes to the origin.
-  bool signal_pending_ = false;
-  bool signal_checked_ = false;
-  char signal_status_ = 'I';
-  BackendSignal signal_;  // what kSignalSession asked for
+  // The head frame's pins and the pinned budget (pin_budget.h): waiting for
+  // a unit of it (kWaitPin; the pins are added once one is granted), or the
+  // wait failed while a connection is lent and the head frame is replaced
+  // by the error (HandleRefusedPin).
+  struct PinWait {
+    std::vector<PinReason> pins;
+  };
+  struct PinRefused {
+    protocol::PoolerError error;
+  };
+  std::variant<std::monostate, PinWait, PinRefused> pin_gate_;
+  bool pin_waiting() const { return std::holds_alternative<PinWait>(pin_gate_); }
+  // The head frame is a pg_cancel/terminate_backend of an app pid: what
+  // kSignalSession asked for, and the status its ReadyForQuery answers.
+  struct SignalWait {
+    BackendSignal signal;
+    char status = 'I';
+  };
+  std::optional<SignalWait> signal_wait_;
   std::atomic<std::uint64_t> origin_lease_{0};  // origin_lease(): serial << 32 | pid
   std::uint64_t previous_lease_ = 0;             // the word before the latest lend
   bool discard_after_unit_ = false;

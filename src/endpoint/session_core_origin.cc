@@ -25,7 +25,7 @@ constexpr std::string_view kPortalSuspendedFrame("s\0\0\0\4", 5);
 
 bool SessionCore::wants_origin() const {
   return conn_ != nullptr && (outstanding_ > 0 || in_unit_) && hold_ == HoldStep::kNone && !session_done_ &&
-         state_ != State::kOwnQuery && state_ != State::kPreparing;
+         state() != State::kOwnQuery && state() != State::kPreparing;
 }
 
 bool SessionCore::OnOriginFrame(const protocol::Frame& frame) {
@@ -144,9 +144,9 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
     }
   }
   if (outstanding_ == 0 && !in_unit_) out_.flush_client = true;  // the unit's answers are complete
-  if (check_done && state_ == State::kShapeChecking) SetState(State::kActive);
+  if (check_done && state() == State::kShapeChecking) SetState(State::kActive);
   if (tag == 'Z' || check_done) {
-    if (state_ == State::kDraining) {
+    if (state() == State::kDraining) {
       FinishDraining();
     } else {
       AfterProgress();
@@ -191,7 +191,7 @@ void SessionCore::OnOriginLost(const absl::Status& reason) {
   outstanding_ = 0;
   in_unit_ = false;
   txn_started_ = {};  // a lost transaction is not timed
-  skip_until_sync_ = false;
+  skip_until_sync_.reset();
   ReleaseLease(ReleaseDecision::kClose);
   EndSession();
 }
@@ -219,7 +219,8 @@ PinReason SessionCore::CurrentPin() const {
 }
 
 void SessionCore::OnCaptured(const absl::StatusOr<CaptureOutcome>& outcome) {
-  if (state_ != State::kOwnQuery || conn_ == nullptr) return;
+  const auto* own = std::get_if<OwnQuery>(&state_);
+  if (own == nullptr || own->query != SessionCommand::Kind::kCapture || conn_ == nullptr) return;
   parameter_mark_ = conn_->parameter_changes();
   if (outcome.ok() && outcome->role_changed) {
     // The session is someone else now and must stay so (as after SET
@@ -237,7 +238,8 @@ void SessionCore::OnCaptured(const absl::StatusOr<CaptureOutcome>& outcome) {
 }
 
 void SessionCore::OnUnlistened(bool ok, const std::vector<std::string>& notifications) {
-  if (state_ != State::kOwnQuery || conn_ == nullptr) return;
+  const auto* own = std::get_if<OwnQuery>(&state_);
+  if (own == nullptr || own->query != SessionCommand::Kind::kUnlisten || conn_ == nullptr) return;
   for (const std::string& raw : notifications) {
     // Read from the lent connection before its UNLISTEN: the session's own,
     // unless the listener connection delivers that channel to it.
@@ -254,17 +256,17 @@ void SessionCore::OnUnlistened(bool ok, const std::vector<std::string>& notifica
 
 void SessionCore::AfterProgress() {
   if (session_done_ || ending()) return;
-  if (conn_ != nullptr && state_ == State::kActive && hold_ == HoldStep::kNone && outstanding_ == 0 && !in_unit_) {
+  if (conn_ != nullptr && state() == State::kActive && hold_ == HoldStep::kNone && outstanding_ == 0 && !in_unit_) {
     // Settings may have changed in the unit that just ended at 'I': read
     // them before anyone else (this client's next unit included) uses the
     // connection. Then UNLISTEN * if the unit may have LISTENed on it.
     if (CapturePending()) {
-      SetState(State::kOwnQuery);
+      SetState(OwnQuery{SessionCommand::Kind::kCapture});
       Command(SessionCommand::Kind::kCapture);
       return;
     }
     if (ListenCleanupPending()) {
-      SetState(State::kOwnQuery);
+      SetState(OwnQuery{SessionCommand::Kind::kUnlisten});
       Command(SessionCommand::Kind::kUnlisten);
       return;
     }
@@ -277,7 +279,7 @@ void SessionCore::AfterProgress() {
 void SessionCore::MaybeRelease() {
   if (conn_ == nullptr || hold_ != HoldStep::kNone) return;
   if (outstanding_ > 0 || in_unit_ || copy_.in_copy_in()) return;
-  if (state_ != State::kActive) return;  // an own query, a shape check, the replay: not yet
+  if (state() != State::kActive) return;  // an own query, a shape check, the replay: not yet
   ReleaseDecision d = ReleaseAtIdle();
   if (discard_after_unit_ && d != ReleaseDecision::kKeep) d = ReleaseDecision::kClose;  // a refused pin ran
   ReleaseLease(d);
@@ -327,7 +329,7 @@ void SessionCore::ReleaseLease(ReleaseDecision decision) {
   origin_fatal_sent_ = false;
   hold_ = HoldStep::kNone;
   held_frame_.clear();
-  switch (state_) {
+  switch (state()) {
     case State::kActive:
     case State::kOwnQuery:
     case State::kShapeChecking:
@@ -395,7 +397,7 @@ void SessionCore::OnClientGone() {
   if (ending()) return;
   client_gone_ = true;
   link_gone_ = true;  // nobody reads the answers any more
-  if (state_ == State::kDraining) return;  // after Terminate: its units finish, then the session ends
+  if (state() == State::kDraining) return;  // after Terminate: its units finish, then the session ends
   // A Terminate behind frames not yet handled (an INSERT sent with it while
   // it waits for a connection): PostgreSQL runs what came before a
   // Terminate, so they run, and the Terminate then drains and ends it.
@@ -423,7 +425,7 @@ void SessionCore::Shutdown() {
 }
 
 void SessionCore::FinishDraining() {
-  if (state_ != State::kDraining) {
+  if (state() != State::kDraining) {
     // A graceful Terminate after pipelined work: let that work finish (its
     // results are forwarded) before deciding about the connection.
     if (conn_ != nullptr && copy_.in_copy_in() && !conn_->broken()) {
@@ -483,16 +485,16 @@ void SessionCore::ForgetSession() {
 void SessionCore::TakeSpareBuffers() {
   // An idle session gave its buffers back (ReleaseIdleBuffers): the unit
   // these bytes start takes spares instead of growing fresh ones.
-  if (state_ != State::kIdle || conn_ != nullptr) return;
+  if (state() != State::kIdle || conn_ != nullptr) return;
   endpoint_.buffers.Take(out_.to_origin);
   endpoint_.buffers.Take(out_.to_client);
 }
 
 void SessionCore::ReleaseIdleBuffers() {
-  if (state_ != State::kIdle || conn_ != nullptr) return;
+  if (state() != State::kIdle || conn_ != nullptr) return;
   BufferPool& pool = endpoint_.buffers;
   pool.Give(in_);
-  pool.Give(rewritten_);
+  pool.Give(head_.stand_in);
   pool.Give(held_frame_);
   pool.Give(out_.to_client);
   pool.Give(out_.to_origin);
@@ -502,7 +504,7 @@ void SessionCore::ReleaseIdleBuffers() {
 }
 
 void SessionCore::OnFlushedForEnd() {
-  if (state_ == State::kEnding) SetState(State::kClosed);
+  if (state() == State::kEnding) SetState(State::kClosed);
 }
 
 }  // namespace hyperpool::endpoint

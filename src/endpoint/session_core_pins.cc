@@ -28,24 +28,23 @@ constexpr std::size_t kSyncFrameSize = 5;  // 'S' and its length
 // ----- Pins
 
 void SessionCore::OnPinGranted() {
-  if (!pin_waiting_ || session_done_ || stopping_ || ending()) {
+  if (!pin_waiting() || session_done_ || stopping_ || ending()) {
     endpoint_.pin_budget.Give();  // nobody wants it any more: the next waiter's
     return;
   }
-  pin_waiting_ = false;
+  const std::vector<PinReason> pins = std::move(std::get<PinWait>(pin_gate_).pins);
+  pin_gate_ = std::monostate{};
   HoldPinBudget();
-  for (PinReason reason : waiting_pins_) AddPin(reason);
-  waiting_pins_.clear();
+  for (PinReason reason : pins) AddPin(reason);
   Advance();  // the head frame goes on (its effects are noted already)
 }
 
 void SessionCore::OnPinWaitFailed(const absl::Status& status) {
-  if (!pin_waiting_) return;
-  pin_waiting_ = false;
-  waiting_pins_.clear();
+  if (!pin_waiting()) return;
+  pin_gate_ = std::monostate{};
   if (session_done_ || stopping_ || ending()) return;
   endpoint_.pins_rejected++;
-  if (conn_ == nullptr && state_ == State::kIdle) {
+  if (conn_ == nullptr && state() == State::kIdle) {
     // Nothing is lent: answered like a failed acquire (AnswerAcquireFailure).
     FailHeadUnit(status);
     return;
@@ -53,7 +52,7 @@ void SessionCore::OnPinWaitFailed(const absl::Status& status) {
   // A connection is lent (a transaction block): the origin raises the error
   // in place of the statement, so the block aborts as PostgreSQL's would.
   if (status.code() == absl::StatusCode::kResourceExhausted) endpoint_.acquire_timeouts++;
-  pin_refusal_ = std::make_unique<protocol::PoolerError>(protocol::ErrorForAcquire(status));
+  pin_gate_ = PinRefused{protocol::ErrorForAcquire(status)};
   Advance();
 }
 
@@ -107,9 +106,10 @@ bool SessionCore::CheckPinnedIdle(std::chrono::steady_clock::time_point now,
 // ----- Backend signals answered here
 
 void SessionCore::OnSignalled(bool found) {
-  if (!signal_pending_) return;
-  signal_pending_ = false;
-  signal_checked_ = true;  // not found: the head frame goes to the origin as it is
+  if (!signal_wait_) return;
+  const SignalWait wait = *signal_wait_;
+  signal_wait_.reset();
+  head_.signal_checked = true;  // not found: the head frame goes to the origin as it is
   if (session_done_ || stopping_ || ending()) return;
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   auto r = reader.Read(in_);
@@ -122,7 +122,7 @@ void SessionCore::OnSignalled(bool found) {
   if (head.tag == 'B') {
     // A statement prepared in an earlier batch: HeadSignal checked that
     // its batch can be answered here.
-    answered = AppendBackendSignalBatchAnswer(in_, signal_, out_.to_client);
+    answered = AppendBackendSignalBatchAnswer(in_, wait.signal, out_.to_client);
     if (answered == 0) {  // (cannot happen: in_ only grew meanwhile) to the origin
       AfterProgress();
       return;
@@ -132,41 +132,39 @@ void SessionCore::OnSignalled(bool found) {
       // its Sync goes there and ends the implicit transaction; the origin's
       // ReadyForQuery is the client's.
       in_.erase(0, answered - kSyncFrameSize);
-      head_step_ = Step::kStart;
-      signal_checked_ = false;
+      NextFrame();
       AfterProgress();
       return;
     }
   } else if (head.tag == 'P') {
-    answered = AnswerSignalParse(head);
+    answered = AnswerSignalParse(head, wait.signal);
     if (answered == 0) {
       // The origin answers the unit with a stand-in that yields the same
       // column and 't' (backend_signal.h).
-      rewritten_ = BackendSignalStandIn(head.payload);
-      rewritten_pin_ = !rewritten_.empty();
+      head_.stand_in = BackendSignalStandIn(head.payload);
+      head_.stand_in_noted = !head_.stand_in.empty();
       AfterProgress();
       return;
     }
   } else {
-    AppendBackendSignalAnswer(out_.to_client, signal_, true);
+    AppendBackendSignalAnswer(out_.to_client, wait.signal, true);
     answered = head.size();
   }
   in_.erase(0, answered);
-  QueueReadyForQuery(signal_status_);
+  QueueReadyForQuery(wait.status);
   out_.flush_client = true;
-  head_step_ = Step::kStart;
-  signal_checked_ = false;
+  NextFrame();
   AfterProgress();
 }
 
-std::size_t SessionCore::AnswerSignalParse(const protocol::Frame& parse) {
+std::size_t SessionCore::AnswerSignalParse(const protocol::Frame& parse, const BackendSignal& signal) {
   // Unnamed: the stand-in (a later Bind of it is rare). A name the client
   // holds: the origin reports 42P05.
   if (parse.payload.empty() || parse.payload[0] == '\0') return 0;
   if (statements_.client().Find(std::string_view(parse.payload.data())) != nullptr) return 0;
   std::string answers;
   const std::size_t batch =
-      AppendBackendSignalBatchAnswer(std::string_view(in_).substr(parse.size()), signal_, answers);
+      AppendBackendSignalBatchAnswer(std::string_view(in_).substr(parse.size()), signal, answers);
   if (batch == 0) return 0;
   // Recorded as a parse-only unit's Parse is: replayed before a Bind that
   // needs it on a connection, recognised by a later Bind (HeadSignal).
@@ -178,7 +176,7 @@ std::size_t SessionCore::AnswerSignalParse(const protocol::Frame& parse) {
 
 std::optional<BackendSignal> SessionCore::HeadSignal(const protocol::Frame& frame, const cache::SqlText* sql,
                                                      std::size_t offset) const {
-  if (signal_checked_ || outstanding_ != 0 || !out_.to_origin.empty()) return std::nullopt;
+  if (head_.signal_checked || outstanding_ != 0 || !out_.to_origin.empty()) return std::nullopt;
   if (conn_ != nullptr && conn_->transaction_status() != 'I' && conn_->transaction_status() != 'T') {
     return std::nullopt;  // PostgreSQL refuses it in a failed block
   }
@@ -187,8 +185,8 @@ std::optional<BackendSignal> SessionCore::HeadSignal(const protocol::Frame& fram
     signal = ParseBackendSignal(sql->sql());
   } else if (!in_unit_ && frame.tag == 'P' && sql != nullptr) {
     signal = ParseBackendSignalUnit(frame.payload, std::string_view(in_).substr(offset));
-  } else if (frame.tag == 'B' && rewritten_.empty() && (!in_unit_ || MidUnitAnswered())) {
-    // (rewritten_ empty: the head frame is in_'s)
+  } else if (frame.tag == 'B' && head_.stand_in.empty() && (!in_unit_ || MidUnitAnswered())) {
+    // (no stand-in: the head frame is in_'s)
     const std::string_view parse = BoundParse(frame.payload);
     if (!parse.empty()) signal = ParseBackendSignalBind(parse, std::string_view(in_).substr(offset - frame.size()));
   }
@@ -238,15 +236,15 @@ std::string_view SessionCore::BoundParse(std::string_view bind_payload) const {
 }
 
 SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, std::size_t offset) {
-  const protocol::PoolerError error = *pin_refusal_;
-  pin_refusal_.reset();
+  const protocol::PoolerError error = std::move(std::get<PinRefused>(pin_gate_).error);
+  pin_gate_ = std::monostate{};
   fmt::print(stderr, "hyperpool: session {}: no pinned slot (max_pinned = {}), statement refused: {}\n",
              id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.pin_budget.limit(), error.message);
   const std::string statement = ErrorStatement(
       error.sqlstate, error.message,
       error.sqlstate == kSqlStateTooManyConnections ? PinBudgetHint(endpoint_.pin_budget.limit()) : std::string());
   std::string replacement;
-  rewritten_pin_ = true;  // its effects are not noted again
+  head_.stand_in_noted = true;  // its effects are not noted again
   if (!RewritePinningMessage(frame.tag, frame.payload, statement, replacement)) {
     // It cannot be rewritten (a Bind of a pinning statement parsed before):
     // it runs, and its connection is closed after the unit.
@@ -258,8 +256,8 @@ SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, st
   if (!r.is_frame()) return Next::kConsumed;  // cannot happen: we encoded it
   // Later Binds of that name run the replacement: they pin nothing.
   if (frame.tag == 'P') (void)settings_.NoteFrontend('P', r.frame().payload);
-  rewritten_ = std::move(replacement);
-  auto rr = reader.Read(rewritten_);
+  head_.stand_in = std::move(replacement);
+  auto rr = reader.Read(head_.stand_in);
   return HandleFrame(rr.frame(), offset);
 }
 
@@ -267,7 +265,7 @@ SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, st
 
 bool SessionCore::OnCancelRequest() {
   if (session_done_ || stopping_ || ending()) return false;
-  if (pin_waiting_) {
+  if (pin_waiting()) {
     // Waiting for the pinned budget: the wait ends with 57014.
     SessionCommand c;
     c.kind = SessionCommand::Kind::kCancelPinWait;
@@ -276,18 +274,21 @@ bool SessionCore::OnCancelRequest() {
     Command(std::move(c));
     return true;
   }
-  if (starting_unit_) {
+  if (auto* preparing = std::get_if<Preparing>(&state_)) {
+    // Already handed a connection (settings replay): the unit ends with
+    // 57014 before any of it is sent.
+    preparing->cancel_requested = true;
+    return true;
+  }
+  if (auto* acquiring = std::get_if<Acquiring>(&state_)) {
     // Still waiting in the pool's queue: leave it now with 57014; the pool
-    // is untouched. Already handed a connection (settings replay): the
-    // unit ends with 57014 before any of it is sent.
-    cancel_requested_ = true;
-    if (state_ == State::kAcquiring) {
-      SessionCommand c;
-      c.kind = SessionCommand::Kind::kCancelAcquire;
-      c.status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
-                                        kSqlStateQueryCanceled);
-      Command(std::move(c));
-    }
+    // is untouched.
+    acquiring->cancel_requested = true;
+    SessionCommand c;
+    c.kind = SessionCommand::Kind::kCancelAcquire;
+    c.status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
+                                      kSqlStateQueryCanceled);
+    Command(std::move(c));
     return true;
   }
   if (conn_ == nullptr || (outstanding_ == 0 && !in_unit_)) return false;
