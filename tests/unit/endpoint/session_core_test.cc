@@ -666,6 +666,39 @@ TEST_CASE("SessionCore: a failed settings replay answers the unit with the origi
   CHECK(core.connection() == nullptr);
 }
 
+TEST_CASE("SessionCore: a cancel during the settings replay ends the unit with 57014 before any of it is sent",
+          "[endpoint][session_core]") {
+  Harness h;
+  SessionCore& core = h.core();
+  h.Client(QueryBytes("SELECT pg_sleep(10)"));
+  REQUIRE(h.Take().Commands() == "acquire");
+  OriginConnection* conn = h.NewConnection(/*carries_session_settings=*/false);
+  core.OnAcquired(conn);
+  REQUIRE(h.Take().Commands() == "prepare");
+  REQUIRE(core.state() == State::kPreparing);
+
+  // The replay owns the connection: nothing to cancel on the origin, the
+  // unit just never starts.
+  REQUIRE(core.OnCancelRequest());
+  CHECK(h.Take().Commands().empty());
+  core.OnPrepared(absl::OkStatus());
+  Out out = h.Take();
+  CHECK(out.to_origin.empty());
+  const std::vector<Error> errors = ErrorsIn(out.to_client);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].sqlstate == kSqlStateQueryCanceled);
+  CHECK(ReadyStatuses(out.to_client) == "I");
+  CHECK(out.Commands() == "release(return)");  // replayed, idle, healthy
+  CHECK_FALSE(conn->broken());
+  CHECK(core.state() == State::kIdle);
+
+  // The cancel belonged to that unit: the next one runs.
+  h.Client(QueryBytes("SELECT 1"));
+  REQUIRE(h.Take().Commands() == "acquire");
+  core.OnAcquired(h.NewConnection());
+  CHECK(QueriesIn(h.Take().to_origin) == std::vector<std::string>{"SELECT 1"});
+}
+
 // ===== 5. Terminate ===========================================================
 
 TEST_CASE("SessionCore: Terminate while a unit is outstanding drains it, then ends", "[endpoint][session_core]") {
@@ -980,6 +1013,10 @@ TEST_CASE("SessionCore: a unit that may change settings is captured at 'I' befor
     conn->carried_settings() = captured;
     core.settings().OnCaptured(captured);
   }
+  // A completion of another own query is not this one's: ignored.
+  core.OnUnlistened(/*ok=*/true, {});
+  CHECK(core.state() == State::kOwnQuery);
+  CHECK(h.Take().Commands().empty());
   core.OnCaptured(outcome.result);
   out = h.Take();
   if (outcome.state == State::kIdle) {
