@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
     // is down): max age bounds only what the feed cannot see.
     impl->options.cache.max_age = kWalMaxAge;
   }
-  impl->pin_budget =
+  impl->on_executor.pin_budget =
       endpoint::PinBudget(endpoint::EffectivePinnedBudget(impl->options.max_pinned, impl->options.pool.max_size));
 
   endpoint::ConnectOptions connect;
@@ -137,7 +137,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
                   {{"origin", origin}, {"backend_pid", std::to_string(r.connection->backend_key().process_id)}});
     }
     r.connection->set_logger(logger);
-    if (auto self = weak.lock()) self->origin_parameters = r.connection->parameters();
+    if (auto self = weak.lock()) self->on_executor.origin_parameters = r.connection->parameters();
     co_return std::unique_ptr<PooledConnection>(std::move(r.connection));
   };
   callbacks.health_check = [weak](PooledConnection& c) { return TimedPing(weak, static_cast<OriginConnection&>(c)); };
@@ -157,8 +157,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
       [weak](endpoint::ListenRegistry::Subscriber id, std::string_view raw) {
         auto self = weak.lock();
         if (!self) return;
-        auto it = self->listen_sessions.find(id);
-        if (it != self->listen_sessions.end()) it->second->DeliverNotification(raw);
+        auto it = self->on_executor.listen_sessions.find(id);
+        if (it != self->on_executor.listen_sessions.end()) it->second->DeliverNotification(raw);
       },
       endpoint::ListenerConnection::Options{});
   const std::string cache_db = cfg->dbname.empty() ? cfg->user : cfg->dbname;

@@ -101,44 +101,57 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::shared_ptr<endpoint::EndpointCache> cache;
   // Invalidation from the origin's WAL (wal_feed.h); null when off.
   std::shared_ptr<endpoint::WalFeed> wal_feed;
-
-  // Executor-only state.
-  // The origin's ParameterStatus set as of the most recent login (link-ready).
-  std::vector<std::pair<std::string, std::string>> origin_parameters;
-  std::unordered_set<Session*> sessions;
-  // Sessions by their hello's hyperpool.session_id: where cancel links go.
-  std::unordered_map<std::string, Session*> sessions_by_id;
-  // One server-side name per distinct prepared statement (statement_registry.h).
-  endpoint::StatementCatalog statements;
-  // The idle sessions' spare buffers, for the next unit (buffer_pool.h).
-  endpoint::BufferPool buffers;
-  // The sessions' startup settings, each distinct map kept once.
-  endpoint::StartupSettingsTable startup_settings;
-  // What statement texts do to a session, by shape (session_settings.h).
-  endpoint::SessionEffectsMemo session_effects;
-  // Sessions that went idle since the last idle sweep (Session::NoteIdle):
-  // the sweep, kIdleSweepDelay after the first, gives the buffers of those
-  // still idle back to `buffers` and lets them sleep (Session::SweepIdle).
-  IdleSweep<Session> idle_sweep{kIdleSweepDelay, &SweepIdleSession};
-  // Sessions holding a pinned connection outside the pool's cap (pin_budget.h).
-  endpoint::PinBudget pin_budget{1};
-  // The last session serial given out (sequence_state.h: never reused).
-  std::uint64_t last_session_serial = 0;
-  // Origin backend pid -> app pid of its last session (notification_pid.h).
-  endpoint::NotifierPids notifier_pids;
-  // The last lease serial given out (SessionCore::origin_lease: which
-  // session used an origin backend most recently); wraps, 0 skipped.
-  std::uint32_t lease_serial = 0;
-  // EndpointOptions::close_idle_when_unused: armed when the last app
-  // session ends (Session::~Session).
-  std::unique_ptr<asio::steady_timer> unused_timer;
-  // LISTEN/NOTIFY without pinning (listener.h): the listener connection and
-  // the sessions it delivers to, by subscriber id.
+  // LISTEN/NOTIFY without pinning (listener.h): made by Create(), then
+  // used on the executor (Stats() and Stop() read its atomics).
   std::shared_ptr<endpoint::ListenerConnection> listener;
-  std::unordered_map<endpoint::ListenRegistry::Subscriber, Session*> listen_sessions;
-  endpoint::ListenRegistry::Subscriber next_listen_id = 0;
 
-  // Thread-safe.
+  // State only the Endpoint's executor touches (the sessions, the idle
+  // sweep, the listener and the pool's completions all run there; other
+  // threads post to it). Kept apart so that every use says so.
+  struct OnExecutor {
+    // The origin's ParameterStatus set as of the most recent login (link-ready).
+    std::vector<std::pair<std::string, std::string>> origin_parameters;
+    // Sessions by their hello's hyperpool.session_id: where cancel links go.
+    std::unordered_map<std::string, Session*> sessions_by_id;
+    // One server-side name per distinct prepared statement (statement_registry.h).
+    endpoint::StatementCatalog statements;
+    // The idle sessions' spare buffers, for the next unit (buffer_pool.h).
+    endpoint::BufferPool buffers;
+    // The sessions' startup settings, each distinct map kept once.
+    endpoint::StartupSettingsTable startup_settings;
+    // What statement texts do to a session, by shape (session_settings.h).
+    endpoint::SessionEffectsMemo session_effects;
+    // Sessions that went idle since the last idle sweep (Session::NoteIdle):
+    // the sweep, kIdleSweepDelay after the first, gives the buffers of those
+    // still idle back to `buffers` and lets them sleep (Session::SweepIdle).
+    IdleSweep<Session> idle_sweep{kIdleSweepDelay, &SweepIdleSession};
+    // Sessions holding a pinned connection outside the pool's cap (pin_budget.h).
+    endpoint::PinBudget pin_budget{1};
+    // The last session serial given out (sequence_state.h: never reused).
+    std::uint64_t last_session_serial = 0;
+    // Origin backend pid -> app pid of its last session (notification_pid.h).
+    endpoint::NotifierPids notifier_pids;
+    // The last lease serial given out (SessionCore::origin_lease: which
+    // session used an origin backend most recently); wraps, 0 skipped.
+    std::uint32_t lease_serial = 0;
+    // EndpointOptions::close_idle_when_unused: armed when the last app
+    // session ends (Session::~Session).
+    std::unique_ptr<asio::steady_timer> unused_timer;
+    // LISTEN/NOTIFY without pinning (listener.h): the sessions the listener
+    // connection delivers to, by subscriber id.
+    std::unordered_map<endpoint::ListenRegistry::Subscriber, Session*> listen_sessions;
+    endpoint::ListenRegistry::Subscriber next_listen_id = 0;
+
+    // Origin round trips, and their minimum for Stats() (origin_rtt_us).
+    static constexpr std::size_t kRttWindow = 8;
+    std::array<std::chrono::microseconds, kRttWindow> rtt_samples{};
+    std::size_t rtt_count = 0;
+    std::chrono::steady_clock::time_point rtt_measured_at{};
+    bool rtt_refreshing = false;  // a background probe measurement runs
+  };
+  OnExecutor on_executor;
+
+  // Any thread: atomics, thread-safe histograms, and what Stop() waits on.
   std::atomic<bool> stopped{false};
   std::atomic<std::thread::id> executor_thread{};
   std::atomic<std::size_t> session_count{0};
@@ -161,22 +174,20 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::atomic<std::size_t> notifications_delivered{0};
   std::mutex mutex;
   std::condition_variable sessions_done;
+  // The live sessions: changed on the executor under `mutex`; Stop() reads
+  // them under it from its own thread.
+  std::unordered_set<Session*> sessions;
 
-  // Origin round trips (executor only), and their minimum for Stats().
-  static constexpr std::size_t kRttWindow = 8;
-  std::array<std::chrono::microseconds, kRttWindow> rtt_samples{};
-  std::size_t rtt_count = 0;
-  std::chrono::steady_clock::time_point rtt_measured_at{};
-  bool rtt_refreshing = false;  // a background probe measurement runs
-  std::atomic<std::size_t> origin_rtt_us{0};
+  std::atomic<std::size_t> origin_rtt_us{0};  // the minimum of on_executor.rtt_samples
 
   void NoteThread() { executor_thread.store(std::this_thread::get_id(), std::memory_order_relaxed); }
 
-  void RecordOriginRtt(std::chrono::microseconds rtt) {
-    rtt_samples[rtt_count++ % kRttWindow] = rtt;
-    rtt_measured_at = std::chrono::steady_clock::now();
-    const std::size_t n = std::min(rtt_count, kRttWindow);
-    auto best = *std::min_element(rtt_samples.begin(), rtt_samples.begin() + static_cast<std::ptrdiff_t>(n));
+  void RecordOriginRtt(std::chrono::microseconds rtt) {  // (on the executor)
+    OnExecutor& x = on_executor;
+    x.rtt_samples[x.rtt_count++ % OnExecutor::kRttWindow] = rtt;
+    x.rtt_measured_at = std::chrono::steady_clock::now();
+    const std::size_t n = std::min(x.rtt_count, OnExecutor::kRttWindow);
+    auto best = *std::min_element(x.rtt_samples.begin(), x.rtt_samples.begin() + static_cast<std::ptrdiff_t>(n));
     origin_rtt_us.store(static_cast<std::size_t>(std::max<std::int64_t>(1, best.count())));
   }
 };

@@ -49,25 +49,25 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
                  link_out_ += control;  // before link-ready is sent: queued behind it
                }
              }),
-      listen_id_(++endpoint_->next_listen_id) {}
+      listen_id_(++endpoint_->on_executor.next_listen_id) {}
 
 Session::~Session() {
   // A lease still held here closes its connection (Lease's destructor).
   LeavePinWait();
   if (dormant_) endpoint_->sleeping_sessions.fetch_sub(1, std::memory_order_relaxed);
   if (registered_) {
-    endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(SessionId());
-    if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
+    endpoint_->on_executor.listen_sessions.erase(listen_id_);
+    auto it = endpoint_->on_executor.sessions_by_id.find(SessionId());
+    if (it != endpoint_->on_executor.sessions_by_id.end() && it->second == this) endpoint_->on_executor.sessions_by_id.erase(it);
   }
   std::lock_guard<std::mutex> lock(endpoint_->mutex);
   endpoint_->sessions.erase(this);
   const std::size_t left = (watch_ ? endpoint_->watch_count : endpoint_->session_count).fetch_sub(1) - 1;
   endpoint_->sessions_done.notify_all();
   if (!watch_ && left == 0 && endpoint_->options.close_idle_when_unused.count() > 0 && !endpoint_->stopped) {
-    if (!endpoint_->unused_timer) endpoint_->unused_timer = std::make_unique<asio::steady_timer>(endpoint_->executor);
-    endpoint_->unused_timer->expires_after(endpoint_->options.close_idle_when_unused);
-    endpoint_->unused_timer->async_wait([weak = std::weak_ptr<Endpoint::Impl>(endpoint_)](std::error_code ec) {
+    if (!endpoint_->on_executor.unused_timer) endpoint_->on_executor.unused_timer = std::make_unique<asio::steady_timer>(endpoint_->executor);
+    endpoint_->on_executor.unused_timer->expires_after(endpoint_->options.close_idle_when_unused);
+    endpoint_->on_executor.unused_timer->async_wait([weak = std::weak_ptr<Endpoint::Impl>(endpoint_)](std::error_code ec) {
       std::shared_ptr<Endpoint::Impl> ep = weak.lock();
       if (ec || !ep || ep->stopped || ep->session_count.load() != 0) return;
       ep->pool->Reconnect();  // the idle ones close now (min_idle 0: none reopens)
@@ -117,7 +117,7 @@ asio::awaitable<void> Session::Run() {
   // Link-ready not delivered but the origin reachable: the Client closed
   // the link right after the frames that came with the hello. If they hold
   // a Terminate, what came before it still runs, as PostgreSQL runs it.
-  if (link_up || (hello && endpoint::HasTerminate(in_) && !endpoint_->origin_parameters.empty())) {
+  if (link_up || (hello && endpoint::HasTerminate(in_) && !endpoint_->on_executor.origin_parameters.empty())) {
     endpoint::SessionCore::Identity identity;
     for (auto& [name, value] : hello_parameters_) {
       if (name == link::kSessionIdParam) identity.session_id = std::move(value);  // core_->session_id() from now on
@@ -127,8 +127,8 @@ asio::awaitable<void> Session::Run() {
     identity.listen_id = listen_id_;
     core_ = std::make_unique<endpoint::SessionCore>(*endpoint_, cache_, std::move(identity));
     registered_ = true;
-    endpoint_->listen_sessions[listen_id_] = this;
-    if (!core_->session_id().empty()) endpoint_->sessions_by_id[core_->session_id()] = this;
+    endpoint_->on_executor.listen_sessions[listen_id_] = this;
+    if (!core_->session_id().empty()) endpoint_->on_executor.sessions_by_id[core_->session_id()] = this;
     if (!link_out_.empty()) {
       core_->DeliverControl(link_out_);  // invalidations that came before link-ready went out
       link_out_.clear();
@@ -196,8 +196,8 @@ bool Session::OnHello() {
 }
 
 void Session::RouteCancel(const std::string& id) {
-  auto it = endpoint_->sessions_by_id.find(id);
-  if (it != endpoint_->sessions_by_id.end() && it->second->Cancel()) {
+  auto it = endpoint_->on_executor.sessions_by_id.find(id);
+  if (it != endpoint_->on_executor.sessions_by_id.end() && it->second->Cancel()) {
     endpoint_->cancels_forwarded++;
   } else {
     endpoint_->cancels_ignored++;  // idle or unknown: hits no one
@@ -205,7 +205,7 @@ void Session::RouteCancel(const std::string& id) {
 }
 
 asio::awaitable<bool> Session::SendLinkReady() {
-  if (endpoint_->origin_parameters.empty()) {
+  if (endpoint_->on_executor.origin_parameters.empty()) {
     auto lease = co_await endpoint_->pool->Acquire();
     if (!lease.ok()) {
       if (lease.status().code() == absl::StatusCode::kResourceExhausted) endpoint_->acquire_timeouts++;
@@ -213,7 +213,7 @@ asio::awaitable<bool> Session::SendLinkReady() {
       co_return false;
     }
     auto& conn = lease->As<OriginConnection>();
-    if (endpoint_->origin_parameters.empty()) endpoint_->origin_parameters = conn.parameters();
+    if (endpoint_->on_executor.origin_parameters.empty()) endpoint_->on_executor.origin_parameters = conn.parameters();
     lease->Release(DecideRelease({.mode = endpoint_->options.pool.mode,
                                   .status = ToPoolStatus(conn.transaction_status()),
                                   .client_gone = true,
@@ -221,7 +221,7 @@ asio::awaitable<bool> Session::SendLinkReady() {
                                   .lifetime_exceeded = lease->lifetime_exceeded()}));
   }
   std::string out;
-  for (const auto& [name, value] : endpoint_->origin_parameters) {
+  for (const auto& [name, value] : endpoint_->on_executor.origin_parameters) {
     protocol::Encode(protocol::ParameterStatus{name, value}, out);
   }
   AppendReadyForQuery(out, 'I');
@@ -232,21 +232,21 @@ asio::awaitable<bool> Session::SendLinkReady() {
 asio::awaitable<void> Session::AnswerProbe() {
   constexpr auto kFresh = std::chrono::seconds(10);
   std::shared_ptr<Endpoint::Impl> ep = endpoint_;
-  if (ep->rtt_count == 0) {
+  if (ep->on_executor.rtt_count == 0) {
     absl::Status measured = co_await MeasureOriginRtt(ep);
     if (!measured.ok()) {
       co_await SendFatal(protocol::ErrorForAcquire(measured));
       co_return;
     }
-  } else if (std::chrono::steady_clock::now() - ep->rtt_measured_at > kFresh && !ep->rtt_refreshing) {
+  } else if (std::chrono::steady_clock::now() - ep->on_executor.rtt_measured_at > kFresh && !ep->on_executor.rtt_refreshing) {
     // Answer with what is known now (a busy pool must not stall a probe)
     // and refresh in the background for the next one.
-    ep->rtt_refreshing = true;
+    ep->on_executor.rtt_refreshing = true;
     asio::co_spawn(
         ep->executor,
         [ep]() -> asio::awaitable<void> {
           (void)co_await MeasureOriginRtt(ep);
-          ep->rtt_refreshing = false;
+          ep->on_executor.rtt_refreshing = false;
         },
         asio::detached);
   }

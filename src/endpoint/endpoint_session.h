@@ -146,7 +146,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // No connection, nothing in flight, the core idle.
   bool Idle() const;
   // At the end of Execute, once Idle(): queued for the Endpoint's next idle
-  // sweep (Endpoint::Impl::idle_sweep, common/idle_sweep.h), which gives
+  // sweep (Endpoint::Impl::on_executor.idle_sweep, common/idle_sweep.h), which gives
   // the buffers of the sessions still idle then back to the pool
   // (SweepIdleSession: ReleaseIdleBuffers, SessionCore::ReleaseIdleBuffers).
   void NoteIdle();
@@ -265,7 +265,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool link_closed_ = false;
   bool finished_ = false;        // Finish() ran
   bool executing_ = false;       // Execute() is on the stack
-  bool idle_queued_ = false;     // in Endpoint::Impl::idle_sweep (NoteIdle)
+  bool idle_queued_ = false;     // in Endpoint::Impl::on_executor.idle_sweep (NoteIdle)
   endpoint::Signal client_wake_;  // the core may want link bytes again
   endpoint::Signal origin_wake_;  // the core may want origin frames again
   endpoint::Signal sent_;         // a link Send finished

@@ -305,7 +305,7 @@ void Session::NoteIdle() {
   // buffers back and grow them again for the next (~1k instructions per
   // transaction); one still idle at the next sweep does.
   idle_queued_ = true;
-  endpoint_->idle_sweep.Note(endpoint_->executor, weak_from_this());
+  endpoint_->on_executor.idle_sweep.Note(endpoint_->executor, weak_from_this());
 }
 
 void SweepIdleSession(Session& session) {
@@ -320,7 +320,7 @@ void Session::ReleaseIdleBuffers() {
   // Idle: no connection, nothing in flight either way. The buffers that
   // carried the last unit go back to the Endpoint's pool (docs/architecture.md,
   // "What an idle session holds").
-  endpoint::BufferPool& pool = endpoint_->buffers;
+  endpoint::BufferPool& pool = endpoint_->on_executor.buffers;
   pool.Give(in_);
   pool.Give(link_out_);
   if (origin_io_) {
@@ -459,7 +459,7 @@ void Session::RunCommand(SessionCommand& command) {
       asio::co_spawn(endpoint_->executor, [self = shared_from_this()]() { return self->WaitPin(); }, asio::detached);
       return;
     case SessionCommand::Kind::kCancelPinWait:
-      if (O().pin_ticket != 0 && !O().pin_granted && endpoint_->pin_budget.Leave(O().pin_ticket)) {
+      if (O().pin_ticket != 0 && !O().pin_granted && endpoint_->on_executor.pin_budget.Leave(O().pin_ticket)) {
         O().pin_ticket = 0;
         if (O().pin_timer) O().pin_timer->cancel();
         core_->OnPinWaitFailed(command.status);
@@ -576,9 +576,9 @@ void Session::Finish() {
   LeavePinWait();
   if (registered_) {
     registered_ = false;
-    endpoint_->listen_sessions.erase(listen_id_);
-    auto it = endpoint_->sessions_by_id.find(SessionId());
-    if (it != endpoint_->sessions_by_id.end() && it->second == this) endpoint_->sessions_by_id.erase(it);
+    endpoint_->on_executor.listen_sessions.erase(listen_id_);
+    auto it = endpoint_->on_executor.sessions_by_id.find(SessionId());
+    if (it != endpoint_->on_executor.sessions_by_id.end() && it->second == this) endpoint_->on_executor.sessions_by_id.erase(it);
   }
   link_closed_ = true;
   link_->Close();
@@ -610,7 +610,7 @@ asio::awaitable<void> Session::WaitPin() {
   O().pin_granted = false;
   // The budget calls this inside another session's event: it only notes
   // the grant and wakes this coroutine, which reports it.
-  const std::uint64_t ticket = endpoint_->pin_budget.Wait([weak = weak_from_this()] {
+  const std::uint64_t ticket = endpoint_->on_executor.pin_budget.Wait([weak = weak_from_this()] {
     if (auto self = weak.lock()) {
       self->O().pin_granted = true;
       if (self->O().pin_timer) self->O().pin_timer->cancel();
@@ -628,7 +628,7 @@ asio::awaitable<void> Session::WaitPin() {
     O().pin_granted = false;
     core_->OnPinGranted();
   } else {
-    (void)endpoint_->pin_budget.Leave(ticket);
+    (void)endpoint_->on_executor.pin_budget.Leave(ticket);
     core_->OnPinWaitFailed(absl::ResourceExhaustedError(
         "no pinned slot became free within the acquire timeout"));
   }
@@ -689,7 +689,7 @@ bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
 
 void Session::LeavePinWait() {
   if (!origin_io_ || origin_io_->pin_ticket == 0) return;
-  if (O().pin_granted || !endpoint_->pin_budget.Leave(O().pin_ticket)) endpoint_->pin_budget.Give();
+  if (O().pin_granted || !endpoint_->on_executor.pin_budget.Leave(O().pin_ticket)) endpoint_->on_executor.pin_budget.Give();
   O().pin_ticket = 0;
   O().pin_granted = false;
   if (O().pin_timer) O().pin_timer->cancel();

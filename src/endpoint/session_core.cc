@@ -75,9 +75,9 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Identity
       cache_(cache),
       id_(std::move(identity)),
       timeouts_(endpoint.options.query_timeout, endpoint.options.idle_in_transaction_timeout),
-      settings_(id_.hello, &endpoint.startup_settings),
-      serial_(++endpoint.last_session_serial),
-      statements_(endpoint.statements) {
+      settings_(id_.hello, &endpoint.on_executor.startup_settings),
+      serial_(++endpoint.on_executor.last_session_serial),
+      statements_(endpoint.on_executor.statements) {
   Attach(/*woken=*/false);
   cache_.Start(id_.hello);
   // Read by the two above only: an idle session does not keep them (they
@@ -93,7 +93,7 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Dormant 
       timeouts_(endpoint.options.query_timeout, endpoint.options.idle_in_transaction_timeout),
       settings_(std::move(dormant.settings)),
       serial_(dormant.serial),
-      statements_(endpoint.statements) {
+      statements_(endpoint.on_executor.statements) {
   Attach(/*woken=*/true);  // (the cache was started by the first core)
   origin_lease_.store(Pack(dormant.origin_lease), std::memory_order_relaxed);
   previous_lease_ = dormant.previous_lease;
@@ -219,7 +219,7 @@ bool SessionCore::wants_client() const {
 void SessionCore::OnClientBytes(std::string_view bytes) {
   if (ending()) return;
   TakeSpareBuffers();
-  if (in_.empty()) endpoint_.buffers.Take(in_);
+  if (in_.empty()) endpoint_.on_executor.buffers.Take(in_);
   in_.append(bytes.data(), bytes.size());
   Advance();
 }
@@ -434,15 +434,15 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
   // session's from the start.
   if (id_.app_pid != 0) {
     // No lock: FindSignalTarget, rare, compares every session's word.
-    if (++endpoint_.lease_serial == 0) ++endpoint_.lease_serial;  // 0 means none
+    if (++endpoint_.on_executor.lease_serial == 0) ++endpoint_.on_executor.lease_serial;  // 0 means none
     previous_lease_ = origin_lease_.load(std::memory_order_relaxed);
-    origin_lease_.store(Pack(OriginLease{conn_->backend_key().process_id, endpoint_.lease_serial}),
+    origin_lease_.store(Pack(OriginLease{conn_->backend_key().process_id, endpoint_.on_executor.lease_serial}),
                         std::memory_order_relaxed);
   }
   if (may_notify_) {
-    endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
+    endpoint_.on_executor.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
   } else {
-    endpoint_.notifier_pids.LendIfUnknown(conn_->backend_key().process_id, id_.app_pid);
+    endpoint_.on_executor.notifier_pids.LendIfUnknown(conn_->backend_key().process_id, id_.app_pid);
   }
   // The settings replay (settings_replay.h): one round trip when the
   // connection carries other settings or another session's sequence state.
@@ -606,14 +606,14 @@ bool SessionCore::TracksListens() const { return endpoint_.options.pool.mode == 
 
 bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text) {
   if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
-  SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload, text, &endpoint_.session_effects);
+  SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload, text, &endpoint_.on_executor.session_effects);
   if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
   if ((frame.tag == 'Q' || frame.tag == 'P') && !(text != nullptr && text->simple_read()) &&
       MayNotify(frame.payload)) {
     // From now on this backend's notifications are this session's: the
     // listener's copy may arrive before the unit's ReadyForQuery.
     may_notify_ = true;
-    if (conn_ != nullptr) endpoint_.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
+    if (conn_ != nullptr) endpoint_.on_executor.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
   }
   if (effects.pins.empty()) return true;
   if (!TakePinBudget()) {

@@ -383,7 +383,7 @@ class SessionCore {
   std::string_view BoundParse(std::string_view bind_payload) const;
 
   // ----- Origin frames, releases, the end (session_core_origin.cc) -----
-  void TakeSpareBuffers();  // from endpoint_.buffers, for a unit that starts
+  void TakeSpareBuffers();  // from endpoint_.on_executor.buffers, for a unit that starts
   bool ProcessOriginFrame(const protocol::Frame& frame, HoldStep from);
   bool NotificationViaListener(std::string_view payload) const;
   bool IdleForNotifications() const;

@@ -121,7 +121,7 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
   if (statements_.OnBackend(frame, c->statements(), out_.to_client) == StatementSession::Verdict::kForward) {
     if (tag == 'A') {
       // The sender pid as the apps know it (notification_pid.h).
-      AppendTranslatedNotification(out_.to_client, frame.raw, endpoint_.notifier_pids);
+      AppendTranslatedNotification(out_.to_client, frame.raw, endpoint_.on_executor.notifier_pids);
     } else if (!raw.empty()) {
       protocol::AppendRawFrame(out_.to_client, raw);
     }
@@ -131,7 +131,7 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
     last_activity_ = std::chrono::steady_clock::now();
     if (may_notify_) {
       // Its NOTIFYs were this session's, whoever uses the backend next.
-      endpoint_.notifier_pids.Lend(c->backend_key().process_id, id_.app_pid);
+      endpoint_.on_executor.notifier_pids.Lend(c->backend_key().process_id, id_.app_pid);
       may_notify_ = outstanding_ > 1;
     }
     if (outstanding_ > 0) --outstanding_;
@@ -244,7 +244,7 @@ void SessionCore::OnUnlistened(bool ok, const std::vector<std::string>& notifica
     // Read from the lent connection before its UNLISTEN: the session's own,
     // unless the listener connection delivers that channel to it.
     if (raw.size() < 5 || NotificationViaListener(std::string_view(raw).substr(5))) continue;
-    AppendTranslatedNotification(pending_notifications_, raw, endpoint_.notifier_pids);
+    AppendTranslatedNotification(pending_notifications_, raw, endpoint_.on_executor.notifier_pids);
   }
   listens_.ClearConnectionListened();
   SetState(State::kActive);
@@ -381,7 +381,7 @@ void SessionCore::OnNotification(std::string_view raw_frame) {
     return;
   }
   // The sender pid as the apps know it (notification_pid.h).
-  AppendTranslatedNotification(pending_notifications_, raw_frame, endpoint_.notifier_pids);
+  AppendTranslatedNotification(pending_notifications_, raw_frame, endpoint_.on_executor.notifier_pids);
   endpoint_.notifications_delivered++;
   DeliverPendingNotifications();
 }
@@ -472,7 +472,7 @@ void SessionCore::EndSession() {
 
 void SessionCore::ForgetSession() {
   if (id_.app_pid != 0) {
-    endpoint_.notifier_pids.Forget(id_.app_pid);
+    endpoint_.on_executor.notifier_pids.Forget(id_.app_pid);
     origin_lease_.store(0, std::memory_order_relaxed);  // no longer a target by origin pid
   }
   if (!pins_.empty() && !pin_counted_gone_) endpoint_.pinned_sessions--;
@@ -486,13 +486,13 @@ void SessionCore::TakeSpareBuffers() {
   // An idle session gave its buffers back (ReleaseIdleBuffers): the unit
   // these bytes start takes spares instead of growing fresh ones.
   if (state() != State::kIdle || conn_ != nullptr) return;
-  endpoint_.buffers.Take(out_.to_origin);
-  endpoint_.buffers.Take(out_.to_client);
+  endpoint_.on_executor.buffers.Take(out_.to_origin);
+  endpoint_.on_executor.buffers.Take(out_.to_client);
 }
 
 void SessionCore::ReleaseIdleBuffers() {
   if (state() != State::kIdle || conn_ != nullptr) return;
-  BufferPool& pool = endpoint_.buffers;
+  BufferPool& pool = endpoint_.on_executor.buffers;
   pool.Give(in_);
   pool.Give(head_.stand_in);
   pool.Give(held_frame_);

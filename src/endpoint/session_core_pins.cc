@@ -29,7 +29,7 @@ constexpr std::size_t kSyncFrameSize = 5;  // 'S' and its length
 
 void SessionCore::OnPinGranted() {
   if (!pin_waiting() || session_done_ || stopping_ || ending()) {
-    endpoint_.pin_budget.Give();  // nobody wants it any more: the next waiter's
+    endpoint_.on_executor.pin_budget.Give();  // nobody wants it any more: the next waiter's
     return;
   }
   const std::vector<PinReason> pins = std::move(std::get<PinWait>(pin_gate_).pins);
@@ -58,7 +58,7 @@ void SessionCore::OnPinWaitFailed(const absl::Status& status) {
 
 bool SessionCore::TakePinBudget() {
   if (pin_budget_held_ || endpoint_.options.pool.mode != PoolMode::kTransaction) return true;
-  if (!endpoint_.pin_budget.TryTake()) return false;
+  if (!endpoint_.on_executor.pin_budget.TryTake()) return false;
   HoldPinBudget();
   return true;
 }
@@ -75,7 +75,7 @@ void SessionCore::HoldPinBudget() {
 void SessionCore::GivePinBudget() {
   if (!pin_budget_held_) return;
   pin_budget_held_ = false;
-  endpoint_.pin_budget.Give();
+  endpoint_.on_executor.pin_budget.Give();
 }
 
 void SessionCore::AddPin(PinReason reason) {
@@ -239,10 +239,10 @@ SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, st
   const protocol::PoolerError error = std::move(std::get<PinRefused>(pin_gate_).error);
   pin_gate_ = std::monostate{};
   fmt::print(stderr, "hyperpool: session {}: no pinned slot (max_pinned = {}), statement refused: {}\n",
-             id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.pin_budget.limit(), error.message);
+             id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.on_executor.pin_budget.limit(), error.message);
   const std::string statement = ErrorStatement(
       error.sqlstate, error.message,
-      error.sqlstate == kSqlStateTooManyConnections ? PinBudgetHint(endpoint_.pin_budget.limit()) : std::string());
+      error.sqlstate == kSqlStateTooManyConnections ? PinBudgetHint(endpoint_.on_executor.pin_budget.limit()) : std::string());
   std::string replacement;
   head_.stand_in_noted = true;  // its effects are not noted again
   if (!RewritePinningMessage(frame.tag, frame.payload, statement, replacement)) {

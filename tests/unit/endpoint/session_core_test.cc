@@ -1503,7 +1503,7 @@ TEST_CASE("SessionCore: random sessions release only at rest and end idle", "[en
 TEST_CASE("SessionCore: beyond the pinned budget a pinning statement waits; a grant lets it go on",
           "[endpoint][session_core]") {
   Harness h;
-  REQUIRE(h.impl().pin_budget.TryTake());  // another session holds the only unit
+  REQUIRE(h.impl().on_executor.pin_budget.TryTake());  // another session holds the only unit
   h.Client(QueryBytes("CREATE TEMP TABLE t (x int)"));
   Out waiting = h.Take();
   CHECK(waiting.Commands() == "wait-pin");
@@ -1520,7 +1520,7 @@ TEST_CASE("SessionCore: beyond the pinned budget a pinning statement waits; a gr
 TEST_CASE("SessionCore: a failed wait for the pinned budget answers like a failed acquire; a cancel ends it",
           "[endpoint][session_core]") {
   Harness h;
-  REQUIRE(h.impl().pin_budget.TryTake());
+  REQUIRE(h.impl().on_executor.pin_budget.TryTake());
   h.Client(QueryBytes("SELECT pg_advisory_lock(1)"));
   CHECK(h.Take().Commands() == "wait-pin");
   REQUIRE(h.core().OnCancelRequest());
