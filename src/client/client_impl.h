@@ -30,6 +30,7 @@
 #include "client/invalidation_watch.h"
 #include "client/server_handshake.h"
 #include "client/statement_metadata.h"
+#include "common/buffer_pool.h"
 #include "common/idle_sweep.h"
 #include "hyperpool/client.h"
 #include "ops/latency_histogram.h"
@@ -102,12 +103,17 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // session whose ReadyForQuery 'I' went out queues itself
   // (ClientSession::NoteIdle), and those still idle kClientIdleSweepDelay
   // later give back their per-unit state (ClientCore::ReleaseIdleState).
+  // With it, the executor's spare read buffers: a session that parks
+  // (ClientSession::ParkApp) gives its empty app read buffer here and the
+  // next read on the executor takes it, so an idle session holds no read
+  // buffer and a busy executor allocates none per message.
   // Touched only on `executor`.
   struct IdleSweep {
     explicit IdleSweep(asio::any_io_executor ex)
         : executor(std::move(ex)), sweep(kClientIdleSweepDelay, &SweepIdleClientSession) {}
     asio::any_io_executor executor;
     hyperpool::IdleSweep<ClientSession> sweep;
+    BufferPool buffers;
   };
   // The sweep of sessions on `executor`, or null (sessions on strands of
   // a shared io_context keep their state: no sweep is theirs alone).

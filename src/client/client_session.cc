@@ -106,7 +106,7 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
 }
 
 void ClientSession::ParkApp() {
-  in_.ReleaseIfEmpty();
+  in_.ReleaseIfEmpty(idle_sweep_ != nullptr ? &idle_sweep_->buffers : nullptr);
   socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](asio::error_code ec) {
     self->OnAppReadable(ec);
   });
@@ -121,7 +121,9 @@ void ClientSession::OnAppReadable(asio::error_code ec) {
     return;
   }
   // Most wake-ups carry a whole message; a large one is read in chunks of
-  // what its header declared (InBuffer bounds them).
+  // what its header declared (InBuffer bounds them). Into a spare of the
+  // executor's when nothing is buffered (the session parked without one).
+  if (idle_sweep_ != nullptr) in_.TakeSpare(idle_sweep_->buffers);
   auto [space, space_size] = in_.Prepare(in_.ReadSize(app_want_));
   const size_t n = socket_.read_some(asio::buffer(space, space_size), ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) {

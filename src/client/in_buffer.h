@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "client/client_util.h"
+#include "common/buffer_pool.h"
 
 namespace hyperpool::client {
 
@@ -93,12 +94,22 @@ class InBuffer {
   }
 
   // An idle session parks with no buffer at all (ClientSession::ParkApp):
-  // frees the storage when nothing is buffered.
-  void ReleaseIfEmpty() {
-    if (size() == 0) {
-      Release();
-      begin_ = end_ = prepared_ = 0;
+  // when nothing is buffered, the storage goes to `spares` (the executor's
+  // pool: the next read of any session there takes it) or, without one,
+  // is freed. A partial frame keeps its buffer.
+  void ReleaseIfEmpty(BufferPool* spares = nullptr) {
+    if (size() != 0) return;
+    begin_ = end_ = prepared_ = 0;
+    if (spares != nullptr) {
+      data_.clear();  // (its capacity stays, for the pool; a large one it frees)
+      spares->Give(data_);
     }
+    Release();  // (what the pool did not take)
+  }
+  // Before a read into a buffer without storage: a spare from `spares`, so
+  // that a busy executor allocates no read buffer per message.
+  void TakeSpare(BufferPool& spares) {
+    if (data_.capacity() <= std::string().capacity() && size() == 0) spares.Take(data_);
   }
 
  private:

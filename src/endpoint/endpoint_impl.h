@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "common/idle_sweep.h"
-#include "endpoint/buffer_pool.h"
+#include "common/buffer_pool.h"
 #include "endpoint/endpoint_cache.h"
 #include "endpoint/listen_state.h"
 #include "endpoint/listener.h"
@@ -115,8 +115,8 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
     std::unordered_map<std::string, Session*> sessions_by_id;
     // One server-side name per distinct prepared statement (statement_registry.h).
     endpoint::StatementCatalog statements;
-    // The idle sessions' spare buffers, for the next unit (buffer_pool.h).
-    endpoint::BufferPool buffers;
+    // The idle sessions' spare buffers, for the next unit (common/buffer_pool.h).
+    BufferPool buffers;
     // The sessions' startup settings, each distinct map kept once.
     endpoint::StartupSettingsTable startup_settings;
     // What statement texts do to a session, by shape (session_settings.h).

@@ -320,7 +320,7 @@ void Session::ReleaseIdleBuffers() {
   // Idle: no connection, nothing in flight either way. The buffers that
   // carried the last unit go back to the Endpoint's pool (docs/architecture.md,
   // "What an idle session holds").
-  endpoint::BufferPool& pool = endpoint_->on_executor.buffers;
+  BufferPool& pool = endpoint_->on_executor.buffers;
   pool.Give(in_);
   pool.Give(link_out_);
   if (origin_io_) {

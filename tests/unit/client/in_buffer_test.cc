@@ -105,5 +105,42 @@ TEST_CASE("a stream that fills every read keeps its buffer between messages") {
   CHECK(in.capacity() == before);
 }
 
+TEST_CASE("sessions that park hand their read buffer to the executor's spares, and the next read takes it") {
+  BufferPool spares;
+  InBuffer a;
+  InBuffer b;
+  Read(a, std::string(100, 'q'));
+  const char* storage = a.view().data();
+  a.Consume(a.size());
+  a.ReleaseIfEmpty(&spares);  // a parks: its buffer is the pool's
+  CHECK(a.capacity() <= std::string().capacity());
+  CHECK(spares.spares() == 1);
+  b.TakeSpare(spares);  // b's next read: no allocation
+  CHECK(spares.spares() == 0);
+  Read(b, std::string(80, 'r'));
+  CHECK(b.view().data() == storage);
+  CHECK(b.view() == std::string(80, 'r'));
+
+  // A partial frame keeps its buffer; a buffer with storage takes none.
+  b.ReleaseIfEmpty(&spares);
+  CHECK(spares.spares() == 0);
+  CHECK(b.view() == std::string(80, 'r'));
+  InBuffer c;
+  Read(c, std::string(10, 'c'));
+  c.Consume(c.size());
+  c.ReleaseIfEmpty(&spares);
+  b.TakeSpare(spares);
+  CHECK(spares.spares() == 1);
+  // A large buffer (a message of 20 KiB) is freed, not kept.
+  InBuffer d;
+  Read(d, std::string(5, 'h'));
+  Read(d, std::string(20 << 10, 'x'), 20 << 10);
+  CHECK(d.capacity() > BufferPool::kMaxSpareCapacity);
+  d.Consume(d.size());
+  d.ReleaseIfEmpty(&spares);
+  CHECK(spares.spares() == 1);
+  CHECK(d.capacity() <= std::string().capacity());
+}
+
 }  // namespace
 }  // namespace hyperpool::client

@@ -1,7 +1,7 @@
-// endpoint::BufferPool (endpoint/buffer_pool.h): an idle session's buffers
+// BufferPool (common/buffer_pool.h): an idle session's buffers
 // go back to the Endpoint's pool and the next unit takes them.
 
-#include "endpoint/buffer_pool.h"
+#include "common/buffer_pool.h"
 
 #include <string>
 

@@ -1,18 +1,21 @@
 #pragma once
-// Spare byte buffers of one Endpoint's sessions (docs/architecture.md,
+// Spare byte buffers of the sessions on one executor (docs/architecture.md,
 // "What an idle session holds"). An idle session gives the buffers that
 // carried its last unit back here (Give) instead of keeping their capacity;
 // the next unit of any session takes one (Take) instead of allocating and
 // growing a fresh one. So an idle session holds no reserved capacity, and a
-// busy Endpoint allocates no buffer per transaction.
+// busy one allocates no buffer per transaction. One per Endpoint (its
+// sessions' link, origin and outbox buffers) and one per Client executor
+// that runs one handler at a time (the app read buffers: Client::Impl::
+// IdleSweep::buffers).
 //
-// Confined to the Endpoint's executor, like the sessions that use it.
+// Confined to one executor, like the sessions that use it.
 #include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace hyperpool::endpoint {
+namespace hyperpool {
 
 class BufferPool {
  public:
@@ -48,4 +51,4 @@ class BufferPool {
   std::vector<std::string> spares_;
 };
 
-}  // namespace hyperpool::endpoint
+}  // namespace hyperpool
