@@ -417,6 +417,10 @@ void SessionCore::ObserveAcquireWait() const {
   }
 }
 
+absl::Status SessionCore::UserCancel() {
+  return protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"), kSqlStateQueryCanceled);
+}
+
 void SessionCore::OnAcquired(OriginConnection* conn) {
   ObserveAcquireWait();
   conn_ = conn;
@@ -505,10 +509,7 @@ void SessionCore::OnPrepared(const absl::Status& prepared_status) {
   parameter_mark_ = conn_->parameter_changes();
   const auto* preparing = std::get_if<Preparing>(&state_);
   const bool cancelled = status.ok() && preparing != nullptr && preparing->cancel_requested;
-  if (cancelled) {
-    status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
-                                    kSqlStateQueryCanceled);
-  }
+  if (cancelled) status = UserCancel();
   if (!status.ok()) {
     // A cancel that came as the connection was handed over: nothing of the
     // unit was sent, so the healthy connection goes back as it came. A

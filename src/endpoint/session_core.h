@@ -330,6 +330,9 @@ class SessionCore {
   Next HandleFrame(const protocol::Frame& frame, std::size_t offset);
   Next StartUnit(const protocol::Frame& frame, std::size_t offset);
   void ObserveAcquireWait() const;  // in kAcquiring: how long it waited
+  // 57014 "canceling statement due to user request": an app's cancel that
+  // ends a unit before any of it reached the origin.
+  static absl::Status UserCancel();
   Next Forward(const protocol::Frame& frame, const cache::SqlText* text);
   Next HandleRefusedPin(const protocol::Frame& frame, std::size_t offset);
   bool GateClosed() const;

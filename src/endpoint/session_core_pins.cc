@@ -269,8 +269,7 @@ bool SessionCore::OnCancelRequest() {
     // Waiting for the pinned budget: the wait ends with 57014.
     SessionCommand c;
     c.kind = SessionCommand::Kind::kCancelPinWait;
-    c.status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
-                                      kSqlStateQueryCanceled);
+    c.status = UserCancel();
     Command(std::move(c));
     return true;
   }
@@ -286,8 +285,7 @@ bool SessionCore::OnCancelRequest() {
     acquiring->cancel_requested = true;
     SessionCommand c;
     c.kind = SessionCommand::Kind::kCancelAcquire;
-    c.status = protocol::WithSqlState(absl::AbortedError("canceling statement due to user request"),
-                                      kSqlStateQueryCanceled);
+    c.status = UserCancel();
     Command(std::move(c));
     return true;
   }
