@@ -587,6 +587,13 @@ SessionCache::OriginVerdict SessionCache::OnOriginFrame(char tag, std::string_vi
       } else if (s == cache::ResultCapture::State::kComplete && l.shape_pending &&
                  (!l.shape_pending->shape_known || l.shape_pending->retired)) {
         l.done = true;  // its result type is still unknown (or changed): not stored
+      } else if (s == cache::ResultCapture::State::kComplete && !l.owns_key && cache_->generation() != l.generation) {
+        // A refresh (Put: no flight of its own for the tier to check) that
+        // some invalidation overtook: its rows may be from before a write
+        // committed since, whose invalidation dropped the entry it would
+        // now put back (tests/integration/refresh_race_test.py). Not
+        // stored; a later miss fetches again.
+        l.done = true;
       } else if (s == cache::ResultCapture::State::kComplete) {
         if (l.shape_pending) cache::SetKeyResultType(l.key, l.shape_pending->shape_digest);
         auto now = std::chrono::steady_clock::now();

@@ -63,6 +63,28 @@ def query(sql):
     return frame("Q", sql.encode() + b"\0")
 
 
+def parse(name, sql):
+    """A Parse of `sql` as statement `name`, no parameter types."""
+    return frame("P", name.encode() + b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0))
+
+
+def bind(statement):
+    """A Bind of `statement` to the unnamed portal: no parameters, text results."""
+    return frame("B", b"\0" + statement.encode() + b"\0" + struct.pack("!hhh", 0, 0, 0))
+
+
+def describe_portal():
+    return frame("D", b"P\0")
+
+
+def execute():
+    return frame("E", b"\0" + struct.pack("!i", 0))
+
+
+def sync():
+    return frame("S")
+
+
 def terminate():
     return frame("X")
 
