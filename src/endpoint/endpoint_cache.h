@@ -467,13 +467,16 @@ class SessionCache {
   void NoteStateChange(const Effect& e);
   // Before a unit starts idle: re-keys by the captured settings.
   void RefreshSettingsKey();
-  // Answers the unit from `entry` into `local_out` (kServed or
-  // kServedUntilSync), or kNotServed.
-  InterceptResult Serve(const std::shared_ptr<const CacheEntry>& entry, const cache::CandidateUnit& unit,
-                        uint64_t digest, std::string& local_out);
   InterceptResult TryStaleOnError(const absl::Status& status, std::string& local_out);
+  // Answers the unit from `entry` into `local_out` (kServed or
+  // kServedUntilSync), or kNotServed. `valid_at`: a generation at which
+  // the entry was known current (now, for a hit; when a follower was woken
+  // with it; when a look-up began), sent with its store control so that a
+  // Client tier which has seen a later invalidation of its tables refuses
+  // it (the current generation for an entry handed over earlier made a
+  // Client keep rows from before an acknowledged write).
   InterceptResult Serve(const std::shared_ptr<const CacheEntry>& entry, cache::ProtocolForm form,
-                        cache::ReplayRequest replay, uint64_t digest, std::string& local_out);
+                        cache::ReplayRequest replay, uint64_t digest, uint64_t valid_at, std::string& local_out);
   // A look-up in progress (Intercept -> FinishIntercept).
   struct Lookup {
     enum class Wait : std::uint8_t { kNone, kShared, kFollower, kCatalog };
@@ -521,6 +524,7 @@ class SessionCache {
 
   std::shared_ptr<EndpointCache> cache_;
   std::unique_ptr<asio::steady_timer> wait_timer_;
+  uint64_t last_wait_ = 0;  // the latest follower wait registered (Step): only its waiter wakes the unit
   // A unit waiting for the catalog refresh an unknown name started.
   std::shared_ptr<asio::steady_timer> catalog_timer_;
   std::function<void(std::string)> deliver_;
@@ -606,6 +610,7 @@ class SessionCache {
     uint64_t wait_id = 0;
     bool woken = false;
     std::shared_ptr<const CacheEntry> woken_entry;
+    uint64_t woken_generation = 0;  // the Endpoint's generation when woken with it
     // Writes and state changes per request sent (Query, Sync, FunctionCall),
     // answered in order by the origin's ReadyForQuery.
     SmallFifo<Effect> pending;

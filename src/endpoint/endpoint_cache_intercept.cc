@@ -35,14 +35,8 @@ constexpr std::string_view kReadyIdle("Z\0\0\0\5I", 6);
 }  // namespace
 
 SessionCache::InterceptResult SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry,
-                                                 const cache::CandidateUnit& unit, uint64_t digest,
-                                                 std::string& local_out) {
-  return Serve(entry, unit.form, unit.replay, digest, local_out);
-}
-
-SessionCache::InterceptResult SessionCache::Serve(const std::shared_ptr<const CacheEntry>& entry,
                                                  cache::ProtocolForm form, cache::ReplayRequest r, uint64_t digest,
-                                                 std::string& local_out) {
+                                                 uint64_t valid_at, std::string& local_out) {
   std::string out;
   cache::AppendControl(out, cache::BeginControl{digest});
   if (form == cache::ProtocolForm::kExtended) r.sync = false;
@@ -59,7 +53,7 @@ SessionCache::InterceptResult SessionCache::Serve(const std::shared_ptr<const Ca
   store.ttl = cache_->ClientTtl(entry->expires > now
                                     ? std::chrono::duration_cast<std::chrono::milliseconds>(entry->expires - now)
                                     : std::chrono::milliseconds(0));
-  store.generation = cache_->generation();
+  store.generation = valid_at;
   store.tables = entry->tables;
   store.source = cache_->source();
   cache::AppendControl(out, store);
@@ -272,16 +266,22 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out) {
   for (; l.round < 4; ++l.round) {
     U().woken = false;
     U().woken_entry.reset();
-    CacheLookup lk = cache_->tier().Lookup(l.key, [this](std::shared_ptr<const CacheEntry> e) {
+    // A waiter answers only the wait it was registered for: one left
+    // behind (a refresh that went to the origin instead of waiting) once
+    // handed another key's rows to this session's next wait.
+    const uint64_t wait = ++last_wait_;
+    CacheLookup lk = cache_->tier().Lookup(l.key, [this, wait](std::shared_ptr<const CacheEntry> e) {
+      if (wait != last_wait_ || !unit_) return;
       U().woken = true;
       U().woken_entry = std::move(e);
+      U().woken_generation = cache_->generation();
       if (wait_timer_) wait_timer_->cancel();
     });
     switch (lk.status) {
       case CacheLookupStatus::kHit:
       case CacheLookupStatus::kStale: {
         if (l.refresh_only) return RefreshOnly();
-        const InterceptResult served = Serve(lk.entry, l.form, l.replay, l.digest, local_out);
+        const InterceptResult served = Serve(lk.entry, l.form, l.replay, l.digest, cache_->generation(), local_out);
         if (served != InterceptResult::kNotServed) cache_->NoteServed(l.waited);
         cache_->Publish();
         U().lookup.reset();
@@ -327,7 +327,10 @@ SessionCache::InterceptResult SessionCache::Step(std::string& local_out) {
         // another session's fetch: served from it, its named Parse would
         // never reach the origin (nor the session's statement map), and the
         // driver's next Bind of that name would find no statement (26000).
-        if (l.refresh_only) return RefreshOnly();
+        if (l.refresh_only) {
+          cache_->tier().CancelWait(l.key, lk.wait_id);
+          return RefreshOnly();
+        }
         U().wait_key = l.key;
         U().wait_id = lk.wait_id;
         l.wait = Lookup::Wait::kFollower;
@@ -358,8 +361,10 @@ asio::awaitable<SessionCache::InterceptResult> SessionCache::FinishIntercept(std
       if (e && std::chrono::steady_clock::now() < e->expires) {
         cache_->tier().Complete(key, *e);  // fills the local tier, wakes the followers
         leader_->done = true;
+        const uint64_t looked_up_at = leader_->generation;  // (the shared tier's entry may be older than now)
         EndLeader(/*abandon=*/false);
-        const InterceptResult served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out);
+        const InterceptResult served =
+            Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, looked_up_at, local_out);
         if (served != InterceptResult::kNotServed) {
           cache_->NoteServed(U().lookup->waited);
           cache_->NoteSharedServed();
@@ -386,7 +391,11 @@ asio::awaitable<SessionCache::InterceptResult> SessionCache::FinishIntercept(std
     U().lookup->waited = true;
     if (U().woken && U().woken_entry) {
       std::shared_ptr<const CacheEntry> e = std::move(U().woken_entry);
-      const InterceptResult served = Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, local_out);
+      // Served to this unit, which was sent before any write invalidated
+      // since; the Client tier gets it as of the wake-up (the leader's
+      // result is handed only to the followers of an uninvalidated fetch).
+      const InterceptResult served =
+          Serve(e, U().lookup->form, U().lookup->replay, U().lookup->digest, U().woken_generation, local_out);
       if (served != InterceptResult::kNotServed) cache_->NoteServed(true);
       cache_->Publish();
       U().lookup.reset();

@@ -125,8 +125,9 @@ SessionCache::InterceptResult SessionCache::TryStaleOnError(const absl::Status& 
   const uint64_t digest = leader_->digest;
   const cache::ProtocolForm form = leader_->form;
   const cache::ReplayRequest replay = leader_->replay;
+  const uint64_t looked_up_at = leader_->generation;
   EndLeader(/*abandon=*/true);  // followers try the origin themselves
-  const InterceptResult served = Serve(e, form, replay, digest, local_out);
+  const InterceptResult served = Serve(e, form, replay, digest, looked_up_at, local_out);
   if (served == kNo) return kNo;
   cache_->NoteStaleIfError();
   cache_->Publish();

@@ -3,7 +3,7 @@
 # (postgresql://USER:PASS@HOST:PORT/DB?sslmode=disable). DRIVER is one of:
 #   asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema
 #   postgresjs_listen python_listen named_concurrency named_concurrency_py sql_execute_py
-#   named_concurrency_jdbc
+#   named_concurrency_jdbc stale_reads
 # Exit status is the driver program's (0 = every check held, no errors).
 # Overrides: DRV_PYTHON (a python3 that has Debian's python3-asyncpg and
 # python3-psycopg; default /usr/bin/python3, so that a pyenv shim earlier in PATH
@@ -36,6 +36,9 @@ case $1 in
   python_listen) need "$PYTHON"; exec "$PYTHON" listen_test.py "$2" ;;
   # Named statements shared by concurrent clients, cache on (issue 28 item 1).
   named_concurrency) node_deps pg; node_deps postgres; exec node named_concurrency_test.mjs "$2" ;;
+  # No read older than an acknowledged write, every row the one asked for
+  # (many clients, cache on, writes and DDL from other connections).
+  stale_reads) node_deps pg; node_deps postgres; exec node stale_reads_test.mjs "$2" ;;
   named_concurrency_py) need "$PYTHON"; exec "$PYTHON" named_concurrency_test.py "$2" ;;
   # SQL EXECUTE / DEALLOCATE of protocol-level names, duplicate names (issue 28).
   sql_execute_py) need "$PYTHON"; exec "$PYTHON" sql_execute_test.py "$2" ;;

@@ -12,10 +12,11 @@
 #              in transaction mode, default_pool_size 2.
 #
 # Env: DRIVERS="asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema
-#      postgresjs_listen python_listen named_concurrency named_concurrency_py sql_execute_py named_concurrency_jdbc" (default: all; the *_schema ones are
+#      postgresjs_listen python_listen named_concurrency named_concurrency_py sql_execute_py named_concurrency_jdbc stale_reads" (default: all; the *_schema ones are
 #      prepared statements across a table change, the *_listen ones LISTEN/NOTIFY fan-out,
 #      named_concurrency(_py, _jdbc) named statements shared by 8 clients over the pool,
-#      sql_execute_py SQL EXECUTE / DEALLOCATE of names the driver Parsed),
+#      sql_execute_py SQL EXECUTE / DEALLOCATE of names the driver Parsed,
+#      stale_reads no read older than an acknowledged write, none of another row),
 #      TARGETS="direct hyperpool" (default), HYPERPOOL_BINARY (needed for hyperpool),
 #      DRV_KEEP=1 keeps the temp dir (logs, cluster stopped) for inspection.
 # Exit 0 only if every selected driver passes on every counted target.
@@ -24,7 +25,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DRV="$ROOT/tests/drivers"
 PGCLUSTER="$ROOT/tests/support/pgcluster.sh"
-DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema postgresjs_listen python_listen named_concurrency named_concurrency_py sql_execute_py named_concurrency_jdbc"}
+DRIVERS=${DRIVERS:-"asyncpg psycopg pg postgresjs postgresjs4 jdbc pgbench postgresjs_schema asyncpg_schema postgresjs_listen python_listen named_concurrency named_concurrency_py sql_execute_py named_concurrency_jdbc stale_reads"}
 TARGETS=${TARGETS:-"direct hyperpool"}
 POOL_SIZE=${DRV_POOL_SIZE:-2}
 DRIVER_TIMEOUT_S=120

@@ -17,6 +17,15 @@ pooler caches it) while the write commits, then finishes with the old
 row. Wanted, as directly: a read that starts after the write was
 acknowledged sees the new row.
 
+The same unit, when another session is fetching its key, registered as
+that fetch's follower and then went to the origin anyway, leaving its
+waiter behind: when that fetch completed, the session's next wait (on
+another key) was answered with the first key's rows (postgres.js with
+prepare: false, whose describe-first Bind is such a unit: "id 2 saw the
+row of id 1", under DDL from another connection). Made certain with two
+gated statements, each waiting on its own advisory lock at its first
+evaluation only.
+
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
 import os
@@ -139,5 +148,103 @@ def test_refresh_started_before_a_commit_is_not_stored():
            "DROP SEQUENCE IF EXISTS %s_seq" % TABLE)
 
 
+def advisory_waiters(conn):
+    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND wait_event = 'advisory'").fetchone()[0]
+
+
+def coalesced(serve):
+    """The Endpoint tier's follower waits so far (the metrics endpoint)."""
+    import urllib.request
+    with urllib.request.urlopen("http://%s/metrics" % serve.metrics, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("hyperpool_cache_coalesced_total") and 'tier="endpoint"' in line:
+                return int(float(line.split()[-1]))
+    return 0
+
+
+def test_a_refresh_leaves_no_waiter_behind():
+    t = TABLE + "_w"
+    direct("DROP TABLE IF EXISTS %s" % t,
+           "CREATE TABLE %s (id int PRIMARY KEY, v int)" % t,
+           "INSERT INTO %s VALUES (1, 10), (2, 20), (3, 30)" % t,
+           "DROP SEQUENCE IF EXISTS %s_s1, %s_s2, %s_s3" % (t, t, t),
+           "CREATE SEQUENCE %s_s1" % t, "CREATE SEQUENCE %s_s2" % t, "CREATE SEQUENCE %s_s3" % t,
+           # IMMUTABLE as declared (cacheable); its first evaluation after
+           # the sequence is reset waits while the test holds `lock`.
+           "CREATE OR REPLACE FUNCTION %s_gate(k int, lock int, seq text) RETURNS int IMMUTABLE "
+           "LANGUAGE plpgsql AS $$BEGIN IF nextval(seq::regclass) = 1 THEN "
+           "PERFORM pg_advisory_lock_shared(lock); PERFORM pg_advisory_unlock_shared(lock); END IF; "
+           "RETURN k; END$$" % t)
+
+    def sql(i):
+        return "SELECT v, %s_gate(id, %d, '%s_s%d') FROM %s WHERE id = %d" % (t, LOCK_KEY + i, t, i, t, i)
+
+    def unit(name, i):
+        return wire.parse(name, sql(i)) + wire.bind(name) + wire.describe_portal() + wire.execute() + wire.sync()
+
+    with wire.Serve(["--metrics-listen", "127.0.0.1:0"]) as serve:
+        at = wire.wait_until(lambda: "metrics on http://" in serve.stderr_text(), 20)
+        check(at, "serve logged no metrics address")
+        serve.metrics = serve.stderr_text().split("metrics on http://", 1)[1].split("/metrics")[0]
+        warm = connect(serve)
+        try:
+            # Until a read of a third key is answered from the cache (the
+            # catalog is read on first use), and the statements' result
+            # types are known.
+            def cached():
+                warm.send(unit("", 3))
+                first_value(warm.read_until("Z"))
+                before = evaluations_of(t, 3)
+                warm.send(unit("", 3))
+                first_value(warm.read_until("Z"))
+                return evaluations_of(t, 3) == before
+            check(wire.wait_until(cached, 20, step=0.1), "the pooler never answered a read from its cache")
+            for i in (1, 2):
+                warm.send(unit("", i))
+                first_value(warm.read_until("Z"))
+        finally:
+            warm.close()
+        a, b, c = connect(serve), connect(serve), connect(serve)
+        with psycopg.connect(ORIGIN, autocommit=True) as gate:
+            gate.execute("SELECT pg_advisory_lock(%d), pg_advisory_lock(%d)" % (LOCK_KEY + 1, LOCK_KEY + 2))
+            direct("SELECT setval('%s_s1', 1, false), setval('%s_s2', 1, false)" % (t, t))
+            # The warm-up's entries of keys 1 and 2 dropped: a write through
+            # the pooler.
+            w = connect(serve)
+            w.send(wire.query("UPDATE %s SET v = v WHERE id IN (1, 2)" % t))
+            w.read_until("Z")
+            w.close()
+            # A leads the fetch of key 1; it waits at the origin.
+            a.send(unit("", 1))
+            check(wire.wait_until(lambda: advisory_waiters(gate) == 1, 20), "A never reached the lock")
+            # B's unit of key 1 holds a named Parse: it goes to the origin
+            # although A is fetching the key (its evaluation is not the first:
+            # it does not wait).
+            b.send(unit("s1", 1))
+            check(first_value(b.read_until("Z")) == "10", "B's row of id 1")
+            # C leads the fetch of key 2; B waits for it as a follower.
+            c.send(unit("", 2))
+            check(wire.wait_until(lambda: advisory_waiters(gate) == 2, 20), "C never reached the lock")
+            before = coalesced(serve)
+            b.send(unit("", 2))
+            check(wire.wait_until(lambda: coalesced(serve) > before, 20), "B never waited for C's fetch")
+            # A's fetch completes first: B's wait on key 2 is not its business.
+            gate.execute("SELECT pg_advisory_unlock(%d)" % (LOCK_KEY + 1))
+            check(first_value(a.read_until("Z")) == "10", "A's row of id 1")
+            gate.execute("SELECT pg_advisory_unlock(%d)" % (LOCK_KEY + 2))
+            check(first_value(c.read_until("Z")) == "20", "C's row of id 2")
+            check(first_value(b.read_until("Z")) == "20", "B's unit of id 2 was answered with another key's rows")
+        for conn in (a, b, c):
+            conn.close()
+    direct("DROP TABLE IF EXISTS %s" % t, "DROP FUNCTION IF EXISTS %s_gate(int, int, text)" % t,
+           "DROP SEQUENCE IF EXISTS %s_s1, %s_s2, %s_s3" % (t, t, t))
+
+
+def evaluations_of(t, i):
+    with psycopg.connect(ORIGIN, autocommit=True) as c:
+        return c.execute("SELECT last_value, is_called FROM %s_s%d" % (t, i)).fetchone()
+
+
 if __name__ == "__main__":
-    wire.run([test_refresh_started_before_a_commit_is_not_stored])
+    wire.run([test_refresh_started_before_a_commit_is_not_stored, test_a_refresh_leaves_no_waiter_behind])
