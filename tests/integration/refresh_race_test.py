@@ -148,9 +148,11 @@ def test_refresh_started_before_a_commit_is_not_stored():
            "DROP SEQUENCE IF EXISTS %s_seq" % TABLE)
 
 
-def advisory_waiters(conn):
+def advisory_waiters(conn, text):
+    """Backends waiting on an advisory lock in a statement that holds `text`
+    (other tests share the fixture's server)."""
     return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND wait_event = 'advisory'").fetchone()[0]
+                        "AND wait_event = 'advisory' AND query LIKE %s", ("%%%s%%" % text,)).fetchone()[0]
 
 
 def coalesced(serve):
@@ -217,7 +219,7 @@ def test_a_refresh_leaves_no_waiter_behind():
             w.close()
             # A leads the fetch of key 1; it waits at the origin.
             a.send(unit("", 1))
-            check(wire.wait_until(lambda: advisory_waiters(gate) == 1, 20), "A never reached the lock")
+            check(wire.wait_until(lambda: advisory_waiters(gate, t + "_gate") == 1, 20), "A never reached the lock")
             # B's unit of key 1 holds a named Parse: it goes to the origin
             # although A is fetching the key (its evaluation is not the first:
             # it does not wait).
@@ -225,7 +227,7 @@ def test_a_refresh_leaves_no_waiter_behind():
             check(first_value(b.read_until("Z")) == "10", "B's row of id 1")
             # C leads the fetch of key 2; B waits for it as a follower.
             c.send(unit("", 2))
-            check(wire.wait_until(lambda: advisory_waiters(gate) == 2, 20), "C never reached the lock")
+            check(wire.wait_until(lambda: advisory_waiters(gate, t + "_gate") == 2, 20), "C never reached the lock")
             before = coalesced(serve)
             b.send(unit("", 2))
             check(wire.wait_until(lambda: coalesced(serve) > before, 20), "B never waited for C's fetch")
