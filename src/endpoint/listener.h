@@ -76,6 +76,8 @@ class ListenerConnection : public std::enable_shared_from_this<ListenerConnectio
   // Whether `subscriber` listens on `channel` here.
   bool Listens(Subscriber subscriber, std::string_view channel) const { return registry_.Listens(subscriber, channel); }
   const std::set<std::string>& ChannelsOf(Subscriber subscriber) const { return registry_.ChannelsOf(subscriber); }
+  // Whether any subscriber listens on any channel here.
+  bool HasChannels() const { return registry_.channel_count() != 0; }
 
   // Closes the connection; the run loop ends (running() turns false).
   void Stop();

@@ -475,6 +475,7 @@ SessionEffects AnalyzeSessionEffects(const cache::SqlText& text) {
   if (text.simple_read()) return fx;  // one SELECT calling no function: no effects
   const std::string_view sql = text.sql();
   fx.sequences = MayUseSequences(sql);
+  fx.notifies = cache::ContainsCaseless(sql, "notify");
   if (!MayMatter(text)) return fx;
   const auto& tokens = text.tokens();
   if (!tokens.ok()) {
@@ -602,6 +603,7 @@ SessionEffects SessionSettings::NoteFrontend(char tag, std::string_view payload,
     case 'F': {
       SessionEffects fx;  // a FunctionCall runs any function
       fx.sequences = true;
+      fx.notifies = true;
       return fx;
     }
     default:

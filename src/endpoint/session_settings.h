@@ -110,7 +110,11 @@ struct SessionEffects {
   std::vector<PinReason> pins;       // state that pins the session
   std::set<std::string> custom_names;  // placeholder names it mentions (lowercased)
   bool sequences = false;            // may call nextval/setval (sequence_state.h)
-  bool empty() const { return !settings && pins.empty() && custom_names.empty() && !sequences; }
+  // May NOTIFY (the word anywhere: NOTIFY, pg_notify, a function's name):
+  // kept with a named statement too, so that its later Binds count
+  // (notification_pid.h: who sent what the listener connection reads).
+  bool notifies = false;
+  bool empty() const { return !settings && pins.empty() && custom_names.empty() && !sequences && !notifies; }
 };
 
 // Analyses `sql` with the cache's PostgreSQL lexer (src/cache/sql_analysis.h).
