@@ -55,19 +55,16 @@ Session::~Session() {
   // A lease still held here closes its connection (Lease's destructor).
   LeavePinWait();
   if (dormant_) endpoint_->sleeping_sessions.fetch_sub(1, std::memory_order_relaxed);
-  if (registered_) {
-    endpoint_->on_executor.listen_sessions.erase(listen_id_);
-    auto it = endpoint_->on_executor.sessions_by_id.find(SessionId());
-    if (it != endpoint_->on_executor.sessions_by_id.end() && it->second == this) endpoint_->on_executor.sessions_by_id.erase(it);
-  }
+  Unregister();
   std::lock_guard<std::mutex> lock(endpoint_->mutex);
   endpoint_->sessions.erase(this);
   const std::size_t left = (watch_ ? endpoint_->watch_count : endpoint_->session_count).fetch_sub(1) - 1;
   endpoint_->sessions_done.notify_all();
   if (!watch_ && left == 0 && endpoint_->options.close_idle_when_unused.count() > 0 && !endpoint_->stopped) {
-    if (!endpoint_->on_executor.unused_timer) endpoint_->on_executor.unused_timer = std::make_unique<asio::steady_timer>(endpoint_->executor);
-    endpoint_->on_executor.unused_timer->expires_after(endpoint_->options.close_idle_when_unused);
-    endpoint_->on_executor.unused_timer->async_wait([weak = std::weak_ptr<Endpoint::Impl>(endpoint_)](std::error_code ec) {
+    std::unique_ptr<asio::steady_timer>& timer = endpoint_->on_executor.unused_timer;
+    if (!timer) timer = std::make_unique<asio::steady_timer>(endpoint_->executor);
+    timer->expires_after(endpoint_->options.close_idle_when_unused);
+    timer->async_wait([weak = std::weak_ptr<Endpoint::Impl>(endpoint_)](std::error_code ec) {
       std::shared_ptr<Endpoint::Impl> ep = weak.lock();
       if (ec || !ep || ep->stopped || ep->session_count.load() != 0) return;
       ep->pool->Reconnect();  // the idle ones close now (min_idle 0: none reopens)
@@ -238,7 +235,8 @@ asio::awaitable<void> Session::AnswerProbe() {
       co_await SendFatal(protocol::ErrorForAcquire(measured));
       co_return;
     }
-  } else if (std::chrono::steady_clock::now() - ep->on_executor.rtt_measured_at > kFresh && !ep->on_executor.rtt_refreshing) {
+  } else if (std::chrono::steady_clock::now() - ep->on_executor.rtt_measured_at > kFresh &&
+             !ep->on_executor.rtt_refreshing) {
     // Answer with what is known now (a busy pool must not stall a probe)
     // and refresh in the background for the next one.
     ep->on_executor.rtt_refreshing = true;

@@ -178,6 +178,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // The session is over: deregisters it, closes the link once what is
   // queued for it is sent.
   void Finish();
+  // Out of the listen and session-id maps (registered_), once.
+  void Unregister();
 
   asio::awaitable<void> Acquire();
   // kPrepare, kCapture or kUnlisten on `conn` (null: it went meanwhile).

@@ -574,12 +574,7 @@ void Session::Finish() {
   finished_ = true;
   if (origin_io_ && origin_io_->acquiring) (void)origin_io_->acquire_cancel.Cancel(absl::CancelledError("the session ended"));
   LeavePinWait();
-  if (registered_) {
-    registered_ = false;
-    endpoint_->on_executor.listen_sessions.erase(listen_id_);
-    auto it = endpoint_->on_executor.sessions_by_id.find(SessionId());
-    if (it != endpoint_->on_executor.sessions_by_id.end() && it->second == this) endpoint_->on_executor.sessions_by_id.erase(it);
-  }
+  Unregister();
   link_closed_ = true;
   link_->Close();
   core_->OnFlushedForEnd();
@@ -687,9 +682,19 @@ bool Session::SignalSession(std::int32_t app_pid, bool terminate) {
   return true;
 }
 
+void Session::Unregister() {
+  if (!registered_) return;
+  registered_ = false;
+  Endpoint::Impl::OnExecutor& x = endpoint_->on_executor;
+  x.listen_sessions.erase(listen_id_);
+  auto it = x.sessions_by_id.find(SessionId());
+  if (it != x.sessions_by_id.end() && it->second == this) x.sessions_by_id.erase(it);
+}
+
 void Session::LeavePinWait() {
   if (!origin_io_ || origin_io_->pin_ticket == 0) return;
-  if (O().pin_granted || !endpoint_->on_executor.pin_budget.Leave(O().pin_ticket)) endpoint_->on_executor.pin_budget.Give();
+  endpoint::PinBudget& budget = endpoint_->on_executor.pin_budget;
+  if (O().pin_granted || !budget.Leave(O().pin_ticket)) budget.Give();
   O().pin_ticket = 0;
   O().pin_granted = false;
   if (O().pin_timer) O().pin_timer->cancel();

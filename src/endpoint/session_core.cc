@@ -607,13 +607,12 @@ bool SessionCore::TracksListens() const { return endpoint_.options.pool.mode == 
 
 bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text) {
   if (frame.tag != 'Q' && frame.tag != 'P' && frame.tag != 'B' && frame.tag != 'C' && frame.tag != 'F') return true;
-  SessionEffects effects = settings_.NoteFrontend(frame.tag, frame.payload, text, &endpoint_.on_executor.session_effects);
+  SessionEffects effects =
+      settings_.NoteFrontend(frame.tag, frame.payload, text, &endpoint_.on_executor.session_effects);
   if (effects.sequences) used_sequences_ = true;  // marks the connection it runs on (ReleaseLease)
-  // (A Bind of a named statement that may notify, or a FunctionCall, says
-  // so through its effects: psycopg runs a statement by Bind alone once it
-  // has prepared it.)
-  if (effects.notifies || ((frame.tag == 'Q' || frame.tag == 'P') && !(text != nullptr && text->simple_read()) &&
-                           MayNotify(frame.payload))) {
+  // (A Bind of a named statement that may notify says so too: psycopg runs
+  // a statement by Bind alone once it has prepared it.)
+  if (effects.notifies) {
     // From now on this backend's notifications are this session's: the
     // listener's copy may arrive before the unit's ReadyForQuery.
     may_notify_ = true;

@@ -79,7 +79,7 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
     // translated by who held the backend last (notification_pid.h), so one
     // read after the next notifying session took the backend carried that
     // session's pid (~10% of them with three notifiers over a pool of 3).
-      Command(SessionCommand::Kind::kBarrier);
+    Command(SessionCommand::Kind::kBarrier);
     hold_ = HoldStep::kAfterBarrier;
     held_frame_.assign(frame.raw.data(), frame.raw.size());
     return false;

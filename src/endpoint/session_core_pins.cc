@@ -239,10 +239,12 @@ SessionCore::Next SessionCore::HandleRefusedPin(const protocol::Frame& frame, st
   const protocol::PoolerError error = std::move(std::get<PinRefused>(pin_gate_).error);
   pin_gate_ = std::monostate{};
   fmt::print(stderr, "hyperpool: session {}: no pinned slot (max_pinned = {}), statement refused: {}\n",
-             id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.on_executor.pin_budget.limit(), error.message);
+             id_.session_id.empty() ? std::string("-") : id_.session_id, endpoint_.on_executor.pin_budget.limit(),
+             error.message);
   const std::string statement = ErrorStatement(
       error.sqlstate, error.message,
-      error.sqlstate == kSqlStateTooManyConnections ? PinBudgetHint(endpoint_.on_executor.pin_budget.limit()) : std::string());
+      error.sqlstate == kSqlStateTooManyConnections ? PinBudgetHint(endpoint_.on_executor.pin_budget.limit())
+                                                    : std::string());
   std::string replacement;
   head_.stand_in_noted = true;  // its effects are not noted again
   if (!RewritePinningMessage(frame.tag, frame.payload, statement, replacement)) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "cache/sql_analysis.h"
+#include "endpoint/notification_pid.h"
 #include "endpoint/sequence_state.h"
 #include "protocol/link_protocol.h"
 
@@ -475,7 +476,7 @@ SessionEffects AnalyzeSessionEffects(const cache::SqlText& text) {
   if (text.simple_read()) return fx;  // one SELECT calling no function: no effects
   const std::string_view sql = text.sql();
   fx.sequences = MayUseSequences(sql);
-  fx.notifies = cache::ContainsCaseless(sql, "notify");
+  fx.notifies = MayNotify(sql);
   if (!MayMatter(text)) return fx;
   const auto& tokens = text.tokens();
   if (!tokens.ok()) {
