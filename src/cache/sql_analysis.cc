@@ -6,6 +6,7 @@
 // stays verbatim, because its value changes the answer (has_time_literal).
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <list>
 #include <string>
@@ -99,6 +100,63 @@ void ShapeKey(const std::vector<Token>& tokens, std::string& out) {
   }
 }
 
+// A VALUES row that adds nothing to an analysis: `( v {, v} )` with each v a
+// parameter, NULL, DEFAULT or a run of decimal digits (a ParamRef, an
+// A_Const or a SetToDefault in the parse tree: no name, call, cast or
+// literal the walk records). `i` is at the '('; returns the index after the
+// ')', or 0 when the row is anything else.
+size_t InertRowEnd(const std::vector<Token>& t, size_t i) {
+  if (i >= t.size() || t[i].kind != TokenKind::kLParen) return 0;
+  for (++i;; ++i) {
+    if (i >= t.size()) return 0;
+    const Token& v = t[i];
+    const bool inert =
+        v.kind == TokenKind::kParam ||
+        (v.kind == TokenKind::kIdentifier && (v.value == "null" || v.value == "default")) ||
+        (v.kind == TokenKind::kNumber && !v.text.empty() &&
+         std::all_of(v.text.begin(), v.text.end(), [](char c) { return c >= '0' && c <= '9'; }));
+    if (!inert || ++i >= t.size()) return 0;
+    if (t[i].kind == TokenKind::kRParen) return i + 1;
+    if (t[i].kind != TokenKind::kComma) return 0;
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> CollapsedValuesText(const std::vector<Token>& t, std::string_view sql) {
+  std::string out;
+  size_t copied = 0;  // sql[copied, ...) not yet in `out`
+  for (size_t i = 0; i + 1 < t.size(); ++i) {
+    if (t[i].kind != TokenKind::kIdentifier || t[i].value != "values" || t[i + 1].kind != TokenKind::kLParen) continue;
+    // The first row stays as written (the parser reads it); it ends at its
+    // matching ')'.
+    size_t j = i + 1;
+    for (int depth = 0; j < t.size(); ++j) {
+      if (t[j].kind == TokenKind::kLParen) ++depth;
+      if (t[j].kind == TokenKind::kRParen && --depth == 0) break;
+    }
+    if (j >= t.size()) return std::nullopt;
+    const size_t first_end = j + 1;
+    size_t k = first_end;  // after the last inert ", (row)" that follows
+    while (k + 1 < t.size() && t[k].kind == TokenKind::kComma) {
+      const size_t e = InertRowEnd(t, k + 1);
+      if (e == 0) break;
+      k = e;
+    }
+    if (k == first_end) continue;
+    const size_t cut_from = t[first_end - 1].offset + t[first_end - 1].text.size();
+    const size_t cut_to = k < t.size() ? t[k].offset : sql.size();
+    out.append(sql.substr(copied, cut_from - copied));
+    copied = cut_to;
+    i = k - 1;
+  }
+  if (copied == 0) return std::nullopt;
+  out.append(sql.substr(copied));  // (a ')' ends a token: nothing to separate)
+  return out;
+}
+
+namespace {
+
 // The analyses of the shapes this thread parsed last, most recently used
 // first. A memo of a pure function (the key decides the answer), so sharing
 // it between two hyperpool instances in one process changes nothing either
@@ -106,14 +164,26 @@ void ShapeKey(const std::vector<Token>& tokens, std::string& out) {
 class AnalysisMemo {
  public:
   static constexpr size_t kCapacity = 4096;
-  static constexpr size_t kMaxKeyBytes = 16 << 10;  // longer texts are parsed each time
+  static constexpr size_t kMaxKeyBytes = 16 << 10;  // longer texts: by their bytes, below
+  // A longer text is kept by its exact bytes in one of kBigSlots, up to
+  // kMaxBigBytes: the Endpoint's write tracking and the Client's statement
+  // bookkeeping each ask about a statement, so a bulk INSERT of 60,000
+  // parameters (600 kB; ~1 s in libpg_query's protobuf) was parsed twice.
+  // Longer still: parsed each time (they are judged conservatively anyway).
+  static constexpr size_t kBigSlots = 2;
+  static constexpr size_t kMaxBigBytes = 1 << 20;
 
   const absl::StatusOr<StatementAnalysis>& Get(const std::vector<Token>& tokens, std::string_view sql) {
     ShapeKey(tokens, key_);
-    if (key_.size() > kMaxKeyBytes) {
-      uncached_ = ParseAnalysis(sql);
-      return uncached_;
-    }
+    if (key_.size() > kMaxKeyBytes) return GetBig(tokens, sql);
+    return GetShape(sql);
+  }
+
+ private:
+  using Entry = std::pair<std::string, absl::StatusOr<StatementAnalysis>>;
+
+  // The analysis of the shape in key_ (of `sql`).
+  const absl::StatusOr<StatementAnalysis>& GetShape(std::string_view sql) {
     auto it = index_.find(std::string_view(key_));
     if (it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
@@ -128,10 +198,36 @@ class AnalysisMemo {
     return lru_.front().second;
   }
 
- private:
-  using Entry = std::pair<std::string, absl::StatusOr<StatementAnalysis>>;
+  const absl::StatusOr<StatementAnalysis>& GetBig(const std::vector<Token>& tokens, std::string_view sql) {
+    // A bulk INSERT's (or a VALUES list's) rows of parameters and constants
+    // change nothing the analysis reports: it is the analysis of the text
+    // with one row, which is short and shaped like every other batch's
+    // (60,000 rows: the memo's answer instead of ~1 s in the parser).
+    if (std::optional<std::string> one_row = CollapsedValuesText(tokens, sql)) {
+      absl::StatusOr<std::vector<Token>> short_tokens = Lex(*one_row);
+      if (short_tokens.ok()) {
+        ShapeKey(*short_tokens, key_);
+        if (key_.size() <= kMaxKeyBytes) return GetShape(*one_row);
+      }
+    }
+    if (sql.size() > kMaxBigBytes) {
+      uncached_ = ParseAnalysis(sql);
+      return uncached_;
+    }
+    for (Entry& e : big_) {
+      if (e.first == sql) return e.second;
+    }
+    Entry& slot = big_[next_big_];
+    next_big_ = (next_big_ + 1) % kBigSlots;
+    slot.first.assign(sql);
+    slot.second = ParseAnalysis(sql);
+    return slot.second;
+  }
+
   std::string key_;
   absl::StatusOr<StatementAnalysis> uncached_;
+  std::array<Entry, kBigSlots> big_;
+  size_t next_big_ = 0;
   std::list<Entry> lru_;
   absl::flat_hash_map<std::string_view, std::list<Entry>::iterator, StringHash, StringEq> index_;
 };

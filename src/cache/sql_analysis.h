@@ -211,6 +211,15 @@ absl::StatusOr<StatementAnalysis> AnalyzeStatement(std::string_view sql, LexOpti
 // are held against (tests/unit/cache/corpus_test.cc).
 absl::StatusOr<StatementAnalysis> ParseAnalysis(std::string_view sql);
 
+// `sql` with the rows of its VALUES lists after the first cut out where they
+// hold only parameters, NULL, DEFAULT and unsigned integers ("insert into t
+// (a, b) values ($1, $2), ($3, $4)" -> "insert into t (a, b) values ($1, $2)"):
+// those rows add nothing to the statement's analysis, so a bulk INSERT is
+// analysed as its one-row text. nullopt when nothing would be cut. `tokens`
+// are Lex(sql)'s. Checked against the parser in sql_analysis_test and on the
+// regression suite (corpus_test).
+std::optional<std::string> CollapsedValuesText(const std::vector<Token>& tokens, std::string_view sql);
+
 // Whether a literal's text names a time word PostgreSQL's date/time input
 // reads as the current time ('now', 'today', 'tomorrow', 'yesterday'; any
 // case): such a literal's value depends on when it is read.
