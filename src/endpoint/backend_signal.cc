@@ -82,6 +82,38 @@ class Cursor {
     text = s_.substr(start, i_ - start);
     return true;
   }
+  // `AS name` (the name an unquoted identifier, folded to lowercase, or a
+  // quoted one), or nothing: a bare alias is declined. The name, if any.
+  std::optional<std::string> Alias() {
+    if (!Word("as")) return std::string();
+    Space();
+    std::string name;
+    if (i_ < s_.size() && s_[i_] == '"') {
+      for (++i_;; ++i_) {
+        if (i_ >= s_.size()) return std::nullopt;
+        if (s_[i_] == '"') {
+          if (i_ + 1 < s_.size() && s_[i_ + 1] == '"') {
+            name.push_back('"');
+            ++i_;
+            continue;
+          }
+          ++i_;
+          break;
+        }
+        name.push_back(s_[i_]);
+      }
+    } else {
+      if (i_ >= s_.size() || !(std::isalpha(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) return std::nullopt;
+      for (; i_ < s_.size(); ++i_) {
+        const auto c = static_cast<unsigned char>(s_[i_]);
+        if (!std::isalnum(c) && c != '_' && c != '$') break;
+        name.push_back(static_cast<char>(std::tolower(c)));
+      }
+    }
+    // (PostgreSQL truncates a longer name with a NOTICE: left to it.)
+    if (name.empty() || name.size() > 63 || name.find('\0') != std::string::npos) return std::nullopt;
+    return name;
+  }
   bool AtEnd() {
     Space();
     if (i_ < s_.size() && s_[i_] == ';') ++i_;
@@ -100,6 +132,11 @@ struct Call {
   bool terminate = false;
   std::int64_t pid = 0;
   std::string_view param;
+  std::string column;  // the alias, else the function's name
+
+  BackendSignal Signal(std::int64_t signalled) const {
+    return BackendSignal{terminate, static_cast<std::int32_t>(signalled), column};
+  }
 };
 
 std::optional<Call> ParseCall(std::string_view sql, bool allow_param) {
@@ -125,11 +162,14 @@ std::optional<Call> ParseCall(std::string_view sql, bool allow_param) {
   if (call.terminate && c.Char(',')) {
     if (!c.Integer()) return std::nullopt;  // the timeout (ms): the session ends at once here
   }
-  if (!c.Char(')') || !c.AtEnd()) return std::nullopt;
+  if (!c.Char(')')) return std::nullopt;
+  std::optional<std::string> alias = c.Alias();
+  if (!alias || !c.AtEnd()) return std::nullopt;
+  call.column = alias->empty() ? (call.terminate ? "pg_terminate_backend" : "pg_cancel_backend") : std::move(*alias);
   return call;
 }
 
-// The pid a Bind's only parameter carries: text digits, or a binary int4/int8.
+// The pid a Bind's only parameter carries: text digits, or a binary int2/int4/int8.
 std::optional<std::int64_t> BoundPid(const protocol::Bind& bind) {
   if (bind.parameters.size() != 1 || !bind.parameters[0]) return std::nullopt;
   const std::string_view v = *bind.parameters[0];
@@ -139,10 +179,13 @@ std::optional<std::int64_t> BoundPid(const protocol::Bind& bind) {
     std::optional<std::int64_t> n = c.Integer();
     return n && c.AtEnd() ? n : std::nullopt;
   }
-  if (v.size() != 4 && v.size() != 8) return std::nullopt;
+  // int2 too: psycopg sends a small pid (an origin's, from pg_backend_pid()) so.
+  if (v.size() != 2 && v.size() != 4 && v.size() != 8) return std::nullopt;
   std::uint64_t n = 0;
   for (char ch : v) n = (n << 8) | static_cast<unsigned char>(ch);
-  const std::int64_t value = v.size() == 4 ? static_cast<std::int32_t>(n) : static_cast<std::int64_t>(n);
+  const std::int64_t value = v.size() == 2   ? static_cast<std::int16_t>(n)
+                             : v.size() == 4 ? static_cast<std::int32_t>(n)
+                                             : static_cast<std::int64_t>(n);
   if (value <= 0 || value > kMaxPid) return std::nullopt;
   return value;
 }
@@ -150,7 +193,7 @@ std::optional<std::int64_t> BoundPid(const protocol::Bind& bind) {
 // The signal's one column: boolean, named after the function, in `format`.
 void AppendSignalRowDescription(std::string& out, const BackendSignal& signal, std::int16_t format) {
   protocol::RowDescription rd;
-  rd.fields.push_back(protocol::FieldDescription{.name = signal.terminate ? "pg_terminate_backend" : "pg_cancel_backend",
+  rd.fields.push_back(protocol::FieldDescription{.name = signal.column,
                                                  .type_oid = kBoolOid,
                                                  .type_size = 1,
                                                  .format = format});
@@ -226,7 +269,7 @@ std::size_t WalkSignalBatch(std::string_view batch, const BackendSignal& signal,
 std::optional<BackendSignal> ParseBackendSignal(std::string_view sql) {
   std::optional<Call> call = ParseCall(sql, /*allow_param=*/false);
   if (!call) return std::nullopt;
-  return BackendSignal{call->terminate, static_cast<std::int32_t>(call->pid)};
+  return call->Signal(call->pid);
 }
 
 std::optional<BackendSignal> ParseBackendSignalUnit(std::string_view parse_payload, std::string_view rest) {
@@ -236,7 +279,7 @@ std::optional<BackendSignal> ParseBackendSignalUnit(std::string_view parse_paylo
   if (!call) return std::nullopt;
   if (call->param.empty()) {
     if (!parse->parameter_types.empty()) return std::nullopt;
-    return BackendSignal{call->terminate, static_cast<std::int32_t>(call->pid)};  // a constant
+    return call->Signal(call->pid);  // a constant
   }
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   auto r = reader.Read(rest);
@@ -245,7 +288,7 @@ std::optional<BackendSignal> ParseBackendSignalUnit(std::string_view parse_paylo
   if (!bind.ok() || bind->statement != parse->statement) return std::nullopt;
   std::optional<std::int64_t> pid = BoundPid(*bind);
   if (!pid || *pid == 0) return std::nullopt;
-  return BackendSignal{call->terminate, static_cast<std::int32_t>(*pid)};
+  return call->Signal(*pid);
 }
 
 std::optional<BackendSignal> ParseBackendSignalBind(std::string_view parse_payload, std::string_view batch) {
@@ -266,7 +309,7 @@ std::optional<BackendSignal> ParseBackendSignalBind(std::string_view parse_paylo
   if (!bind.ok()) return std::nullopt;
   std::optional<std::int64_t> pid = BoundPid(*bind);
   if (!pid || *pid == 0) return std::nullopt;
-  const BackendSignal signal{call->terminate, static_cast<std::int32_t>(*pid)};
+  const BackendSignal signal = call->Signal(*pid);
   if (WalkSignalBatch(batch, signal, nullptr) == 0) return std::nullopt;
   return signal;
 }
@@ -281,10 +324,12 @@ std::string BackendSignalStandIn(std::string_view parse_payload) {
   if (!parse.ok()) return {};
   std::optional<Call> call = ParseCall(parse->query, /*allow_param=*/true);
   if (!call) return {};
-  const char* name = call->terminate ? "pg_terminate_backend" : "pg_cancel_backend";
+  std::string name = "\"";  // the column's name, quoted
+  for (char ch : call->column) name.append(ch == '"' ? 2 : 1, ch);
+  name.push_back('"');
   const std::string text = call->param.empty()
-                               ? std::string("SELECT true AS ") + name
-                               : std::string("SELECT (") + std::string(call->param) + ")::int4 IS NOT NULL AS " + name;
+                               ? "SELECT true AS " + name
+                               : "SELECT (" + std::string(call->param) + ")::int4 IS NOT NULL AS " + name;
   std::string out;
   protocol::Encode(protocol::Parse{parse->statement, text, parse->parameter_types}, out);
   return out;

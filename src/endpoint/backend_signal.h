@@ -23,10 +23,11 @@ namespace hyperpool::endpoint {
 struct BackendSignal {
   bool terminate = false;  // pg_terminate_backend; else pg_cancel_backend
   std::int32_t pid = 0;
+  std::string column;  // the result column's name: an `AS` alias, else the function's
 };
 
 // The call in `sql`, if `sql` is exactly one such SELECT (any case and
-// spacing, an optional trailing semicolon, no column alias).
+// spacing, an optional trailing semicolon, an optional `AS name`).
 std::optional<BackendSignal> ParseBackendSignal(std::string_view sql);
 
 // The extended-protocol form (psycopg's `select pg_terminate_backend(%s::int)`):

@@ -66,10 +66,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // Endpoint::Stop(): ends the session as if the client vanished.
   void Shutdown();
 
-  // The live session of `endpoint` that pid `pid` names: its app pid, or an
-  // origin backend's that it used most recently, unless the caller (app pid
-  // `caller`, its lend `caller_lease`: SessionCore::SignalLease) did so
-  // later; or null.
+  // The live session of `endpoint` that pid `pid` names: its app pid; or
+  // an origin backend's: the session other than the caller (app pid
+  // `caller`) shown it by pg_backend_pid() most recently, else the one that
+  // used it most recently unless the caller (its lend `caller_lease`:
+  // SessionCore::SignalLease) did so later; or null.
   static std::shared_ptr<Session> FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller,
                                                    endpoint::SessionCore::OriginLease caller_lease = {});
   // pg_terminate_backend (`terminate`) or pg_cancel_backend aimed at this

@@ -632,26 +632,43 @@ asio::awaitable<void> Session::WaitPin() {
 
 std::shared_ptr<Session> Session::FindSignalTarget(Endpoint::Impl& endpoint, std::int32_t pid, std::int32_t caller,
                                                    endpoint::SessionCore::OriginLease caller_lease) {
+  using Lease = endpoint::SessionCore::OriginLease;
+  auto newer = [](std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) > 0; };
   std::lock_guard<std::mutex> lock(endpoint.mutex);
-  // An origin pid (pg_backend_pid()): the session that used that backend
-  // most recently, as directly the session whose backend it is. The caller
-  // counts with the lend before its current unit's (SignalLease: asyncpg's
-  // test_pool_remote_close is lent the very backend it names); when that is
-  // the newest, the origin ends the caller's own backend, as directly.
+  // An origin pid (pg_backend_pid()): first the other session that was
+  // shown it most recently, as directly the session whose backend it is:
+  // since then the pool may have lent that backend to others, the caller
+  // among them (a reads its pid, b runs a transaction on that backend, then
+  // b terminates a's pid: directly a ends, not b). Even when the caller was
+  // shown the same pid since: directly two sessions never see one pid, and
+  // a session ending itself by a pid it remembered is the rarer intent
+  // (its own backend is pg_terminate_backend(pg_backend_pid()), which goes
+  // to the origin). Else the session that used that backend most recently.
+  // The caller counts with the lend before its current unit's (SignalLease:
+  // asyncpg's test_pool_remote_close is lent the very backend it names);
+  // when the caller is the newest, the origin ends the caller's own
+  // backend, as directly.
   Session* by_origin = nullptr;
+  Session* by_shown = nullptr;
   std::uint32_t newest = 0;
+  std::uint32_t newest_shown = 0;
   for (Session* s : endpoint.sessions) {
     if ((!s->core_ && !s->dormant_) || s->finished_ || s->watch_ || s->probe_) continue;
     if (s->app_pid_ == pid) return s->weak_from_this().lock();  // the pid it was handed
     if (s->app_pid_ == caller) continue;
-    const endpoint::SessionCore::OriginLease lease =
-        s->core_ ? s->core_->origin_lease() : s->dormant_->origin_lease;
+    const Lease shown = s->core_ ? s->core_->observed_lease() : s->dormant_->observed_lease;
+    if (shown.pid == pid && shown.serial != 0 && (by_shown == nullptr || newer(shown.serial, newest_shown))) {
+      by_shown = s;
+      newest_shown = shown.serial;
+    }
+    const Lease lease = s->core_ ? s->core_->origin_lease() : s->dormant_->origin_lease;
     if (lease.pid != pid || lease.serial == 0) continue;
-    if (by_origin == nullptr || static_cast<std::int32_t>(lease.serial - newest) > 0) {
+    if (by_origin == nullptr || newer(lease.serial, newest)) {
       by_origin = s;
       newest = lease.serial;
     }
   }
+  if (by_shown != nullptr) return by_shown->weak_from_this().lock();
   if (by_origin == nullptr) return nullptr;
   if (caller_lease.pid == pid && caller_lease.serial != 0 &&
       static_cast<std::int32_t>(caller_lease.serial - newest) > 0) {

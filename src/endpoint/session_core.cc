@@ -97,6 +97,7 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Dormant 
   Attach(/*woken=*/true);  // (the cache was started by the first core)
   origin_lease_.store(Pack(dormant.origin_lease), std::memory_order_relaxed);
   previous_lease_ = dormant.previous_lease;
+  observed_lease_.store(Pack(dormant.observed_lease), std::memory_order_relaxed);
   sequence_generation_ = dormant.sequence_generation;
   last_activity_ = std::chrono::steady_clock::now();
 }
@@ -128,7 +129,8 @@ bool SessionCore::CanSleep() const {
 }
 
 SessionCore::Dormant SessionCore::Sleep() {
-  return Dormant{std::move(id_), std::move(settings_), serial_, sequence_generation_, origin_lease(), previous_lease_};
+  return Dormant{std::move(id_),  std::move(settings_), serial_,          sequence_generation_,
+                 origin_lease(), previous_lease_,       observed_lease()};
 }
 
 SessionCore::~SessionCore() {
@@ -442,6 +444,8 @@ void SessionCore::OnAcquired(OriginConnection* conn) {
     previous_lease_ = origin_lease_.load(std::memory_order_relaxed);
     origin_lease_.store(Pack(OriginLease{conn_->backend_key().process_id, endpoint_.on_executor.lease_serial}),
                         std::memory_order_relaxed);
+    if (observe_at_lend_) observed_lease_.store(origin_lease_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    observe_at_lend_ = false;
   }
   if (may_notify_) {
     endpoint_.on_executor.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
@@ -617,6 +621,15 @@ bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::
     // listener's copy may arrive before the unit's ReadyForQuery.
     may_notify_ = true;
     if (conn_ != nullptr) endpoint_.on_executor.notifier_pids.Lend(conn_->backend_key().process_id, id_.app_pid);
+  }
+  if (effects.reads_backend_pid && id_.app_pid != 0) {
+    // The pid it will be shown is the backend's this frame runs on: the
+    // current lend's, or the next one's when none is held yet.
+    if (conn_ != nullptr) {
+      observed_lease_.store(origin_lease_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    } else {
+      observe_at_lend_ = true;
+    }
   }
   if (effects.pins.empty()) return true;
   if (!TakePinBudget()) {

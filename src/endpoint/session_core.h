@@ -210,6 +210,12 @@ class SessionCore {
   // pid (executor only): origin_lease(), or the lend before it while the
   // current unit runs on a connection lent for that unit only.
   OriginLease SignalLease() const;
+  // The lend on which this session last ran a statement that reads
+  // pg_backend_pid(): the origin pid it was shown. A terminate or cancel of
+  // an origin pid goes first to the session that was shown it (another
+  // session may have been lent that backend since, the caller among them).
+  // Same representation and threads as origin_lease().
+  OriginLease observed_lease() const { return Unpack(observed_lease_.load(std::memory_order_relaxed)); }
   // Another session's pg_terminate_backend named this session's app pid:
   // FATAL 57P01, as PostgreSQL's administrator command, and the session ends.
   void OnAdminTerminate();
@@ -256,6 +262,7 @@ class SessionCore {
     std::uint64_t sequence_generation = 0;  // (with serial: sequence_state.h)
     OriginLease origin_lease;     // for FindSignalTarget while asleep
     std::uint64_t previous_lease = 0;
+    OriginLease observed_lease;   // (likewise)
   };
   // Idle, no connection, nothing buffered, owed or held, no statement of the
   // client's, no pin, no LISTEN state, no sequence used, no notification
@@ -489,6 +496,8 @@ class SessionCore {
   std::optional<SignalWait> signal_wait_;
   std::atomic<std::uint64_t> origin_lease_{0};  // origin_lease(): serial << 32 | pid
   std::uint64_t previous_lease_ = 0;             // the word before the latest lend
+  std::atomic<std::uint64_t> observed_lease_{0};  // observed_lease(), packed alike
+  bool observe_at_lend_ = false;  // a statement reading the pid came before its lend
   bool discard_after_unit_ = false;
   bool idle_watch_started_ = false;
   std::chrono::steady_clock::time_point last_activity_{};

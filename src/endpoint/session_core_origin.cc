@@ -481,6 +481,7 @@ void SessionCore::ForgetSession() {
   if (id_.app_pid != 0) {
     endpoint_.on_executor.notifier_pids.Forget(id_.app_pid);
     origin_lease_.store(0, std::memory_order_relaxed);  // no longer a target by origin pid
+    observed_lease_.store(0, std::memory_order_relaxed);
   }
   if (!pins_.empty() && !pin_counted_gone_) endpoint_.pinned_sessions--;
   pin_counted_gone_ = true;

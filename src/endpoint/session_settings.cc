@@ -477,6 +477,7 @@ SessionEffects AnalyzeSessionEffects(const cache::SqlText& text) {
   const std::string_view sql = text.sql();
   fx.sequences = MayUseSequences(sql);
   fx.notifies = MayNotify(sql);
+  fx.reads_backend_pid = cache::ContainsCaseless(sql, "pg_backend_pid");
   if (!MayMatter(text)) return fx;
   const auto& tokens = text.tokens();
   if (!tokens.ok()) {

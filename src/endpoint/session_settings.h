@@ -114,7 +114,12 @@ struct SessionEffects {
   // kept with a named statement too, so that its later Binds count
   // (notification_pid.h: who sent what the listener connection reads).
   bool notifies = false;
-  bool empty() const { return !settings && pins.empty() && custom_names.empty() && !sequences && !notifies; }
+  // Reads pg_backend_pid() (the word anywhere), kept with a named statement
+  // too: the origin pid the session has seen (SessionCore::observed_lease).
+  bool reads_backend_pid = false;
+  bool empty() const {
+    return !settings && pins.empty() && custom_names.empty() && !sequences && !notifies && !reads_backend_pid;
+  }
 };
 
 // Analyses `sql` with the cache's PostgreSQL lexer (src/cache/sql_analysis.h).

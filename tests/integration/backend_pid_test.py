@@ -26,7 +26,10 @@
   `execute('SELECT pg_terminate_backend($1)', pid)`, which asyncpg prepares
   (Parse + Describe + Sync) and binds in a later batch: the caller gets
   SELECT 1 (not its own backend ended), the pool connection is ended, and
-  the pool recovers.
+  the pool recovers;
+- the origin pid a session read from pg_backend_pid(), terminated by a
+  session that the pool has lent that backend since: the session that read
+  it is ended, the caller goes on, as directly.
 
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
@@ -111,12 +114,19 @@ def terminated(conn, what):
     check(conn.closed or conn.broken, f"{what}: its connection is closed")
 
 
-proc = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(), "--pool-size", "2"],
-                        stdout=subprocess.PIPE, stderr=ERR, text=True)
+def serve(pool_size):
+    """`serve` with its defaults but the pool size: the process and its connection string."""
+    served = subprocess.Popen([os.environ["HYPERPOOL_BINARY"], "serve", "--origin", origin_url(),
+                               "--pool-size", str(pool_size)], stdout=subprocess.PIPE, stderr=ERR, text=True)
+    served_url = served.stdout.readline().strip()
+    if not served_url.startswith("postgresql://"):
+        stop(served)
+        fail(f"no connection string from serve --pool-size {pool_size}")
+    return served, served_url
+
+
+proc, url = serve(2)
 try:
-    url = proc.stdout.readline().strip()
-    if not url.startswith("postgresql://"):
-        fail("no connection string from serve")
     b = psycopg.connect(url, autocommit=True)
 
     # 0. A has only logged in: nothing of it reached the Endpoint yet (no
@@ -255,6 +265,32 @@ try:
         check(killer.execute("SELECT 4").fetchone()[0] == 4, "the terminating client goes on")
         killer.close()
     other.close()
+finally:
+    stop(proc)
+
+# 7. The origin pid a session was shown, after the pool lent that backend to
+# the caller: a reads pg_backend_pid(), b runs a statement (one origin
+# connection: b is lent a's backend), then b terminates a's pid. Directly a
+# ends and b goes on; the session shown the pid is the one ended, not the
+# caller that used the backend since (before: b's own backend, b ended),
+# also when b was shown that pid itself since (directly it never is).
+proc, url = serve(1)
+try:
+    b = psycopg.connect(url, autocommit=True)
+    for how, sql, b_reads in (("a parameter", "select pg_terminate_backend(%s)", False),
+                              ("a constant", "SELECT pg_terminate_backend({})", False),
+                              ("b read the same pid", "select pg_terminate_backend(%s::int)", True)):
+        a = psycopg.connect(url, autocommit=True)
+        origin_pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+        if b_reads:  # (postgres.js's way: b's own earlier statement read it too)
+            check(b.execute("SELECT pg_backend_pid()").fetchone()[0] == origin_pid, "b is shown the same origin pid")
+        else:
+            check(b.execute("SELECT 9").fetchone()[0] == 9, "b runs a statement on the one origin connection")
+        row = (b.execute(sql, [origin_pid]) if "%s" in sql else b.execute(sql.format(origin_pid))).fetchone()
+        check(row == (True,), f"{how}: b's pg_terminate_backend(a's origin pid) answers t ({row})")
+        terminated(a, f"{how}: a, shown that pid, after b was lent its backend")
+        check(b.execute("SELECT 10").fetchone()[0] == 10, f"{how}: b goes on")
+    b.close()
     print("PASS")
 finally:
     stop(proc)

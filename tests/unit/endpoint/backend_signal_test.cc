@@ -26,11 +26,34 @@ TEST_CASE("a simple SELECT of the function with a constant pid is recognised") {
   auto timeout = ParseBackendSignal("select pg_terminate_backend(7, 5000)");
   REQUIRE(timeout);
   CHECK(timeout->pid == 7);
+  CHECK(timeout->column == "pg_terminate_backend");
+  CHECK(c->column == "pg_cancel_backend");
+}
+
+TEST_CASE("a column alias after AS names the answer's column, as PostgreSQL's would") {
+  // node-postgres's gh-issues/130 reads `SELECT pg_terminate_backend(pid) AS t`.
+  auto t = ParseBackendSignal("SELECT pg_terminate_backend(5000123) AS T;");
+  REQUIRE(t);
+  CHECK(t->pid == 5000123);
+  CHECK(t->column == "t");
+  auto q = ParseBackendSignal("select pg_cancel_backend(9) as \"Killed \"\"it\"\"\"");
+  REQUIRE(q);
+  CHECK(q->column == "Killed \"it\"");
+  CHECK(ParseBackendSignal("select pg_cancel_backend(9) as select")->column == "select");  // a label may be any word
+  std::string parse;
+  protocol::Encode(protocol::Parse{"", "select pg_terminate_backend($1::int) as \"Ok\"", {23}}, parse);
+  REQUIRE(ParseBackendSignalUnit(Payload(parse), testing::Bind("", {"5000123"}))->column == "Ok");
+  const std::string standin_frame = BackendSignalStandIn(Payload(parse));
+  auto standin = protocol::DecodeParse(Payload(standin_frame));
+  REQUIRE(standin.ok());
+  CHECK(standin->query == "SELECT ($1::int)::int4 IS NOT NULL AS \"Ok\"");
 }
 
 TEST_CASE("anything else is not") {
   const char* sql = GENERATE("SELECT pg_terminate_backend(pid) FROM pg_stat_activity",
-                             "SELECT pg_terminate_backend(pg_backend_pid())", "SELECT pg_terminate_backend(1) AS x",
+                             "SELECT pg_terminate_backend(pg_backend_pid())", "SELECT pg_terminate_backend(1) x",
+                             "SELECT pg_terminate_backend(1) AS", "SELECT pg_terminate_backend(1) AS \"x",
+                             "SELECT pg_terminate_backend(1) AS x y", "SELECT pg_terminate_backend(1) AS 1x",
                              "SELECT pg_terminate_backend(1), 2", "SELECT pg_cancel_backend(1, 5)",
                              "SELECT pg_terminate_backend(0)", "SELECT pg_terminate_backend(99999999999)",
                              "SELECT pg_terminate_backend(1.5)", "SELECT pg_terminate_backendx(1)",
@@ -53,6 +76,12 @@ TEST_CASE("a Parse with $1 and its Bind carry the pid; the stand-in keeps name a
   auto b = ParseBackendSignalUnit(Payload(parse), bind_bin);
   REQUIRE(b);
   CHECK(b->pid == 0x004c4b5b);
+  // Binary int2 (psycopg's for a small pid: an origin backend's).
+  std::string bind_int2;
+  protocol::Encode(protocol::Bind{"", "", {1}, {std::string_view("\x39\x93", 2)}, {}}, bind_int2);
+  auto i2 = ParseBackendSignalUnit(Payload(parse), bind_int2);
+  REQUIRE(i2);
+  CHECK(i2->pid == 0x3993);
   // No Bind after it, or a Bind of another statement: not recognised.
   CHECK_FALSE(ParseBackendSignalUnit(Payload(parse), ""));
   CHECK_FALSE(ParseBackendSignalUnit(Payload(parse), testing::Bind("other", {"5"})));
@@ -62,7 +91,7 @@ TEST_CASE("a Parse with $1 and its Bind carry the pid; the stand-in keeps name a
   auto decoded = protocol::DecodeParse(Payload(standin));
   REQUIRE(decoded.ok());
   CHECK(decoded->statement.empty());
-  CHECK(decoded->query == "SELECT ($1::int)::int4 IS NOT NULL AS pg_terminate_backend");
+  CHECK(decoded->query == "SELECT ($1::int)::int4 IS NOT NULL AS \"pg_terminate_backend\"");
   CHECK(decoded->parameter_types == std::vector<protocol::Oid>{23});
 
   std::string constant;
@@ -73,7 +102,7 @@ TEST_CASE("a Parse with $1 and its Bind carry the pid; the stand-in keeps name a
   const std::string constant_standin = BackendSignalStandIn(Payload(constant));
   auto kd = protocol::DecodeParse(Payload(constant_standin));
   REQUIRE(kd.ok());
-  CHECK(kd->query == "SELECT true AS pg_cancel_backend");
+  CHECK(kd->query == "SELECT true AS \"pg_cancel_backend\"");
 }
 
 // A Bind with one binary int4 parameter and binary results (asyncpg's way).
