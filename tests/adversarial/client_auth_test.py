@@ -57,8 +57,16 @@ def test_unknown_user_looks_like_a_wrong_password():
 
 
 def test_unknown_user_takes_as_long_as_a_wrong_password():
-    wrong = [attempt(SERVE.user, SERVE.database, "nope")[1] for _ in range(5)]
-    unknown = [attempt("nobody%d" % i, SERVE.database, "nope")[1] for i in range(5)]
+    # Interleaved, after one of each: whatever else the freshly started serve
+    # does meanwhile (its catalog read, the WAL feed's first try) falls on
+    # both kinds alike (one after the other, the first kind measured slower
+    # now and then: 3.7 against 1.2 ms).
+    attempt(SERVE.user, SERVE.database, "nope")
+    attempt("nobody", SERVE.database, "nope")
+    wrong, unknown = [], []
+    for i in range(7):
+        wrong.append(attempt(SERVE.user, SERVE.database, "nope")[1])
+        unknown.append(attempt("nobody%d" % i, SERVE.database, "nope")[1])
     mw, mu = statistics.median(wrong), statistics.median(unknown)
     print("  median wrong password %.1f ms, unknown user %.1f ms" % (mw * 1e3, mu * 1e3))
     check(mu >= 0.5 * mw, "unknown user answered in %.1f ms, wrong password in %.1f ms" % (mu * 1e3, mw * 1e3))
