@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "cache/sql_analysis.h"
 #include "protocol/codec.h"
@@ -82,38 +84,8 @@ class Cursor {
     text = s_.substr(start, i_ - start);
     return true;
   }
-  // `AS name` (the name an unquoted identifier, folded to lowercase, or a
-  // quoted one), or nothing: a bare alias is declined. The name, if any.
-  std::optional<std::string> Alias() {
-    if (!Word("as")) return std::string();
-    Space();
-    std::string name;
-    if (i_ < s_.size() && s_[i_] == '"') {
-      for (++i_;; ++i_) {
-        if (i_ >= s_.size()) return std::nullopt;
-        if (s_[i_] == '"') {
-          if (i_ + 1 < s_.size() && s_[i_ + 1] == '"') {
-            name.push_back('"');
-            ++i_;
-            continue;
-          }
-          ++i_;
-          break;
-        }
-        name.push_back(s_[i_]);
-      }
-    } else {
-      if (i_ >= s_.size() || !(std::isalpha(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) return std::nullopt;
-      for (; i_ < s_.size(); ++i_) {
-        const auto c = static_cast<unsigned char>(s_[i_]);
-        if (!std::isalnum(c) && c != '_' && c != '$') break;
-        name.push_back(static_cast<char>(std::tolower(c)));
-      }
-    }
-    // (PostgreSQL truncates a longer name with a NOTICE: left to it.)
-    if (name.empty() || name.size() > 63 || name.find('\0') != std::string::npos) return std::nullopt;
-    return name;
-  }
+  // The text after the cursor.
+  std::string_view Rest() const { return s_.substr(i_); }
   bool AtEnd() {
     Space();
     if (i_ < s_.size() && s_[i_] == ';') ++i_;
@@ -128,6 +100,24 @@ class Cursor {
 
 // `SELECT [pg_catalog.]pg_{terminate,cancel}_backend(ARG[, timeout])`: the
 // function, and either the constant pid or (`param`) the `$1...` text.
+// What may follow the call: nothing, or `AS name` (the lexer's identifier:
+// unquoted folded to lowercase, quoted as written), then an optional ';'.
+// The alias ("" for none), or nullopt for anything else (a bare alias, more).
+std::optional<std::string> ColumnAlias(std::string_view rest) {
+  const absl::StatusOr<std::vector<cache::Token>> tokens = cache::Lex(rest);
+  if (!tokens.ok()) return std::nullopt;
+  std::span<const cache::Token> t(*tokens);
+  if (!t.empty() && t.back().kind == cache::TokenKind::kSemicolon) t = t.first(t.size() - 1);
+  if (t.empty()) return std::string();
+  if (t.size() != 2 || !t[0].IsKeyword("as") ||
+      (t[1].kind != cache::TokenKind::kIdentifier && t[1].kind != cache::TokenKind::kQuotedIdentifier)) {
+    return std::nullopt;
+  }
+  // (PostgreSQL truncates a longer name with a NOTICE: left to it.)
+  if (t[1].value.empty() || t[1].value.size() > 63) return std::nullopt;
+  return t[1].value;
+}
+
 struct Call {
   bool terminate = false;
   std::int64_t pid = 0;
@@ -163,8 +153,8 @@ std::optional<Call> ParseCall(std::string_view sql, bool allow_param) {
     if (!c.Integer()) return std::nullopt;  // the timeout (ms): the session ends at once here
   }
   if (!c.Char(')')) return std::nullopt;
-  std::optional<std::string> alias = c.Alias();
-  if (!alias || !c.AtEnd()) return std::nullopt;
+  std::optional<std::string> alias = ColumnAlias(c.Rest());
+  if (!alias) return std::nullopt;
   call.column = alias->empty() ? (call.terminate ? "pg_terminate_backend" : "pg_cancel_backend") : std::move(*alias);
   return call;
 }
