@@ -174,5 +174,10 @@ def test_a_kill_waits_for_a_local_answer_being_written():
 
 
 if __name__ == "__main__":
-    with wire.Serve(["--pool-size", "4", "--admin-user", "app"]) as SERVE:
+    # Twelve apps share four connections, each holding one while it slowly
+    # reads 4 MB: on a loaded machine (ctest -j2 on 2 cores) a wait passed
+    # the default 15 s acquire timeout and the big result was answered
+    # 53300 (3 of 4 runs beside two busy processes). What this checks is
+    # the order of the answers, so the waits may take as long as the test.
+    with wire.Serve(["--pool-size", "4", "--admin-user", "app", "--acquire-timeout", "120000"]) as SERVE:
         wire.run([test_hits_and_link_bytes_keep_their_order, test_a_kill_waits_for_a_local_answer_being_written])
