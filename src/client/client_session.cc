@@ -87,6 +87,7 @@ void ClientSession::Kill(std::shared_ptr<ClientSession> self) {
 asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   StartWatchdog();
   bool ready = co_await Handshake();
+  std::string replication = std::move(handshake_timers_->replication);
   handshake_timers_.reset();  // cancels the login timeout
   if (!ready) {
     CloseSocket();
@@ -95,6 +96,10 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   }
   if (admin_) {
     co_await RunAdmin();
+    co_return;
+  }
+  if (!replication.empty()) {
+    co_await RunTunnel(self, std::move(replication));
     co_return;
   }
   // Accept (the constructor) to the ReadyForQuery that Handshake() wrote.
@@ -376,6 +381,7 @@ asio::awaitable<bool> ClientSession::Handshake() {
       database_ = hs.database();
     }
     app_params_ = hs.parameters();
+    handshake_timers_->replication = hs.replication();
     break;
   }
   if (state_ == State::kStartup) SetState(State::kAuthenticating);

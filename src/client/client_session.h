@@ -203,6 +203,18 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // Opens the session's link with the hello and the first frames; starts LinkToApp.
   asio::awaitable<bool> OpenLink(std::string first_frames);
+  // OpenLink without LinkToApp (`replication`: the hello asks for a
+  // replication link). False: the app was told why (or the session stopped).
+  asio::awaitable<bool> OpenLinkOnly(std::string first_frames, std::string_view replication);
+
+  // ---- Replication connections (docs/architecture.md) ----
+
+  // A login that asked for a walsender (`replication`): no core, no cache.
+  // The link carries the bytes of the Endpoint's walsender connection,
+  // unchanged both ways, until either side ends: this coroutine takes the
+  // app's bytes to the link, TunnelLinkToApp the link's to the app.
+  asio::awaitable<void> RunTunnel(std::shared_ptr<ClientSession> self, std::string replication);
+  asio::awaitable<void> TunnelLinkToApp(std::shared_ptr<ClientSession> self);
 
   // One line per batch for the round-trip trace (link_trace.h).
   void TraceFlight(std::string_view to_link, std::string_view local) const;
@@ -309,6 +321,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     bool params_notified = false;
     std::string params_error;
     std::string peer_host;
+    std::string replication;  // the handshake's replication(): a walsender login (RunTunnel)
   };
   std::unique_ptr<HandshakeTimers> handshake_timers_;
   // client_idle_timeout's timer, made at its first arming (none when the

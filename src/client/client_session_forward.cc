@@ -38,6 +38,16 @@ namespace hyperpool {
 // ---- Forwarding
 
 asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
+  // (A named argument: a braced temporary inside a co_await is destroyed
+  // twice by GCC 12, which corrupted this frame.)
+  const std::string_view no_replication;
+  const bool opened = co_await OpenLinkOnly(std::move(first_frames), no_replication);
+  if (!opened) co_return false;
+  asio::co_spawn(executor(), LinkToApp(shared_from_this()), asio::detached);
+  co_return true;
+}
+
+asio::awaitable<bool> ClientSession::OpenLinkOnly(std::string first_frames, std::string_view replication) {
   if (impl_->stopping) co_return false;
   absl::StatusOr<std::string> id = client::NewSessionId();
   if (!id.ok()) {
@@ -58,6 +68,7 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
   // The pid of our BackendKeyData: the Endpoint shows it as the sender of
   // this session's notifications (src/endpoint/notification_pid.h).
   if (cancel_pid_ != 0) hello_params.emplace_back(link::kBackendPidParam, std::to_string(cancel_pid_));
+  if (!replication.empty()) hello_params.emplace_back(link::kReplicationParam, std::string(replication));
   // The hello goes in front of the frames (which may be one large
   // message, moved here without a copy): one more copy of it is avoided.
   first_frames.insert(0, client::BuildLinkHello(hello_params, session_id_));
@@ -78,8 +89,40 @@ asio::awaitable<bool> ClientSession::OpenLink(std::string first_frames) {
     co_return false;
   }
   link_ = std::move(*link);
-  asio::co_spawn(executor(), LinkToApp(shared_from_this()), asio::detached);
   co_return true;
+}
+
+// ---- Replication connections
+
+asio::awaitable<void> ClientSession::RunTunnel(std::shared_ptr<ClientSession> self, std::string replication) {
+  SetState(State::kBusy);  // SHOW CLIENTS: active, as a walsender is
+  std::string first(in_.view());  // what the app sent right after its login
+  in_.Consume(first.size());
+  if (!co_await OpenLinkOnly(std::move(first), replication)) co_return;
+  asio::co_spawn(executor(), TunnelLinkToApp(self), asio::detached);
+  while (link_ && co_await Fill(1)) {
+    std::string chunk(in_.view());
+    in_.Consume(chunk.size());
+    if (!(co_await link_->Send(std::move(chunk))).ok()) break;
+  }
+  CloseLink();  // the Endpoint closes the walsender connection
+}
+
+asio::awaitable<void> ClientSession::TunnelLinkToApp(std::shared_ptr<ClientSession> self) {
+  std::string bytes;
+  for (;;) {
+    bytes.clear();
+    if (!(co_await link_->Receive(bytes)).ok()) break;
+    auto [ec, n] = co_await WriteApp(bytes);
+    CountSent(n);
+    if (ec) break;
+  }
+  if (!pending_error_.empty()) {  // KILL_CLIENT (EndSession): why, as for any session
+    auto [ec, n] = co_await WriteApp(pending_error_);
+    CountSent(n);
+  }
+  CloseSocket();  // the walsender ended (or the app left): so does the app's connection
+  SetState(State::kClosed);
 }
 
 // ---- The Client cache tier (client_cache.h, docs/architecture.md "Query cache")

@@ -213,10 +213,7 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
     step.log = "plaintext startup refused (TLS required)";
     return false;
   }
-  if (ReplicationRequested(replication)) {
-    Fail(step, kSqlStateProtocolViolation, "replication connections are not supported by hyperpool");
-    return false;
-  }
+  if (ReplicationRequested(replication)) replication_ = std::move(replication);
   BeginAuthentication(step);
   return state_ != State::kFailed;
 }

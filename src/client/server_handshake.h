@@ -165,6 +165,11 @@ class ServerHandshake {
   const std::string& user() const { return user_; }
   const std::string& database() const { return database_; }
   const std::vector<std::pair<std::string, std::string>>& parameters() const { return parameters_; }
+  // After kAuthenticated: the startup packet's `replication` value when it
+  // asks for a walsender ("database": logical, "true"/"on"/"yes"/"1":
+  // physical), else empty. Such a session is tunnelled to a replication
+  // connection of its own (docs/architecture.md, "Replication connections").
+  const std::string& replication() const { return replication_; }
   // After kCancelRequest.
   int32_t cancel_process_id() const { return cancel_pid_; }
   const std::string& cancel_secret() const { return cancel_secret_; }
@@ -209,6 +214,7 @@ class ServerHandshake {
 
   std::string user_;
   std::string database_;
+  std::string replication_;  // (replication())
   std::vector<std::pair<std::string, std::string>> parameters_;
   int32_t cancel_pid_ = 0;
   std::string cancel_secret_;

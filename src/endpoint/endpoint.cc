@@ -149,6 +149,23 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(asio::any_io_executor
   auto pool = Pool::Create(executor, impl->options.pool, std::move(callbacks));
   if (!pool.ok()) return pool.status();
   impl->pool = std::move(*pool);
+  impl->connect_walsender = [cfg, connect, executor](std::string replication,
+                                                      std::vector<std::pair<std::string, std::string>> app_parameters)
+      -> asio::awaitable<endpoint::ConnectResult> {
+    OriginConfig c = *cfg;
+    // The app's own startup parameters, as a direct login would send them.
+    for (auto& [name, value] : app_parameters) {
+      if (name == "application_name") {
+        c.application_name = std::move(value);
+      } else {
+        c.settings.emplace_back(std::move(name), std::move(value));
+      }
+    }
+    c.settings.emplace_back("replication", std::move(replication));
+    endpoint::ConnectOptions o = connect;
+    o.default_application_name = "hyperpool walsender";
+    co_return co_await endpoint::ConnectOrigin(executor, c, o);
+  };
   endpoint::ListenerConnection::Connect listener_connect = [cfg, connect, executor]() {
     return endpoint::ConnectOrigin(executor, *cfg, connect);
   };

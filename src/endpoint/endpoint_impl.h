@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,6 +102,12 @@ struct Endpoint::Impl : std::enable_shared_from_this<Endpoint::Impl> {
   std::shared_ptr<endpoint::EndpointCache> cache;
   // Invalidation from the origin's WAL (wal_feed.h); null when off.
   std::shared_ptr<endpoint::WalFeed> wal_feed;
+  // Logs in to the origin as a walsender (the app's `replication` value
+  // and startup parameters): a replication link's own connection, outside
+  // the pool (Session::RunTunnel).
+  std::function<asio::awaitable<endpoint::ConnectResult>(
+      std::string replication, std::vector<std::pair<std::string, std::string>> app_parameters)>
+      connect_walsender;
   // LISTEN/NOTIFY without pinning (listener.h): made by Create(), then
   // used on the executor (Stats() and Stop() read its atomics).
   std::shared_ptr<endpoint::ListenerConnection> listener;

@@ -32,6 +32,7 @@ Session::Session(std::shared_ptr<Endpoint::Impl> endpoint, std::unique_ptr<Link>
       cache_(endpoint_->cache,
              [this](std::string control) {
                // A broadcast invalidation for this session's Client.
+               if (tunnel_) return;  // a walsender's link carries only the origin's bytes
                if (watch_) {
                  if (link_closed_) return;
                  link_out_ += control;
@@ -110,6 +111,12 @@ asio::awaitable<void> Session::Run() {
     link_->Close();
     co_return;
   }
+  if (hello && tunnel_) {
+    co_await RunTunnel();
+    link_closed_ = true;
+    link_->Close();
+    co_return;
+  }
   const bool link_up = hello && co_await SendLinkReady();
   // Link-ready not delivered but the origin reachable: the Client closed
   // the link right after the frames that came with the hello. If they hold
@@ -174,6 +181,7 @@ bool Session::OnHello() {
     if (name == endpoint::kBackendPidParam) app_pid_ = endpoint::ParseBackendPid(value).value_or(0);
     if (name == placement::kProbeParam) probe_ = true;
     if (name == cache::kWatchParam && value == "1") watch_ = true;
+    if (name == link::kReplicationParam && !value.empty()) tunnel_ = true;
   }
   if (watch_ && !probe_) {
     // Not a session: counted as a watch (EndpointStats::cache_watches).
@@ -297,6 +305,60 @@ asio::awaitable<void> Session::FlushWatch() {
   }
   link_closed_ = true;
   link_->Close();
+}
+
+asio::awaitable<void> Session::RunTunnel() {
+  std::string replication;
+  std::vector<std::pair<std::string, std::string>> app_parameters;
+  for (auto& [name, value] : hello_parameters_) {
+    if (name == link::kReplicationParam) {
+      replication = std::move(value);
+    } else if (!name.starts_with(link::kParamPrefix)) {
+      app_parameters.emplace_back(std::move(name), std::move(value));
+    }
+  }
+  hello_parameters_.clear();
+  endpoint::ConnectResult r = co_await endpoint_->connect_walsender(std::move(replication), std::move(app_parameters));
+  if (!r.ok()) {
+    // As the origin answered it (28000 without a replication line in
+    // pg_hba.conf, 42501 without the REPLICATION attribute), else 08001.
+    // (Named, not a braced temporary inside the co_await: GCC 12 destroys
+    // such a temporary twice.)
+    const protocol::PoolerError refusal{
+        r.failure.sqlstate.empty() ? std::string(kSqlStateCannotConnect) : r.failure.sqlstate, r.failure.message};
+    co_await SendFatal(refusal);
+    co_return;
+  }
+  std::shared_ptr<OriginConnection> origin(std::move(r.connection));
+  asio::co_spawn(endpoint_->executor,
+                 [self = shared_from_this(), origin]() { return self->TunnelOriginToLink(origin); }, asio::detached);
+  // The frames that came with the hello, then everything after them.
+  std::string bytes = std::move(in_);
+  in_.clear();
+  for (;;) {
+    if (!bytes.empty() && !(co_await origin->Write(bytes)).ok()) break;
+    bytes.clear();
+    if (link_closed_ || !(co_await link_->Receive(bytes)).ok()) break;
+  }
+  origin->CloseNow();  // the app left: the walsender ends (its pending read fails)
+}
+
+asio::awaitable<void> Session::TunnelOriginToLink(std::shared_ptr<OriginConnection> origin) {
+  for (;;) {
+    absl::StatusOr<protocol::Frame> f = co_await origin->ReadFrame();
+    if (!f.ok()) break;
+    std::string out(f->raw);
+    // What else the read brought, in one send.
+    while (origin->HasBufferedFrame()) {
+      absl::StatusOr<std::optional<protocol::Frame>> more = origin->TakeBufferedFrame();
+      if (!more.ok() || !*more) break;
+      out.append((*more)->raw);
+    }
+    if (!(co_await link_->Send(std::move(out))).ok()) break;
+  }
+  origin->CloseNow();
+  link_closed_ = true;
+  link_->Close();  // the walsender ended (or the link went): so does the app's connection
 }
 
 asio::awaitable<void> Session::SendFatal(const protocol::PoolerError& error) {

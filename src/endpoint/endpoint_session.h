@@ -111,6 +111,14 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::awaitable<void> RunWatch();
   asio::awaitable<void> FlushWatch();
 
+  // A replication link (hyperpool.replication): logs in to the origin as a
+  // walsender of its own (Endpoint::Impl::connect_walsender) and carries
+  // the bytes both ways unchanged until either side ends: this coroutine
+  // the link's to the origin, TunnelOriginToLink the origin's to the link.
+  // No core, no pool, no cache: a FATAL on the link if the login fails.
+  asio::awaitable<void> RunTunnel();
+  asio::awaitable<void> TunnelOriginToLink(std::shared_ptr<OriginConnection> origin);
+
   // Sends an ErrorResponse with severity FATAL (the session ends after).
   asio::awaitable<void> SendFatal(const protocol::PoolerError& error);
 
@@ -215,6 +223,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::int32_t app_pid_ = 0;    // hyperpool.backend_pid of the hello
   bool probe_ = false;          // a placement probe link
   bool watch_ = false;          // an invalidation watch link (RunWatch)
+  bool tunnel_ = false;         // a replication link (RunTunnel)
   bool registered_ = false;     // in sessions_by_id / listen_sessions
   const endpoint::ListenRegistry::Subscriber listen_id_;
 

@@ -24,6 +24,10 @@ inline constexpr std::string_view kSessionIdParam = "hyperpool.session_id";
 inline constexpr std::string_view kBackendPidParam = "hyperpool.backend_pid";
 inline constexpr std::string_view kDatabaseParam = "hyperpool.database";
 inline constexpr std::string_view kClientIdParam = "hyperpool.client_id";
+// A replication link: the app's `replication` startup value. The link
+// then carries the bytes of a walsender connection of its own, unchanged
+// both ways (docs/architecture.md, "Replication connections").
+inline constexpr std::string_view kReplicationParam = "hyperpool.replication";
 // A cancel link: the session id whose current query to cancel.
 inline constexpr std::string_view kCancelSessionParam = "hyperpool.cancel_session";
 // A placement probe link, and the ParameterStatus the Endpoint answers it

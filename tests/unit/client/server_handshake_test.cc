@@ -610,16 +610,30 @@ TEST_CASE("startup checks before authentication keep their answers") {
     REQUIRE(d.Feed(Startup({{"database", "appdb"}})) == Event::kClose);
     CHECK(SqlStateOf(*d.NextWritten()) == "28000");
   }
-  SECTION("replication: 08P01") {
-    Driver d;
-    REQUIRE(d.Feed(Startup({{"user", "app"}, {"replication", "database"}})) == Event::kClose);
-    CHECK(SqlStateOf(*d.NextWritten()) == "08P01");
-  }
   SECTION("protocol 3.2 with _pq_ options: NegotiateProtocolVersion, then AuthenticationSASL") {
     Driver d;
     REQUIRE(d.Feed(Startup({{"user", "app"}, {"_pq_.x", "1"}}, pr::kProtocolVersion32)) == Event::kNeedMore);
     CHECK(d.NextWritten()->first == 'v');
     CHECK(d.NextWritten()->first == 'R');
+  }
+}
+
+TEST_CASE("a walsender login (replication) authenticates as any other") {
+  SECTION("replication: authenticated as any login, the value reported, not a parameter") {
+    // The session then tunnels to a walsender of its own (client_session.h, RunTunnel).
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}, {"replication", "database"}})) == Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kAuthenticated);
+    CHECK(d.hs.replication() == "database");
+    CHECK(d.hs.parameters().empty());
+  }
+  SECTION("replication=false (or off, no, 0) is an ordinary login") {
+    for (const char* no : {"false", "off", "no", "0"}) {
+      Driver d;
+      REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}, {"replication", no}})) == Event::kNeedMore);
+      REQUIRE(RunScram(d, "s3cret") == Event::kAuthenticated);
+      CHECK(d.hs.replication().empty());
+    }
   }
 }
 
