@@ -213,7 +213,14 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
     step.log = "plaintext startup refused (TLS required)";
     return false;
   }
-  if (ReplicationRequested(replication)) replication_ = std::move(replication);
+  if (ReplicationRequested(replication)) {
+    // A physical walsender serves the whole cluster and ignores the
+    // database (pg_receivewal and pg_basebackup send "replication"): it
+    // goes to the database this Client serves. A logical one
+    // (replication=database) names its database as any login does.
+    if (replication != "database") database_ = config_->database;
+    replication_ = std::move(replication);
+  }
   BeginAuthentication(step);
   return state_ != State::kFailed;
 }

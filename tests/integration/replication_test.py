@@ -11,9 +11,11 @@ its defaults (cache on) and a pool of one connection:
    streams: the walsender holds no pooled connection, so the insert does
    not wait for it; the app's application_name reaches the origin; the
    walsender ends when the app does;
-3. postgres.js 3.x `sql.subscribe` sees an insert and an update in order
+3. pg_receivewal (a physical walsender, replication=true) streams WAL up
+   to a segment switched after a write;
+4. postgres.js 3.x `sql.subscribe` sees an insert and an update in order
    (tests/drivers/subscribe_postgresjs.mjs);
-4. an origin role without REPLICATION: the app gets the origin's FATAL
+5. an origin role without REPLICATION: the app gets the origin's FATAL
    (42501), and ordinary sessions of that `serve` go on.
 
 Before replication connections were tunnelled, each of these got 08P01
@@ -95,14 +97,38 @@ def main():
                            timeout=60)
         check(r.returncode == 0, f"pg_recvlogical --drop-slot through serve ({r.stderr.strip()})")
 
-        # 3. postgres.js sql.subscribe.
+        # 3. A physical walsender (pg_receivewal: replication=true), with
+        # the replication line in pg_hba.conf it needs directly too.
+        with open(os.path.join(base, "data", "pg_hba.conf"), "a") as hba:
+            hba.write("host replication all 127.0.0.1/32 scram-sha-256\n")
+        with psycopg.connect(direct, autocommit=True) as c:
+            c.execute("SELECT pg_reload_conf()")
+        wal_dir = os.path.join(out_dir, "wal")
+        os.mkdir(wal_dir)
+        receive = subprocess.Popen([os.path.join(pgbin, "pg_receivewal"), "-D", wal_dir, "-d",
+                                    with_param(url, "application_name", "hp_wal_test"), "-s", "1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        procs.append(receive)
+        wait_for(lambda: walsenders(direct, "hp_wal_test") == 1, "pg_receivewal's walsender at the origin", 20)
+        with psycopg.connect(direct, autocommit=True) as c:
+            c.execute("INSERT INTO repl_t VALUES (2, 'two')")
+            segment = c.execute("SELECT pg_walfile_name(pg_current_wal_lsn())").fetchone()[0]
+            c.execute("SELECT pg_switch_wal()")
+        wait_for(lambda: os.path.exists(os.path.join(wal_dir, segment)),
+                 f"pg_receivewal's complete segment {segment} (the switch ended it)", 30)
+        check(True, "pg_receivewal streamed WAL through serve up to a switched segment")
+        receive.send_signal(signal.SIGINT)
+        receive.wait(20)
+        wait_for(lambda: walsenders(direct, "hp_wal_test") == 0, "pg_receivewal's walsender gone", 20)
+
+        # 4. postgres.js sql.subscribe.
         node = subprocess.run(["node", os.path.join(HERE, "..", "drivers", "subscribe_postgresjs.mjs"), url],
                               capture_output=True, text=True, timeout=90)
         check(node.returncode == 0, f"postgres.js subscribe through serve ({node.stdout.strip()} "
                                     f"{node.stderr.strip()[-500:]})")
         stop_serve(proc)
 
-        # 4. A role without REPLICATION: the origin's refusal, as it gave it.
+        # 5. A role without REPLICATION: the origin's refusal, as it gave it.
         parts = urllib.parse.urlsplit(direct)
         scram = urllib.parse.urlunsplit(parts._replace(netloc="{}:{}@{}:{}".format(
             env["SCRAM_USER"], urllib.parse.quote(env["SCRAM_PASSWORD"], safe=""), parts.hostname, parts.port)))

@@ -627,6 +627,14 @@ TEST_CASE("a walsender login (replication) authenticates as any other") {
     CHECK(d.hs.replication() == "database");
     CHECK(d.hs.parameters().empty());
   }
+  SECTION("a physical walsender's database (\"replication\", as pg_receivewal sends it) is ignored") {
+    Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "replication"}, {"replication", "true"}})) ==
+            Event::kNeedMore);
+    REQUIRE(RunScram(d, "s3cret") == Event::kAuthenticated);
+    CHECK(d.hs.replication() == "true");
+    CHECK(d.hs.database() == "appdb");
+  }
   SECTION("replication=false (or off, no, 0) is an ordinary login") {
     for (const char* no : {"false", "off", "no", "0"}) {
       Driver d;
