@@ -273,6 +273,15 @@ struct ClientOptions {
   // plaintext is allowed too (the connection string stays plaintext).
   bool ssl_required = false;
 
+  // Replication logins (docs/architecture.md, "Replication connections"):
+  // carried to a walsender of their own, logged in as the origin role.
+  // kLogical (the default): replication=database, which decodes only the
+  // served database; a physical walsender, which streams the whole
+  // cluster, every database in it, is refused with 28000 as a pg_hba.conf
+  // without a replication line refuses it. kAll: both. kOff: both refused.
+  enum class Replication { kOff, kLogical, kAll };
+  Replication replication = Replication::kLogical;
+
   // Event logs (hyperpool/log.h); null: Logger::Default().
   std::shared_ptr<const Logger> logger;
   // The admin console (include/hyperpool/admin.h): a login to

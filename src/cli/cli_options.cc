@@ -242,6 +242,16 @@ std::optional<std::string> ApplyClientOption(std::string_view name, const std::s
   } else if (name == "--ssl-mode") {
     if (value != "allow" && value != "require") return "--ssl-mode is allow or require";
     options.ssl_required = value == "require";
+  } else if (name == "--replication") {
+    if (value == "off") {
+      options.replication = ClientOptions::Replication::kOff;
+    } else if (value == "logical") {
+      options.replication = ClientOptions::Replication::kLogical;
+    } else if (value == "all") {
+      options.replication = ClientOptions::Replication::kAll;
+    } else {
+      return "--replication is off, logical or all";
+    }
   } else if (name == "--max-message-size") {
     std::optional<uint64_t> bytes = ParseSize(value);
     // At least room for a Query of a few bytes; at most PostgreSQL's 1 GiB.

@@ -49,6 +49,7 @@ constexpr KeySpec kKeys[] = {
     {"tls.cert", Type::kString, "--ssl-cert"},
     {"tls.key", Type::kString, "--ssl-key"},
     {"tls.mode", Type::kString, "--ssl-mode"},
+    {"client.replication", Type::kString, "--replication"},
     {"log.format", Type::kString, "--log-format"},
     {"log.level", Type::kString, "--log-level"},
     {"log.connections", Type::kBool, "--log-connections"},

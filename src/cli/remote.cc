@@ -169,6 +169,8 @@ Options:
                           or Nms); one unanswered by the next beat drops the Client tier
   --ssl-cert FILE, --ssl-key FILE, --ssl-mode allow|require
                           TLS towards applications (as for serve)
+  --replication off|logical|all
+                          replication logins (as for serve; default logical)
   --log-format, --log-level, --log-connections, --log-disconnections
                           event logs as for serve (session_start/session_end)
   --cache-max-age S       at most this many seconds for a locally cached result (default 60)

@@ -94,6 +94,9 @@ Options:
   --ssl-key FILE          its PEM private key
   --ssl-mode MODE         allow (default: TLS or plaintext) or require (a plaintext login
                           gets FATAL 28000, as a pg_hba.conf with only hostssl lines)
+  --replication MODE      replication logins, carried to a walsender of their own as the
+                          origin role: logical (default: replication=database, this
+                          database only), all (physical too: the whole cluster) or off
   --log-format FORMAT     event log lines as text (key=value, default) or json
   --log-level LEVEL       debug, info (default), warn or error
   --log-connections       log session_start after each login (off by default, like PostgreSQL)

@@ -306,6 +306,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   if (!verifier.ok()) return verifier.status();
   impl->handshake_config.user = impl->options.user;
   impl->handshake_config.database = impl->options.database;
+  impl->handshake_config.replication = impl->options.replication;
   if (impl->options.admin) {
     if (impl->options.admin_database.empty() || impl->options.admin_database == impl->options.database) {
       return absl::InvalidArgumentError(fmt::format(

@@ -214,11 +214,23 @@ bool ServerHandshake::OnStartupPacket(std::string_view payload, std::string_view
     return false;
   }
   if (ReplicationRequested(replication)) {
+    const bool physical = replication != "database";
+    using Replication = ClientOptions::Replication;
+    if (config_->replication == Replication::kOff || (physical && config_->replication != Replication::kAll)) {
+      // As PostgreSQL without a matching replication line in pg_hba.conf:
+      // before authentication, 28000.
+      Fail(step, kSqlStateInvalidAuthorization,
+           absl::StrCat("no pg_hba.conf entry for replication connection from host \"", peer_host_, "\", user \"",
+                        user_, "\", ", encrypted_ ? "SSL encryption" : "no encryption"));
+      step.log = physical ? "physical replication login refused (--replication is not all)"
+                          : "replication login refused (--replication off)";
+      return false;
+    }
     // A physical walsender serves the whole cluster and ignores the
     // database (pg_receivewal and pg_basebackup send "replication"): it
     // goes to the database this Client serves. A logical one
     // (replication=database) names its database as any login does.
-    if (replication != "database") database_ = config_->database;
+    if (physical) database_ = config_->database;
     replication_ = std::move(replication);
   }
   BeginAuthentication(step);

@@ -58,6 +58,8 @@ struct HandshakeConfig {
   // The admin console's database (ClientOptions::admin_database) when a
   // console is configured, else empty.
   std::string admin_database;
+  // Which replication logins are carried (ClientOptions::replication).
+  ClientOptions::Replication replication = ClientOptions::Replication::kLogical;
   // Several databases (ClientOptions::databases): decides instead of
   // `database` which ones exist and who may use them. Null: `database` only.
   std::shared_ptr<const DatabaseDirectory> databases;

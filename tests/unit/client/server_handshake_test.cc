@@ -627,13 +627,32 @@ TEST_CASE("a walsender login (replication) authenticates as any other") {
     CHECK(d.hs.replication() == "database");
     CHECK(d.hs.parameters().empty());
   }
-  SECTION("a physical walsender's database (\"replication\", as pg_receivewal sends it) is ignored") {
+  SECTION("a physical walsender: refused by default (28000 before authentication, as pg_hba.conf would)") {
     Driver d;
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "replication"}, {"replication", "true"}})) ==
+            Event::kClose);
+    auto e = d.NextWritten();
+    REQUIRE(e);
+    CHECK(SqlStateOf(*e) == "28000");
+    CHECK(e->second.find("no pg_hba.conf entry for replication connection") != std::string::npos);
+  }
+  SECTION("with replication kAll: allowed, its database (\"replication\", as pg_receivewal sends it) ignored") {
+    HandshakeConfig c = Config();
+    c.replication = ClientOptions::Replication::kAll;
+    Driver d(c);
     REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "replication"}, {"replication", "true"}})) ==
             Event::kNeedMore);
     REQUIRE(RunScram(d, "s3cret") == Event::kAuthenticated);
     CHECK(d.hs.replication() == "true");
     CHECK(d.hs.database() == "appdb");
+  }
+  SECTION("with replication kOff: a logical walsender refused too") {
+    HandshakeConfig c = Config();
+    c.replication = ClientOptions::Replication::kOff;
+    Driver d(c);
+    REQUIRE(d.Feed(Startup({{"user", "app"}, {"database", "appdb"}, {"replication", "database"}})) ==
+            Event::kClose);
+    CHECK(SqlStateOf(*d.NextWritten()) == "28000");
   }
   SECTION("replication=false (or off, no, 0) is an ordinary login") {
     for (const char* no : {"false", "off", "no", "0"}) {
