@@ -30,6 +30,10 @@ struct ClientStats {
   // ReadyForQuery that ends the handshake, one observation per login that
   // reached it (admin console sessions and refused logins not counted).
   LatencyHistogramSnapshot login_time;
+  // Links that idle sessions ended at their Endpoint's offer since start:
+  // the session held nothing the Endpoint's half had to keep, and its next
+  // unit opens a new link (docs/architecture.md, "What an idle session holds").
+  std::uint64_t links_released = 0;
   // The Client's cache tier; all zero when it is off.
   bool cache_enabled = false;
   std::size_t cache_local_hits = 0;     // units answered with no link traffic

@@ -54,6 +54,7 @@ using protocol::BeginControl;
 using protocol::Control;
 using protocol::DecodeControl;
 using protocol::InvalidateControl;
+using protocol::ReleaseControl;
 using protocol::StoreControl;
 
 // ---------------------------------------------------------------------------

@@ -427,6 +427,7 @@ ClientStats Client::Stats() const {
   }
   s.accepted = impl_->accepted.load(std::memory_order_relaxed);
   s.login_time = impl_->login_time.Snapshot();
+  s.links_released = impl_->links_released.load(std::memory_order_relaxed);
   if (impl_->cache) {
     client::ClientTierStats c = impl_->cache->Stats();
     s.cache_enabled = true;

@@ -65,6 +65,12 @@ bool ClientCore::ReleaseIdleState() {
   return released;
 }
 
+bool ClientCore::LinkReleasable() {
+  (void)ReleaseIdleState();
+  return outstanding_ == 0 && txn_status_ == 'I' && capture_ == nullptr && passthrough_ == 0 && ext_ == nullptr &&
+         units_.empty();
+}
+
 bool ClientCore::CacheUsable() const {
   return config_ != nullptr && config_->cache != nullptr && cache_settings_.enabled && key_.keyable() &&
          outstanding_ == 0 && txn_status_ == 'I' && (ext_ == nullptr || (ext_->idle() && !ext_->lost())) &&
@@ -267,6 +273,11 @@ ClientCore::AppBatch ClientCore::TakeBatch(std::string_view in, LocalMiss& miss,
 void ClientCore::OnControl(std::string_view payload, LinkEvents& events) {
   std::optional<cache::Control> c = cache::DecodeControl(payload);
   if (!c) return;
+  if (const auto* r = std::get_if<cache::ReleaseControl>(&*c)) {
+    events.release_offered = true;
+    events.release_wrote = r->wrote;
+    return;
+  }
   if (const auto* i = std::get_if<cache::InvalidateControl>(&*c); i && i->drops_metadata()) {
     events.metadata_dropped = true;
     config_->metadata->InvalidateAll();  // DDL (or what may have run it): statement shapes may change

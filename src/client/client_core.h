@@ -99,6 +99,9 @@ class ClientCore {
   struct LinkEvents {
     bool ready_idle = false;        // a ReadyForQuery left nothing outstanding, transaction status 'I'
     bool metadata_dropped = false;  // an invalidation dropped the statement metadata
+    // The Endpoint may let its half of the session go (protocol::ReleaseControl).
+    bool release_offered = false;
+    bool release_wrote = false;  // ...and the session sent a write
   };
   // Whole frames of `buf` (the link's bytes) into `out`; `consumed`: bytes
   // of `buf` handled (a partial frame stays, except a large DataRow, which
@@ -122,6 +125,11 @@ class ClientCore {
   // it for sessions still idle after kClientIdleSweepDelay. True: something
   // was given back.
   bool ReleaseIdleState();
+  // Idle, with nothing of the link's in hand (no unit outstanding, no
+  // result being captured or streamed) and, after ReleaseIdleState, no
+  // extended-protocol state: the link may end, and a new one take the next
+  // unit (ClientSession::ReleaseLink).
+  bool LinkReleasable();
   // Whether a unit starting now may be answered locally / become a candidate.
   bool CacheUsable() const;
 

@@ -32,6 +32,7 @@
 #include "client/statement_metadata.h"
 #include "common/buffer_pool.h"
 #include "common/idle_sweep.h"
+#include "common/intern_table.h"
 #include "hyperpool/client.h"
 #include "ops/latency_histogram.h"
 #include "protocol/codec.h"
@@ -183,6 +184,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Flights sent over links that the app waits for (link_trace.h,
   // ExpectsAnswer): the WAN round trips its sessions cost.
   std::atomic<uint64_t> link_flights{0};
+  // Links an idle session ended at the Endpoint's offer (ClientSession::
+  // ReleaseLink); ClientStats::links_released.
+  std::atomic<uint64_t> links_released{0};
+  // The sessions' startup parameters, kept once per distinct set for the
+  // hellos of the links they open (guarded by mu): a session that lets its
+  // link go opens another with the same hello.
+  InternTable<client::ParamList> hello_params;
 };
 
 }  // namespace hyperpool

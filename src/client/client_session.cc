@@ -107,6 +107,17 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started_));
   ArmIdleTimer();
   core_.Start(&impl_->core_config, database_, app_params_);
+  {
+    // Kept once per distinct set (most of an app's connections send the
+    // same): every link of the session opens with them.
+    std::string key;
+    for (const auto& [name, value] : app_params_) {
+      key += std::to_string(name.size()) + ':' + name + std::to_string(value.size()) + ':' + value;
+    }
+    std::lock_guard lock(impl_->mu);
+    hello_params_ = impl_->hello_params.Intern(key, [this] { return std::move(app_params_); });
+  }
+  client::ParamList().swap(app_params_);
   PumpApp();
 }
 
@@ -197,9 +208,20 @@ void ClientSession::NoteIdle() {
 
 void SweepIdleClientSession(ClientSession& session) {
   session.idle_queued_ = false;
+  const uint8_t release = session.release_stage_;
+  session.release_stage_ = 0;
   if (session.state_ != ClientSession::State::kIdle) return;
   session.core_.ReleaseIdleState();
   session.app_out_.ReleaseIfEmpty();
+  // A release offer (OnReleaseOffer) holds while the app sends nothing:
+  // noted, then one more whole sweep period, then the link goes.
+  if (release == 0 || session.release_generation_ != static_cast<uint32_t>(session.idle_generation_)) return;
+  if (release == 1) {
+    session.release_stage_ = 2;
+    session.NoteIdle();
+    return;
+  }
+  (void)session.ReleaseLink(session.release_wrote_);
 }
 
 void ClientSession::ArmIdleTimer() {

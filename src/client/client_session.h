@@ -267,6 +267,19 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // coroutine (ReceiveLink).
   void WaitLink();
 
+  // The Endpoint offered to let its half of the session go
+  // (protocol::ReleaseControl): noted, and confirmed by two idle sweeps of
+  // ours with no message from the app in between (SweepIdleClientSession),
+  // which then call ReleaseLink.
+  void OnReleaseOffer(bool wrote);
+  // If the session is still idle, with nothing of the link's in hand
+  // either way, a Terminate ends the Endpoint's half and the link is
+  // closed; the next unit opens a new one (PumpApp). An idle session then
+  // holds no link and no Endpoint session (docs/architecture.md, "What an
+  // idle session holds"). `wrote`: the offer's (the session sent a write:
+  // its later hellos say so). True: released.
+  bool ReleaseLink(bool wrote);
+
   // Nothing from the link is pending: a WhenReadable callback instead of a
   // coroutine suspended in Receive. False: the link cannot (a socket or
   // channel link): keep receiving.
@@ -338,7 +351,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   std::string user_;      // written under impl_->mu (Info() reads them on other threads)
   std::string database_;
-  client::ParamList app_params_;  // the startup packet's; moved into the link's hello (OpenLink)
+  client::ParamList app_params_;  // the startup packet's, until the login ends (Run)
+  // The same, kept for the hellos of the session's links (one per distinct
+  // set: Client::Impl::hello_params); null before the login ends.
+  std::shared_ptr<const client::ParamList> hello_params_;
+  bool released_wrote_ = false;  // a released link's Endpoint half had seen a write (link::kWroteParam)
+  // A release offer being confirmed (OnReleaseOffer): 0 none, 1 noted, 2
+  // one sweep passed; the idle generation it was made at, and its `wrote`.
+  uint8_t release_stage_ = 0;
+  bool release_wrote_ = false;
+  uint32_t release_generation_ = 0;
+  uint32_t link_epoch_ = 0;  // bumped when the link is let go: its parked callback is stale
   int32_t cancel_pid_ = 0;
   std::array<char, 4> cancel_secret_{};
 

@@ -58,10 +58,10 @@ asio::awaitable<bool> ClientSession::OpenLinkOnly(std::string first_frames, std:
     std::lock_guard lock(impl_->mu);  // (ForwardCancel reads it on other threads)
     session_id_ = *id;
   }
-  // The app's parameters go into the hello and are not kept: a link opens
-  // once per session, and nothing after it reads them (an idle session
-  // that reached the origin kept them all).
-  client::ParamList hello_params = std::move(app_params_);
+  // The app's parameters, as the login kept them (hello_params_, shared
+  // with the Client's other sessions that sent the same); a replication
+  // tunnel opens its one link before that and moves them.
+  client::ParamList hello_params = hello_params_ ? *hello_params_ : std::move(app_params_);
   client::ParamList().swap(app_params_);
   if (!impl_->client_id.empty()) hello_params.emplace_back(link::kClientIdParam, impl_->client_id);
   hello_params.emplace_back(client::kDatabaseParam, database_);  // for a router of several databases
@@ -69,6 +69,7 @@ asio::awaitable<bool> ClientSession::OpenLinkOnly(std::string first_frames, std:
   // this session's notifications (src/endpoint/notification_pid.h).
   if (cancel_pid_ != 0) hello_params.emplace_back(link::kBackendPidParam, std::to_string(cancel_pid_));
   if (!replication.empty()) hello_params.emplace_back(link::kReplicationParam, std::string(replication));
+  if (released_wrote_) hello_params.emplace_back(link::kWroteParam, "1");
   // The hello goes in front of the frames (which may be one large
   // message, moved here without a copy): one more copy of it is avoided.
   first_frames.insert(0, client::BuildLinkHello(hello_params, session_id_));
@@ -375,11 +376,11 @@ asio::awaitable<void> ClientSession::LinkToApp(std::shared_ptr<ClientSession> se
 
 ClientSession::LinkStep ClientSession::ForwardLinkBytes() {
   bool malformed = false;
+  client::ClientCore::LinkEvents events;
   if (!link_in_.empty()) {
     std::string copy;
     size_t consumed = 0;
     client::AppBytes out(link_in_, copy);
-    client::ClientCore::LinkEvents events;
     malformed = !core_.OnLinkBytes(link_in_, out, consumed, events);
     if (events.metadata_dropped && impl_->trace_link) {
       Log(fmt::format("trace {} invalidate all (statement metadata dropped)", cancel_pid_));
@@ -411,11 +412,47 @@ ClientSession::LinkStep ClientSession::ForwardLinkBytes() {
     LinkEnded();
     return LinkStep::kEnded;
   }
+  if (events.release_offered) OnReleaseOffer(events.release_wrote);
   if (!app_out_.empty()) {
     link_waits_out_ = true;  // read the link again once the app has read these
     return LinkStep::kWait;
   }
   return LinkStep::kMore;
+}
+
+void ClientSession::OnReleaseOffer(bool wrote) {
+  if (state_ != State::kIdle || reason_ != EndReason::kNone) return;
+  // Not at once: the Endpoint's sweep found the session idle at one
+  // instant, which a session between two transactions also is. Two sweeps
+  // of ours with no message from the app in between (idle_generation_
+  // moves with every one) say it stays idle: SweepIdleClientSession.
+  release_stage_ = 1;
+  release_wrote_ = wrote;
+  release_generation_ = static_cast<uint32_t>(idle_generation_);
+  NoteIdle();
+}
+
+bool ClientSession::ReleaseLink(bool wrote) {
+  if (!link_ || state_ != State::kIdle || reason_ != EndReason::kNone || close_when_drained_ || in_.size() != 0 ||
+      !link_in_.empty() || !app_out_.empty() || app_write_waiting_ || app_waits_out_ || link_waits_out_ ||
+      !core_.LinkReleasable()) {
+    return false;
+  }
+  // Terminate: the Endpoint's half ends as after any client's goodbye (it
+  // reads it later: its callback is posted while ours runs).
+  std::string bye("X\0\0\0\4", 5);
+  if (!link_->TrySend(bye)) return false;
+  link_->Close();  // (posts our parked callback: link_epoch_ tells it the link is gone)
+  link_.reset();
+  ++link_epoch_;
+  std::string().swap(link_in_);
+  {
+    std::lock_guard lock(impl_->mu);  // (ForwardCancel reads it on other threads)
+    session_id_.clear();
+  }
+  released_wrote_ = released_wrote_ || wrote;  // said in every later hello
+  impl_->links_released.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void ClientSession::WaitLink() {
@@ -438,7 +475,11 @@ asio::awaitable<void> ClientSession::ReceiveLink(std::shared_ptr<ClientSession> 
 }
 
 bool ClientSession::ParkLink(const std::shared_ptr<ClientSession>& self) {
-  if (!link_->WhenReadable(executor(), [self] { self->OnLinkReadable(); })) return false;
+  if (!link_->WhenReadable(executor(), [self, epoch = link_epoch_] {
+        if (self->link_epoch_ == epoch) self->OnLinkReadable();  // (else the link was let go: ReleaseLink)
+      })) {
+    return false;
+  }
   // (The callback is posted.) An idle session keeps no chunk; a partial
   // frame stays for the bytes that complete it.
   if (link_in_.empty()) std::string().swap(link_in_);

@@ -408,6 +408,7 @@ void SessionCache::Start(const std::vector<std::pair<std::string, std::string>>&
   std::string id;
   for (const auto& [name, value] : hello) {
     if (name == link::kClientIdParam) id = value;
+    if (name == link::kWroteParam && value == "1") wrote_ = true;  // (an earlier link of the session's)
   }
   if (id.empty()) id = fmt::format("session:{}", static_cast<const void*>(this));
   client_id_ = cache_->Intern(std::move(id));
@@ -542,6 +543,12 @@ void SessionCache::ReleaseIdleBuffers() {
   } else {
     unit_->pending.release();
   }
+}
+
+bool SessionCache::Releasable() const {
+  // (The wait timers, once made, are kept; they hold nothing of the session.)
+  return started_ && !watch_ && !cache_->LastEarOf(client_id(), this) && !stmts_ && !unit_ && !leader_ && !(shared_wait_ && !shared_wait_->done) &&
+         !state_changed_ && !settings_set_ && !pending_setting_change_;
 }
 
 void SessionCache::AdjustExecute(std::string& to_origin, std::size_t from) {

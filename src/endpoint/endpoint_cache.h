@@ -194,6 +194,10 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   // Sends `control` to one live session of every Client other than
   // `except_client`.
   void Broadcast(const cache::InvalidateControl& control, const std::string& except_client, bool remote = false);
+  // Whether `client_id`'s Client hears other Clients' writes only on its
+  // live links (no watch, other Clients present) and `s` is the last of
+  // them: letting it go would leave the Client's tier deaf.
+  bool LastEarOf(const std::string& client_id, const SessionCache* s) const;
   // An invalidation another Endpoint published through the shared tier:
   // drops the local entries and tells every Client.
   void OnSharedInvalidation(const cache::SharedInvalidation& inv);
@@ -380,6 +384,12 @@ class SessionCache {
   // else its request queue gives back its storage (both are kept between
   // units otherwise).
   void ReleaseIdleBuffers();
+  // After ReleaseIdleBuffers: nothing here that the same hello's new
+  // session would not have (no statement, unit, look-up or wait, no state
+  // or setting change seen): SessionCore::Releasable's part. Whether it
+  // wrote goes with the offer (protocol::ReleaseControl::wrote).
+  bool Releasable() const;
+  bool wrote() const { return wrote_; }
   // After kWait: the decision (never kWait), as Intercept's.
   asio::awaitable<InterceptResult> FinishIntercept(std::string& local_out);
   void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);
@@ -541,6 +551,7 @@ class SessionCache {
   cache::SessionCacheSettings settings_;
   bool state_changed_ = false;
   bool wrote_ = false;  // the session sent a write (no stale-if-error for it)
+  bool settings_set_ = false;  // a SET / RESET of hyperpool.* changed settings_ (Releasable)
   // A shared-tier look-up in flight (alive=false once this object is gone).
   struct SharedWait {
     bool alive = true;

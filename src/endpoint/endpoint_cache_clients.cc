@@ -35,6 +35,14 @@ void EndpointCache::Broadcast(const cache::InvalidateControl& control, const std
   }
 }
 
+bool EndpointCache::LastEarOf(const std::string& client_id, const SessionCache* s) const {
+  if (clients_.size() <= 1) return false;  // no other Client's writes to hear
+  auto it = clients_.find(client_id);
+  if (it == clients_.end() || !it->second.watches.empty()) return false;
+  const auto& sessions = it->second.sessions;
+  return sessions.size() == 1 && sessions.contains(const_cast<SessionCache*>(s));
+}
+
 void EndpointCache::Index(SessionCache* s) {
   if (!sessions_.contains(s)) return;
   ClientSessions& c = clients_[s->client_id()];

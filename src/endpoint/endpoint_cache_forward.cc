@@ -27,7 +27,9 @@ SessionCache::Effect SessionCache::EffectOf(const cache::SqlText& text, bool app
       return e;
     }
   }
+  const cache::SessionCacheSettings before = settings_;
   cache::StatementEffects fx = cache::ClassifyStatements(text, apply_settings ? &settings_ : nullptr);
+  if (!(settings_ == before)) settings_set_ = true;
   e.changes_state = fx.changes_session_state;
   e.settings_only = fx.only_setting_changes;
   const bool precise = session_precise && !e.changes_state;

@@ -343,6 +343,10 @@ void Session::MaybeSleep() {
       !core_->CanSleep()) {
     return;
   }
+  // (An Endpoint that closes when no session uses it, the "*" database
+  // entry's, counts idle sessions as use: they keep their halves.)
+  const bool releasable = endpoint_->options.close_idle_when_unused.count() == 0 && core_->Releasable() &&
+                          cache_.Releasable();
   auto dormant = std::make_unique<endpoint::SessionCore::Dormant>(core_->Sleep());
   std::unique_ptr<endpoint::SessionCore> old;
   {
@@ -354,6 +358,16 @@ void Session::MaybeSleep() {
   }
   old.reset();
   endpoint_->sleeping_sessions.fetch_add(1, std::memory_order_relaxed);
+  if (releasable) {
+    // Nothing here a new session from the same hello would not hold: the
+    // Client may let this half go while it stays idle (its Terminate wakes
+    // and ends it) and open a new one for its next unit
+    // (docs/architecture.md, "What an idle session holds"). The Client's
+    // callback may run inside this send; it only posts back to us.
+    std::string offer;
+    cache::AppendControl(offer, cache::ReleaseControl{cache_.wrote()});
+    (void)link_->TrySend(offer);
+  }
 }
 
 endpoint::SessionCore& Session::Core() {

@@ -128,6 +128,14 @@ bool SessionCore::CanSleep() const {
          !out_.flush_client;
 }
 
+bool SessionCore::Releasable() const {
+  // (A LISTEN's channels are the listener connection's registry's, kept by
+  // a sleeping session and dropped with it.)
+  return CanSleep() && settings_.AsStarted() && sequence_generation_ == 0 && !observe_at_lend_ &&
+         observed_lease_.load(std::memory_order_relaxed) == 0 &&
+         (!endpoint_.listener || endpoint_.listener->ChannelsOf(id_.listen_id).empty());
+}
+
 SessionCore::Dormant SessionCore::Sleep() {
   return Dormant{std::move(id_),  std::move(settings_), serial_,          sequence_generation_,
                  origin_lease(), previous_lease_,       observed_lease()};

@@ -269,6 +269,11 @@ class SessionCore {
   // queued, no timeout running: everything but Dormant's parts is as a new
   // core's.
   bool CanSleep() const;
+  // CanSleep, and the rest is as a new core's made from the same hello
+  // would be: the startup settings, no channel listened on, never a
+  // sequence or a pid shown (a later pg_terminate_backend of that pid names
+  // this session). The session may then be let go (protocol::ReleaseControl).
+  bool Releasable() const;
   // What the session keeps (the core is destroyed after: CanSleep first).
   Dormant Sleep();
   explicit SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Dormant dormant);

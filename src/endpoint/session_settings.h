@@ -220,6 +220,9 @@ class SessionSettings {
   // connection (the query cache keys by desired() and checks that a
   // settings change it saw forwarded was followed by a capture).
   std::uint64_t captures() const { return captures_; }
+  // Nothing changed, owed or captured since the hello: as a new session's
+  // made from the same hello (SessionCore::Releasable).
+  bool AsStarted() const { return desired_is_startup_ && !changed_ && !capture_owed_ && captures_ == 0; }
 
  private:
   void Absorb(const SessionEffects& effects);

@@ -175,6 +175,12 @@ class ClientStatements {
     unnamed_id_ = id;
   }
   void ForgetUnnamed() { unnamed_id_ = 0; }
+  // A simple Query destroys the unnamed statement ("Extended Query"): a
+  // later Bind of it without a Parse fails, as directly.
+  void DropUnnamed() {
+    unnamed_id_ = 0;
+    std::string().swap(unnamed_parse_);
+  }
   std::uint64_t unnamed_id() const { return unnamed_id_; }
   std::string_view unnamed_parse() const { return unnamed_parse_; }
 

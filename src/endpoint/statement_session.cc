@@ -17,9 +17,6 @@ namespace {
 // against a nonexistent statement or portal name"). Server names are
 // "hp_<digits>", so this one never exists.
 constexpr std::string_view kNoopStatement = "hp_noop";
-// Sent instead of an unnamed statement the client does not have, so the
-// origin reports "does not exist" rather than binding another client's.
-constexpr std::string_view kMissingStatement = "hp_missing";
 // Sent instead of a retired statement the connection lacks; the origin's
 // "does not exist" is answered as PostgreSQL answers the stale statement.
 constexpr std::string_view kStaleStatement = "hp_stale";
@@ -266,7 +263,16 @@ bool StatementSession::OnShape(const Op& op, char tag, std::string_view payload,
 std::string_view StatementSession::Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
                                            StatementRef* statement, bool* stale) {
   if (name.empty()) {
-    if (client_.unnamed_id() == 0) return kMissingStatement;
+    if (client_.unnamed_id() == 0) {
+      // The client has none (never parsed, or a simple Query dropped it):
+      // the connection's own (another session's, perhaps) is closed first,
+      // so that the origin answers "unnamed prepared statement does not
+      // exist" as it would directly, rather than binding that one.
+      AppendClose(out, "");
+      Push(Kind::kClose, Mode::kHidden);
+      conn.unnamed_id = 0;
+      return name;
+    }
     if (conn.unnamed_id != client_.unnamed_id()) {
       protocol::AppendRawFrame(out, client_.unnamed_parse());
       Push(Kind::kParse, Mode::kHidden);
@@ -377,6 +383,7 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   const bool at_start = AtUnitStart();  // (before the hidden Closes)
   EmitPendingCloses(conn, out);
   conn.unnamed_id = 0;  // a simple Query drops the unnamed statement
+  client_.DropUnnamed();  // ...the client's too (and the session may sleep: Empty)
   std::string_view rest = frame.payload;
   std::string_view sql;
   bool dealloc = false;

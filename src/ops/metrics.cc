@@ -53,7 +53,8 @@ void WriteEndpoints(ExpositionWriter& w, const std::vector<EndpointSample>& es) 
           [](const EndpointStats& s) { return s.acquire_timeouts; });
   counter("hyperpool_pool_discarded_total", "Origin connections closed instead of returned to the pool.",
           [](const EndpointStats& s) { return s.discarded; });
-  gauge("hyperpool_endpoint_sessions", "Client links open to the Endpoint (one per application session).",
+  gauge("hyperpool_endpoint_sessions",
+        "Client links open to the Endpoint (one per application session that holds one: an idle one may let it go).",
         [](const EndpointStats& s) { return s.sessions; });
   counter("hyperpool_transactions_total", "Transactions completed on origin connections.",
           [](const EndpointStats& s) { return s.transactions; });
@@ -206,6 +207,9 @@ std::string RenderMetrics(const ProcessMetrics& m) {
     w.LatencyHistogram("hyperpool_client_login_duration_seconds",
                        "Login time of application connections: accept to the ReadyForQuery ending the handshake.",
                        m.client->login_time);
+    w.Counter("hyperpool_client_links_released_total",
+              "Links idle sessions let go at their Endpoint's offer (the next unit opens a new one).",
+              m.client->links_released);
   }
   std::vector<EndpointSample> endpoints;
   for (const auto& [name, stats] : m.databases) endpoints.push_back({&stats, {{"database", name}}, stats.pool_max_size});

@@ -123,6 +123,12 @@ void AppendControl(std::string& out, const InvalidateControl& c) {
   if (c.source != 0) f.U64(c.source);
 }
 
+void AppendControl(std::string& out, const ReleaseControl& c) {
+  FrameFill f(out, 2);
+  f.Byte('P');
+  f.Byte(c.wrote ? 1 : 0);
+}
+
 std::optional<Control> DecodeControl(std::string_view payload) {
   if (payload.empty()) return std::nullopt;
   char kind = payload[0];
@@ -149,6 +155,10 @@ std::optional<Control> DecodeControl(std::string_view payload) {
     c.tables = r.Tables();
     if (r.ok && r.s.size() == 8) c.source = r.U(8);
     out = std::move(c);
+  } else if (kind == 'P') {
+    const uint64_t flags = r.U(1);
+    if (flags > 1) return std::nullopt;
+    out = ReleaseControl{flags == 1};
   } else {
     return std::nullopt;
   }

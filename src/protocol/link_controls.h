@@ -1,7 +1,8 @@
 // The link's control frames (Endpoint -> Client, tag kControlTag:
 // link_protocol.h) that carry the cache tier's marks: 'B' a cacheable
 // result follows, 'S' it was stored, 'I' a write invalidated tables
-// (docs/architecture.md, "The link protocol" and "Query cache"). Pure
+// (docs/architecture.md, "The link protocol" and "Query cache"), and 'P'
+// the session's Endpoint half may be let go ("Idle sessions"). Pure
 // codec, as the rest of src/protocol/; the cache tier (cache/tier.h) names
 // these types as its own.
 #ifndef HYPERPOOL_PROTOCOL_LINK_CONTROLS_H_
@@ -55,7 +56,18 @@ struct InvalidateControl {
   // Whether the Client must drop its statement metadata.
   bool drops_metadata() const { return all && !rows_only; }
 };
-using Control = std::variant<BeginControl, StoreControl, InvalidateControl>;
+// 'P': sent once the Endpoint's half of an idle session holds nothing a
+// new session made from the same hello would not (its settings as they
+// started, no statement, portal, pin, LISTEN, sequence, pid shown or
+// setting of the cache): a Client still idle when it reads this may end
+// the link (Terminate, close) and open a new one for its next unit. No
+// Only on links that call back (the direct link of `serve`). `wrote`: the
+// session sent a write, which its next link's hello says (kWroteParam), so
+// that it is still never answered stale-if-error.
+struct ReleaseControl {
+  bool wrote = false;
+};
+using Control = std::variant<BeginControl, StoreControl, InvalidateControl, ReleaseControl>;
 
 void AppendControl(std::string& out, const BeginControl& c);
 void AppendControl(std::string& out, const StoreControl& c);
@@ -63,6 +75,7 @@ void AppendControl(std::string& out, const StoreControl& c);
 // names those of the entry it stored instead of keeping a copy for this.
 void AppendStoreControl(std::string& out, const StoreControl& c, const std::vector<std::string>& tables);
 void AppendControl(std::string& out, const InvalidateControl& c);
+void AppendControl(std::string& out, const ReleaseControl& c);
 // Decodes a control frame's payload; nullopt if malformed. The trailing
 // `source` of 'S' and 'I' is optional (0 when absent).
 std::optional<Control> DecodeControl(std::string_view payload);

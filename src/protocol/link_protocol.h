@@ -28,6 +28,9 @@ inline constexpr std::string_view kClientIdParam = "hyperpool.client_id";
 // then carries the bytes of a walsender connection of its own, unchanged
 // both ways (docs/architecture.md, "Replication connections").
 inline constexpr std::string_view kReplicationParam = "hyperpool.replication";
+// "1": the session's earlier link sent a write (a link let go at the
+// Endpoint's ReleaseControl said so): no stale-if-error answer for it.
+inline constexpr std::string_view kWroteParam = "hyperpool.wrote";
 // A cancel link: the session id whose current query to cancel.
 inline constexpr std::string_view kCancelSessionParam = "hyperpool.cancel_session";
 // A placement probe link, and the ParameterStatus the Endpoint answers it

@@ -58,6 +58,25 @@ def serve_metrics(index=0):
     return fetch_metrics(re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text())[index])
 
 
+def metrics_url_since(start, deadline_s=20):
+    """The /metrics address the serve started after err_text()[:start] logged."""
+    wait_for(lambda: "metrics on http" in err_text()[start:], "the metrics address", deadline_s)
+    return re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text()[start:])[0]
+
+
+def run_serve_with_metrics(args, main):
+    """`serve ARGS --metrics-listen 127.0.0.1:0`; runs asyncio `main(url,
+    metrics_url)`, stops the serve even when it fails, then prints PASS."""
+    import asyncio
+    start = len(err_text())
+    proc, url = start_serve(list(args) + ["--metrics-listen", "127.0.0.1:0"])
+    try:
+        asyncio.run(main(url, metrics_url_since(start)))
+    finally:
+        stop_serve(proc)
+    print("PASS")
+
+
 def start_serve(args):
     """`hyperpool serve ARGS` (HYPERPOOL_BINARY), its stderr to ERR; returns
     (process, the connection string it printed). stop_serve(process) ends it."""

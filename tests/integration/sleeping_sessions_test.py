@@ -3,7 +3,8 @@
 asyncpg through `hyperpool serve` with its defaults (cache on):
 
 - 30 clients run a query that reaches the origin, one of them after
-  `SET work_mem`, and go idle: hyperpool_sleeping_sessions reaches 30 (the
+  `SET work_mem` and the others after `SET application_name` (so that
+  their Endpoint halves are not let go instead), and go idle: hyperpool_sleeping_sessions reaches 30 (the
   idle sweep gave their cores back; the gauge is missing, so this fails,
   without dormancy);
 - a sleeping session wakes for its next query: its setting is still its
@@ -19,11 +20,10 @@ asyncpg through `hyperpool serve` with its defaults (cache on):
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
 import asyncio
-import re
 
 import asyncpg
 
-from pgtest_env import check, err_text, fail, fetch_metrics, origin_url, start_serve, stop_serve, wait_for
+from pgtest_env import check, fail, fetch_metrics, origin_url, run_serve_with_metrics, wait_for
 
 N = 30
 
@@ -35,6 +35,9 @@ def sleeping(murl):
 async def main(url, murl):
     conns = [await asyncpg.connect(dsn=url, ssl=False, timeout=30, statement_cache_size=0) for _ in range(N)]
     await conns[0].execute("SET work_mem = '7MB'")
+    # A setting of their own each: asleep, not let go (released_links_test
+    # covers sessions whose Endpoint half holds nothing of theirs).
+    await asyncio.gather(*(c.execute("SET application_name = 'sleeper'") for c in conns[1:]))
     # Simple Queries that reach the origin (now() is not cached): no
     # statement is left in the sessions.
     await asyncio.gather(*(c.execute("SELECT now()") for c in conns))
@@ -106,12 +109,4 @@ async def main(url, murl):
     await stmt_conn.close()
 
 
-start = len(err_text())
-proc, url = start_serve(["--origin", origin_url(), "--pool-size", "2", "--metrics-listen", "127.0.0.1:0"])
-try:
-    wait_for(lambda: "metrics on http" in err_text()[start:], "the metrics address", 20)
-    murl = re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text()[start:])[0]
-    asyncio.run(main(url, murl))
-finally:
-    stop_serve(proc)
-print("PASS")
+run_serve_with_metrics(["--origin", origin_url(), "--pool-size", "2"], main)

@@ -87,6 +87,22 @@ TEST_CASE("control messages round-trip and reject garbage") {
   CHECK(apart == whole);
 }
 
+TEST_CASE("a release offer says whether the session wrote; anything else in it is malformed") {
+  for (const bool wrote : {false, true}) {
+    std::string out;
+    AppendControl(out, ReleaseControl{wrote});
+    REQUIRE(out.size() == 7);
+    CHECK(out[0] == kControlTag);
+    auto got = DecodeControl(std::string_view(out).substr(5));
+    REQUIRE(got.has_value());
+    REQUIRE(std::holds_alternative<ReleaseControl>(*got));
+    CHECK(std::get<ReleaseControl>(*got).wrote == wrote);
+  }
+  CHECK_FALSE(DecodeControl("P").has_value());
+  CHECK_FALSE(DecodeControl(std::string("P\2", 2)).has_value());
+  CHECK_FALSE(DecodeControl(std::string("P\0\0", 3)).has_value());
+}
+
 TEST_CASE("an invalidation of all rows keeps or drops statement metadata, and says which") {
   // GENERATE: rows only (a read whose functions are unknown), all (DDL),
   // tables (never drops metadata).

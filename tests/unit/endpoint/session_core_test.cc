@@ -1768,6 +1768,61 @@ TEST_CASE("SessionCore: a core that holds more than a new one's state does not s
   CHECK_FALSE(h.core().CanSleep());
 }
 
+TEST_CASE("SessionCore: an idle core whose state is a new one's may let its session go; one with more may not",
+          "[endpoint][session_core]") {
+  Harness h;
+  CHECK(h.core().Releasable());  // a new session
+  OriginConnection* conn = nullptr;
+  h.StartUnit(QueryBytes("SELECT now()"), &conn);
+  CHECK_FALSE(h.core().Releasable());  // a connection is lent
+  h.Origin(RowDesc() + DataRow("x") + Complete("SELECT 1") + Ready('I'));
+  REQUIRE(h.Take().Commands() == "release(return)");
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.core().Releasable());
+  CHECK(h.cache().Releasable());
+  CHECK(h.cache().wrote());  // (a function call: no stale-if-error; the offer says so)
+
+  // An unnamed statement is the session's until a simple Query destroys it
+  // (as directly: a Bind('') after the Query fails): then it may go again.
+  h.StartUnit(Parse("", "SELECT 1") + Bind("") + Execute() + Sync(), &conn);
+  h.Origin(ParseOk() + BindOk() + DataRow("1") + Complete("SELECT 1") + Ready('I'));
+  (void)h.Take();
+  h.cache().ReleaseIdleBuffers();
+  CHECK_FALSE(h.core().CanSleep());
+  CHECK_FALSE(h.core().Releasable());
+  h.StartUnit(QueryBytes("SELECT 2"), &conn);
+  h.Origin(RowDesc() + DataRow("2") + Complete("SELECT 1") + Ready('I'));
+  (void)h.Take();
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.core().CanSleep());
+  CHECK(h.core().Releasable());
+
+  // A pid shown: a later pg_terminate_backend of it names this session.
+  h.StartUnit(QueryBytes("SELECT pg_backend_pid()"), &conn);
+  h.Origin(RowDesc() + DataRow("4242") + Complete("SELECT 1") + Ready('I'));
+  (void)h.Take();
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.core().CanSleep());
+  CHECK_FALSE(h.core().Releasable());
+}
+
+TEST_CASE("SessionCore: a session whose settings changed sleeps but is not let go", "[endpoint][session_core]") {
+  Harness h;
+  OriginConnection* conn = nullptr;
+  h.StartUnit(QueryBytes("SET work_mem = '64MB'"), &conn);
+  h.Origin(Complete("SET") + Ready('I'));
+  REQUIRE(h.Take().Commands() == "capture");
+  SettingMap captured;
+  captured["work_mem"] = "64MB";
+  conn->carried_settings() = captured;
+  h.core().settings().OnCaptured(captured);
+  h.core().OnCaptured(CaptureOutcome{});
+  REQUIRE(h.Take().Commands() == "release(return)");
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.core().CanSleep());
+  CHECK_FALSE(h.core().Releasable());
+}
+
 TEST_CASE("SessionCache: the idle sweep gives back the per-unit state; a transaction's writes keep it",
           "[endpoint][session_core]") {
   Harness h;
