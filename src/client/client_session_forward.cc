@@ -438,11 +438,12 @@ bool ClientSession::ReleaseLink(bool wrote) {
       !core_.LinkReleasable()) {
     return false;
   }
-  // Terminate: the Endpoint's half ends as after any client's goodbye (it
-  // reads it later: its callback is posted while ours runs).
+  // Terminate: the Endpoint's half ends as after any client's goodbye (its
+  // callback may run inside this send; closing its end posts our parked
+  // callback, which link_epoch_ then tells that the link is gone).
   std::string bye("X\0\0\0\4", 5);
   if (!link_->TrySend(bye)) return false;
-  link_->Close();  // (posts our parked callback: link_epoch_ tells it the link is gone)
+  link_->Close();
   link_.reset();
   ++link_epoch_;
   std::string().swap(link_in_);

@@ -363,7 +363,7 @@ void Session::MaybeSleep() {
     // Client may let this half go while it stays idle (its Terminate wakes
     // and ends it) and open a new one for its next unit
     // (docs/architecture.md, "What an idle session holds"). The Client's
-    // callback may run inside this send; it only posts back to us.
+    // callback may run inside this send; it only notes the offer.
     std::string offer;
     cache::AppendControl(offer, cache::ReleaseControl{cache_.wrote()});
     (void)link_->TrySend(offer);

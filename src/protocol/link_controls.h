@@ -59,9 +59,9 @@ struct InvalidateControl {
 // 'P': sent once the Endpoint's half of an idle session holds nothing a
 // new session made from the same hello would not (its settings as they
 // started, no statement, portal, pin, LISTEN, sequence, pid shown or
-// setting of the cache): a Client still idle when it reads this may end
-// the link (Terminate, close) and open a new one for its next unit. No
-// Only on links that call back (the direct link of `serve`). `wrote`: the
+// setting of the cache): a Client that stays idle may end the link
+// (Terminate, close) and open a new one for its next unit. Only on links
+// that call back (the direct link of `serve`). `wrote`: the
 // session sent a write, which its next link's hello says (kWroteParam), so
 // that it is still never answered stale-if-error.
 struct ReleaseControl {

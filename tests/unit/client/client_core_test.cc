@@ -161,6 +161,28 @@ TEST_CASE("ClientCore: an idle session gives back its extended-protocol state un
   CHECK(g.core.holds_extended_session());
 }
 
+TEST_CASE("ClientCore: a release offer is an event, not a frame for the app; the link may go only when idle",
+          "[client][client_core]") {
+  Fixture f(false);
+  REQUIRE(f.App(QueryBytes("SELECT now()")).send_to_link);
+  CHECK_FALSE(f.core.LinkReleasable());  // a Query waits for its answer
+  std::string offer;
+  cache::AppendControl(offer, cache::ReleaseControl{true});
+  const std::string answer = Result() + Ready();
+  CHECK(f.Link(answer + offer) == answer);  // consumed, never forwarded
+  CHECK(f.events.release_offered);
+  CHECK(f.events.release_wrote);
+  CHECK(f.core.LinkReleasable());  // idle, the extended-protocol state given back
+  CHECK_FALSE(f.core.holds_extended_session());
+
+  // A Parse forwarded without its Sync: the origin's implicit transaction
+  // is open, the link must stay.
+  std::string parse;
+  pr::Encode(pr::Parse{"", "SELECT 1", {}}, parse);
+  (void)f.App(parse);
+  CHECK_FALSE(f.core.LinkReleasable());
+}
+
 TEST_CASE("ClientCore: a ReadyForQuery inside a transaction does not make the session idle", "[client][client_core]") {
   Fixture f(false);
   (void)f.App(QueryBytes("BEGIN"));
