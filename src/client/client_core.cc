@@ -154,6 +154,10 @@ size_t ClientCore::ServeLocalHit(std::string_view in, LocalMiss& miss, std::stri
   // (Parse + Describe + Flush), the unit must go there: its Sync ends the
   // implicit transaction the Parse began. It is still a candidate.
   if (ext_ != nullptr && ext_->unsynced()) return 0;
+  // A simple Query destroys the driver's unnamed statement, at both halves
+  // and at the origin: while one exists, the Query goes to the link (so
+  // that a later Bind('') fails as directly), still a candidate.
+  if (unit.form == cache::ProtocolForm::kSimple && ext_ != nullptr && ext_->holds_unnamed()) return 0;
   std::shared_ptr<const CacheEntry> entry = config_->cache->GetFresh(key);
   if (!entry) return 0;
   // Rows only for a driver that holds their result type (docs/architecture.md,

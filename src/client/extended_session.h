@@ -159,6 +159,10 @@ class ExtendedSession {
   // which only a Sync that reaches it ends. Nothing may be answered locally
   // meanwhile (a unit may still be a cache candidate: its result is stored).
   bool unsynced() const { return unsynced_; }
+  // The driver's unnamed statement exists (forwarded, or deferred): a
+  // simple Query destroys it, so one answered locally would leave it to a
+  // later Bind('') that must fail (ClientCore::ServeLocalHit).
+  bool holds_unnamed() const { return statements_.contains(std::string()); }
 
  private:
   enum class Expect : uint8_t {

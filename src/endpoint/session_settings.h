@@ -220,9 +220,14 @@ class SessionSettings {
   // connection (the query cache keys by desired() and checks that a
   // settings change it saw forwarded was followed by a capture).
   std::uint64_t captures() const { return captures_; }
-  // Nothing changed, owed or captured since the hello: as a new session's
-  // made from the same hello (SessionCore::Releasable).
-  bool AsStarted() const { return desired_is_startup_ && !changed_ && !capture_owed_ && captures_ == 0; }
+  // What a new session made from the same hello would hold: its startup
+  // settings (captures that found them unchanged, as after any statement
+  // that calls a function, leave them so), nothing owed, no placeholder
+  // name or statement noted (SessionCore::Releasable).
+  bool AsStarted() const {
+    return desired_is_startup_ && !capture_owed_ &&
+           (!changed_ || (changed_->custom_names.empty() && changed_->statements.empty()));
+  }
 
  private:
   void Absorb(const SessionEffects& effects);

@@ -383,7 +383,14 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   const bool at_start = AtUnitStart();  // (before the hidden Closes)
   EmitPendingCloses(conn, out);
   conn.unnamed_id = 0;  // a simple Query drops the unnamed statement
-  client_.DropUnnamed();  // ...the client's too (and the session may sleep: Empty)
+  // ...the client's too (and the session may sleep: Empty): a Bind('')
+  // after it fails as directly; kept in the op, put back if the origin
+  // skips the Query (UndoSkipped), after which it still exists directly.
+  // (While skipping after an error the origin skips the Query too.)
+  const bool dropped = !skipping_ && (client_.unnamed_id() != 0 || !client_.unnamed_parse().empty());
+  const std::uint64_t dropped_id = client_.unnamed_id();
+  std::string dropped_parse(client_.unnamed_parse());
+  if (dropped) client_.DropUnnamed();
   std::string_view rest = frame.payload;
   std::string_view sql;
   bool dealloc = false;
@@ -408,6 +415,11 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   }
   Push(Kind::kQuery, Mode::kForwarded);
   ops_.back().translate_dealloc = dealloc;
+  if (dropped) {
+    ops_.back().dropped_unnamed = true;
+    ops_.back().dropped_unnamed_id = dropped_id;
+    ops_.back().dropped_unnamed_parse = std::move(dropped_parse);
+  }
 }
 
 bool StatementSession::IsParseOnlyUnit(std::string_view frames) const {
@@ -610,6 +622,13 @@ void StatementSession::UndoSkipped(const Op& op, ConnectionStatements& conn) {
       break;
     case Kind::kDescribeStatement:
       if (op.shape_check) shape_check_pending_ = false;
+      break;
+    case Kind::kQuery:
+      // Skipped: the unnamed statement it would have destroyed still exists.
+      if (op.dropped_unnamed && op.dropped_unnamed_id != 0 && client_.unnamed_id() == 0 &&
+          client_.unnamed_parse().empty()) {
+        client_.SetUnnamed(op.dropped_unnamed_parse, op.dropped_unnamed_id);
+      }
       break;
     case Kind::kClose:
       if (op.mode != Mode::kHidden) break;

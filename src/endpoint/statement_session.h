@@ -199,6 +199,11 @@ class StatementSession {
     StatementRef statement;         // the server statement concerned, if any
     std::uint64_t client_order = 0; // a named Parse: the client name's entry it set (undone if skipped)
     std::string close_name;         // hidden Close of a pending_close name
+    // A simple Query: the client's unnamed statement it destroyed, put back
+    // if the origin skips the Query (an error before it, until Sync).
+    bool dropped_unnamed = false;
+    std::uint64_t dropped_unnamed_id = 0;
+    std::string dropped_unnamed_parse;
   };
 
   void Push(Kind kind, Mode mode, StatementRef statement = nullptr);

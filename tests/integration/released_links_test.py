@@ -24,12 +24,15 @@ nothing held while idle but what the session needs), asyncpg through
   its new link's Endpoint half);
 - a Bind of the unnamed statement after a simple Query fails with 26000
   "unnamed prepared statement does not exist", as directly (it bound the
-  statement from before the Query).
+  statement from before the Query), also when the cache answers the Query.
 
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
 import asyncio
+import os
 import select
+import socket
+import struct
 import time
 
 import asyncpg
@@ -81,12 +84,19 @@ async def barrier(url, murl, before=None, expect=1):
 
 
 def bind_unnamed_after_query(dsn):
-    """Parse(''), a simple Query, then Bind('') + Execute + Sync (libpq through
-    psycopg's pgconn): the SQLSTATE and message of the Bind's error, or None."""
+    """Parse('') and a run of it, a simple Query, then Bind('') + Execute + Sync (libpq through
+    psycopg's pgconn): the SQLSTATE and message of the Bind's error, or None.
+    The Query's answer is in the cache first (another session ran it), so
+    that a local answer must destroy the statement too."""
+    with psycopg.connect(dsn, autocommit=True) as warm:
+        for _ in range(3):
+            warm.pgconn.exec_(b"SELECT 2")
     with psycopg.connect(dsn, autocommit=True) as c:
         pg = c.pgconn
         r = pg.prepare(b"", b"SELECT 1")
         assert r.status == psycopg.pq.ExecStatus.COMMAND_OK, r.error_message
+        r = pg.exec_prepared(b"", [])  # (Bind + Execute: the statement reached the origin)
+        assert r.status == psycopg.pq.ExecStatus.TUPLES_OK, r.error_message
         pg.exec_(b"SELECT 2")
         r = pg.exec_prepared(b"", [])
         if r.status != psycopg.pq.ExecStatus.FATAL_ERROR:
@@ -95,10 +105,67 @@ def bind_unnamed_after_query(dsn):
                 r.error_field(psycopg.pq.DiagnosticField.MESSAGE_PRIMARY).decode())
 
 
+def unnamed_after_skipped_query(dsn):
+    """Parse('') + Sync; then a failing Parse, a simple Query, Sync (the origin
+    skips the Query, which so destroys nothing); then Bind('') + Execute +
+    Sync. Raw protocol on a psycopg connection's socket: what each answered."""
+    def msg(t, b):
+        return t + struct.pack("!i", len(b) + 4) + b
+    sync = msg(b"S", b"")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        s = socket.socket(fileno=os.dup(c.pgconn.socket))
+        s.settimeout(10)
+        answers = []
+        for data in (msg(b"P", b"\0select 7\0\0\0") + sync,
+                     msg(b"P", b"bad\0selec\0\0\0") + msg(b"Q", b"select 8\0") + sync,
+                     msg(b"B", b"\0\0" + b"\0" * 6) + msg(b"E", b"\0" + b"\0" * 4) + sync):
+            s.sendall(data)
+            buf, out = b"", []
+            while not out or out[-1] != "Z":
+                while len(buf) < 5 or len(buf) < 1 + struct.unpack("!i", buf[1:5])[0]:
+                    buf += s.recv(65536)
+                n = struct.unpack("!i", buf[1:5])[0]
+                t, body, buf = buf[:1], buf[5:1 + n], buf[1 + n:]
+                if t == b"E":
+                    out.append("E:" + dict((f[:1], f[1:]) for f in body.split(b"\0") if f)[b"C"].decode())
+                elif t == b"D":
+                    out.append("D:" + body[6:].decode())
+                elif t == b"Z":
+                    out.append("Z")
+            answers.append(" ".join(out))
+        s.detach()
+    return answers
+
+
 async def main(url, murl):
+    # A session shown its origin pid keeps its Endpoint half, which a later
+    # pg_terminate_backend of that pid must find: directly that ends the
+    # session, not some backend. (Released, the call would reach the origin
+    # and end the pool's backend instead, or end another session.)
+    pid_reader = await connect(url)
+    shown = (await pid_reader.fetch("SELECT pg_backend_pid()"))[0][0]
+    await pid_reader.execute("SELECT now()")  # (a simple Query: no unnamed statement left)
+    control = await connect(url)
+    await control.execute("SELECT now()")
+    m = await barrier(url, murl, 0, 2)  # (after the sweeps that would have released pid_reader)
+    caller = await connect(url)
+    try:
+        got = await caller.fetchval(f"SELECT pg_terminate_backend({shown}, 5000)")  # (the origin's form waits for the exit)
+    except (asyncpg.exceptions.PostgresError, asyncpg.exceptions.InterfaceError, ConnectionError) as e:
+        fail(f"pg_terminate_backend of a pid shown to another session ended the caller's own ({type(e).__name__})")
+    check(got is True, f"pg_terminate_backend of the pid a session was shown answers t (got {got})")
+    direct = await asyncpg.connect(dsn=origin_url(), ssl=False, timeout=30)
+    alive = await direct.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", shown)
+    await direct.close()
+    check(alive == 1, f"the origin backend {shown} was not ended: the session was (alive {alive})")
+    await expect_ended(pid_reader, "the session shown that pid")
+    check(await control.fetchval("SELECT 8") == 8, "another session goes on")
+    for c in (control, m, caller):
+        await c.close()
+
     conns = [await connect(url) for _ in range(N)]
     await asyncio.gather(*(c.execute("SELECT now()") for c in conns))
-    await asyncio.to_thread(wait_for, lambda: released(murl) >= N and endpoint_sessions(murl) == 0,
+    await asyncio.to_thread(wait_for, lambda: released(murl) >= N + 2 and endpoint_sessions(murl) == 0,
                             f"{N} idle sessions released", 20)
     check(True, f"{N} idle sessions let their link go (released {released(murl)}, "
                 f"endpoint sessions {endpoint_sessions(murl)})")
@@ -136,10 +203,7 @@ async def main(url, murl):
     listener.execute("LISTEN rl_ch")
     temp = await connect(url)
     await temp.execute("CREATE TEMP TABLE rl_tmp AS SELECT 42 AS x")
-    pid_reader = await connect(url)
-    shown = await pid_reader.fetch("SELECT pg_backend_pid()")  # (a simple Query would not keep an unnamed statement)
-    await pid_reader.execute("SELECT now()")
-    for c in (setter, named, temp, pid_reader):
+    for c in (setter, named, temp):
         await c.execute("SELECT now()")  # go idle through a simple Query
     m = await barrier(url, murl)
     m2 = await barrier(url, murl)  # (two sweeps)
@@ -156,10 +220,6 @@ async def main(url, murl):
     listener.close()
     got = await temp.fetchval("SELECT x FROM rl_tmp")
     check(got == 42, "a temporary table survives the sweeps")
-    # Directly, terminating the pid a session was shown ends that session.
-    got = await conns[3].fetchval(f"SELECT pg_terminate_backend({shown[0][0]})")
-    check(got is True, f"pg_terminate_backend of the pid a session was shown answers t (got {got})")
-    await expect_ended(pid_reader, "the session shown that pid (it kept its Endpoint half)")
     await m.close()
     await m2.close()
 
@@ -207,6 +267,14 @@ async def main(url, murl):
         if got != i:
             fail(f"client {i}: answers at the end")
     check(True, "every session answers at the end")
+
+    # ...but a Query the origin skips (after an error, until Sync) destroys
+    # nothing. Last: hyperpool keeps the origin connection lent after such
+    # a skipped Query (docs/architecture.md, "Known differences, not fixed yet").
+    want = await asyncio.to_thread(unnamed_after_skipped_query, origin_url())
+    got = await asyncio.to_thread(unnamed_after_skipped_query, url)
+    check(got == want and want[2] == "D:7 Z",
+          f"the unnamed statement survives a skipped Query, as directly (got {got}, directly {want})")
     for c in conns + [reader, setter, named, temp, idle_a, sleeper, m]:
         await c.close()
 

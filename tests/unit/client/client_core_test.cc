@@ -340,6 +340,20 @@ TEST_CASE("ClientCore: a result the Endpoint stores is kept, and the next identi
     CHECK(hit_size == 0);
     CHECK(b.to_link == q);
   }
+  SECTION("not while the driver's unnamed statement exists: the Query destroys it") {
+    std::string ext;
+    pr::Encode(pr::Parse{"", "SELECT 2", {}}, ext);
+    pr::Encode(pr::Sync{}, ext);
+    REQUIRE(f.App(ext).send_to_link);
+    (void)f.Link(Frame('1') + Ready());
+    REQUIRE(f.core.outstanding() == 0);
+    b = f.App(q, &hit, &hit_size);
+    CHECK(hit_size == 0);  // to the link: both halves and the origin forget it
+    CHECK(b.to_link == q);
+    (void)f.Link(Result() + Ready());
+    b = f.App(q, &hit, &hit_size);
+    CHECK(hit_size == q.size());  // gone: answered here again
+  }
 }
 
 }  // namespace

@@ -1806,6 +1806,26 @@ TEST_CASE("SessionCore: an idle core whose state is a new one's may let its sess
   CHECK_FALSE(h.core().Releasable());
 }
 
+TEST_CASE("SessionCore: a capture that finds the startup settings leaves the session as a new one",
+          "[endpoint][session_core]") {
+  Harness h;
+  OriginConnection* conn = nullptr;
+  // A RESET is captured after; the capture finds the settings as they started.
+  h.StartUnit(QueryBytes("RESET work_mem"), &conn);
+  h.Origin(Complete("RESET") + Ready('I'));
+  REQUIRE(h.Take().Commands() == "capture");
+  const SettingMap unchanged = h.core().settings().startup();
+  conn->carried_settings() = unchanged;
+  h.core().settings().OnCaptured(unchanged);
+  h.core().OnCaptured(CaptureOutcome{});
+  REQUIRE(h.Take().Commands() == "release(return)");
+  h.cache().ReleaseIdleBuffers();
+  CHECK(h.core().settings().captures() == 1);
+  CHECK(h.core().CanSleep());
+  CHECK(h.core().settings().AsStarted());
+  CHECK(h.core().Releasable());
+}
+
 TEST_CASE("SessionCore: a session whose settings changed sleeps but is not let go", "[endpoint][session_core]") {
   Harness h;
   OriginConnection* conn = nullptr;
