@@ -57,19 +57,29 @@ def test_unknown_user_looks_like_a_wrong_password():
 
 
 def test_unknown_user_takes_as_long_as_a_wrong_password():
-    # Interleaved, after one of each: whatever else the freshly started serve
-    # does meanwhile (its catalog read, the WAL feed's first try) falls on
-    # both kinds alike (one after the other, the first kind measured slower
-    # now and then: 3.7 against 1.2 ms).
-    attempt(SERVE.user, SERVE.database, "nope")
-    attempt("nobody", SERVE.database, "nope")
+    # Interleaved in ABBA order, after three pairs: whatever else the freshly
+    # started serve does meanwhile (its catalog read, the WAL feed's first
+    # try) and the tests beside it on a 2-core machine fall on both kinds
+    # alike (one after the other, the first kind measured slower now and
+    # then: 3.7 against 1.2 ms).
+    for _ in range(3):
+        attempt(SERVE.user, SERVE.database, "nope")
+        attempt("nobody", SERVE.database, "nope")
     wrong, unknown = [], []
-    for i in range(7):
-        wrong.append(attempt(SERVE.user, SERVE.database, "nope")[1])
-        unknown.append(attempt("nobody%d" % i, SERVE.database, "nope")[1])
-    mw, mu = statistics.median(wrong), statistics.median(unknown)
-    print("  median wrong password %.1f ms, unknown user %.1f ms" % (mw * 1e3, mu * 1e3))
-    check(mu >= 0.5 * mw, "unknown user answered in %.1f ms, wrong password in %.1f ms" % (mu * 1e3, mw * 1e3))
+    for i in range(12):
+        for kind in (("wrong", "unknown") if i % 2 == 0 else ("unknown", "wrong")):
+            if kind == "wrong":
+                wrong.append(attempt(SERVE.user, SERVE.database, "nope")[1])
+            else:
+                unknown.append(attempt("nobody%d" % i, SERVE.database, "nope")[1])
+    # The lower quartile of each: what an attempt costs, without the stalls
+    # of a machine running other tests beside it, which only ever add time
+    # and fell on one kind now and then (medians 1.4 against 2.8 ms, when
+    # both kinds' fastest answers were 1.1 ms).
+    qw, qu = sorted(wrong)[len(wrong) // 4], sorted(unknown)[len(unknown) // 4]
+    print("  lower quartile: wrong password %.1f ms, unknown user %.1f ms (medians %.1f, %.1f)" %
+          (qw * 1e3, qu * 1e3, statistics.median(wrong) * 1e3, statistics.median(unknown) * 1e3))
+    check(qu >= 0.5 * qw, "unknown user answered in %.1f ms, wrong password in %.1f ms" % (qu * 1e3, qw * 1e3))
 
 
 def test_unknown_database_with_wrong_password_is_28P01():
