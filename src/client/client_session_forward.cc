@@ -441,7 +441,8 @@ bool ClientSession::ReleaseLink(bool wrote) {
   // Terminate: the Endpoint's half ends as after any client's goodbye (its
   // callback may run inside this send; closing its end posts our parked
   // callback, which link_epoch_ then tells that the link is gone).
-  std::string bye("X\0\0\0\4", 5);
+  std::string bye;
+  pr::Encode(pr::Terminate{}, bye);
   if (!link_->TrySend(bye)) return false;
   link_->Close();
   link_.reset();

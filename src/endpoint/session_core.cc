@@ -370,7 +370,7 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
       case SessionCache::InterceptResult::kServed:
         // A simple Query answered here destroys the unnamed statement as
         // one that reached the origin does (StatementSession::OnQuery).
-        if (tag == 'Q') statements_.client().DropUnnamed();
+        if (tag == 'Q') (void)statements_.client().DropUnnamed();
         return Next::kConsumed;
       case SessionCache::InterceptResult::kServedUntilSync:
         skip_until_sync_ = 'I';
@@ -598,7 +598,7 @@ void SessionCore::OnIntercepted(SessionCache::InterceptResult result, std::strin
   if (result == SessionCache::InterceptResult::kServed || result == SessionCache::InterceptResult::kServedUntilSync) {
     out_.to_client.append(answers.data(), answers.size());
     if (result == SessionCache::InterceptResult::kServedUntilSync) skip_until_sync_ = 'I';
-    if (!in_.empty() && in_[0] == 'Q') statements_.client().DropUnnamed();  // (as in HandleFrame)
+    if (!in_.empty() && in_[0] == 'Q') (void)statements_.client().DropUnnamed();  // (as in HandleFrame)
     protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
     auto r = reader.Read(in_);
     if (r.is_frame()) in_.erase(0, r.frame().size());

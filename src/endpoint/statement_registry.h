@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -176,10 +177,11 @@ class ClientStatements {
   }
   void ForgetUnnamed() { unnamed_id_ = 0; }
   // A simple Query destroys the unnamed statement ("Extended Query"): a
-  // later Bind of it without a Parse fails, as directly.
-  void DropUnnamed() {
+  // later Bind of it without a Parse fails, as directly. Returns its Parse
+  // (moved out), for a caller that may put it back.
+  std::string DropUnnamed() {
     unnamed_id_ = 0;
-    std::string().swap(unnamed_parse_);
+    return std::exchange(unnamed_parse_, std::string());
   }
   std::uint64_t unnamed_id() const { return unnamed_id_; }
   std::string_view unnamed_parse() const { return unnamed_parse_; }

@@ -389,8 +389,7 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   // (While skipping after an error the origin skips the Query too.)
   const bool dropped = !skipping_ && (client_.unnamed_id() != 0 || !client_.unnamed_parse().empty());
   const std::uint64_t dropped_id = client_.unnamed_id();
-  std::string dropped_parse(client_.unnamed_parse());
-  if (dropped) client_.DropUnnamed();
+  std::string dropped_parse = dropped ? client_.DropUnnamed() : std::string();
   std::string_view rest = frame.payload;
   std::string_view sql;
   bool dealloc = false;
