@@ -333,6 +333,7 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
     } else {
       if (capture_) capture_->result.Feed(tag, frame);
       Ext().OnBackend(tag, frame, out);
+      if (tag == 'E') SkipUnits(ext_->TakeSkippedUnits());
       last_tag_ = tag;
       if (tag == 'Z' && total >= 6) OnReadyForQuery(p[5], events);
     }
@@ -340,6 +341,14 @@ bool ClientCore::OnLinkBytes(const std::string& buf, AppBytes& out, size_t& cons
   }
   consumed = pos;
   return true;
+}
+
+void ClientCore::SkipUnits(size_t units) {
+  // The oldest units: the failed message's and those up to the Sync.
+  for (; units > 0 && outstanding_ > 0; --units) {
+    if (!units_.empty()) units_.pop_front();
+    --outstanding_;
+  }
 }
 
 void ClientCore::OnReadyForQuery(char status, LinkEvents& events) {

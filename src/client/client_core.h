@@ -138,6 +138,9 @@ class ClientCore {
   void NoteForwardedFrame(const protocol::Frame& f, std::string_view rest);
   void OnControl(std::string_view payload, LinkEvents& events);
   void OnReadyForQuery(char status, LinkEvents& events);
+  // The origin skipped the `units` oldest Queries / FunctionCalls sent
+  // (ExtendedSession::TakeSkippedUnits): no ReadyForQuery comes for them.
+  void SkipUnits(size_t units);
 
   const Config* config_ = nullptr;
   SessionKey key_;  // what keys its entries and metadata (session_key.h)

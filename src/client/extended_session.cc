@@ -381,6 +381,13 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
 ExtendedSession::FrontendResult ExtendedSession::OnFrontend(const protocol::Frame& frame, std::string_view rest,
                                                             const ExtendedContext& ctx, std::string& to_link,
                                                             std::string& local) {
+  if (skipping_ && !lost_ && (frame.tag == 'Q' || frame.tag == 'F')) {
+    // The origin skips it (an extended message failed, and no Sync went
+    // since): not sent, no ReadyForQuery to wait for, nothing of it ran.
+    FrontendResult skipped;
+    skipped.forwarded = false;
+    return skipped;
+  }
   FrontendResult result = Dispatch(frame, rest, ctx, to_link, local);
   // An extended-protocol message that reaches the origin begins (or goes on
   // with) an implicit transaction that only a Sync, or a simple Query, ends:
@@ -514,6 +521,7 @@ void ExtendedSession::OnError(std::string_view raw, AppBytes& out) {
       auto it = statements_.find(p.name);
       if (it != statements_.end() && !it->second.promised) it->second.promised = std::move(p.check);
     }
+    if (p.kind == Expect::kQuery) ++skipped_units_;  // it gets no ReadyForQuery
     first = false;
     pending_.pop_front();
   }

@@ -39,6 +39,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "client/app_outbox.h"
@@ -163,6 +164,9 @@ class ExtendedSession {
   // simple Query destroys it, so one answered locally would leave it to a
   // later Bind('') that must fail (ClientCore::ServeLocalHit).
   bool holds_unnamed() const { return statements_.contains(std::string()); }
+  // Queries and FunctionCalls sent that the origin skipped (an extended
+  // message before them failed): they get no ReadyForQuery. Reading clears it.
+  size_t TakeSkippedUnits() { return std::exchange(skipped_units_, 0); }
 
  private:
   enum class Expect : uint8_t {
@@ -223,6 +227,7 @@ class ExtendedSession {
   SmallFifo<Pending> pending_;
   std::string held_;                 // a BindComplete waiting for its check
   bool skipping_ = false;            // the origin skips to a Sync not yet sent (an error was seen)
+  size_t skipped_units_ = 0;         // TakeSkippedUnits()
   bool swallow_to_ready_ = false;    // 0A000 was reported: swallow up to ReadyForQuery
   bool lost_ = false;
   bool unsynced_ = false;            // an extended message went to the link since the last Sync / Query

@@ -24,18 +24,28 @@ bool CopyTracker::OnFrontend(char tag) {
         return false;
     }
   }
+  if (tag == 'S') skipping_to_sync_ = false;  // the origin resumes with this Sync
   switch (tag) {
     case 'Q':
     case 'F':
     case 'S':
-      records_.push_back(Record{tag, span_clean_, span_clean_after_exec_, span_executes_});
+      records_.push_back(Record{tag, span_clean_, span_clean_after_exec_, span_executes_, span_extended_});
       span_clean_ = span_clean_after_exec_ = true;
       span_executes_ = 0;
+      span_extended_ = false;
       return true;
     case 'E':  // Execute: a COPY may start here
       ++span_executes_;
       span_clean_ = false;
       span_clean_after_exec_ = true;
+      span_extended_ = true;
+      return false;
+    case 'P':
+    case 'B':
+    case 'D':
+    case 'C':
+      span_clean_ = span_clean_after_exec_ = false;
+      span_extended_ = true;
       return false;
     case 'd':  // CopyData (outside COPY the backend ignores it) and Flush keep a span clean
     case 'H':
@@ -87,6 +97,20 @@ CopyTracker::BackendEffect CopyTracker::OnBackend(char tag) {
       break;
   }
   return {};
+}
+
+CopyTracker::BackendEffect CopyTracker::OnSkipToSync() {
+  BackendEffect effect;
+  if (records_.empty() ? !span_extended_ : (records_.front().tag == 'S' || !records_.front().extended)) {
+    return effect;  // the skip ends at the head's own Sync, or nothing extended could have failed
+  }
+  while (!records_.empty() && records_.front().tag != 'S') {
+    records_.pop_front();
+    ++effect.unanswered;
+  }
+  if (effect.unanswered > 0) results_in_unit_ = 0;  // the next answer is the Sync's unit's
+  if (records_.empty()) skipping_to_sync_ = true;
+  return effect;
 }
 
 CopyTracker::BackendEffect CopyTracker::ReconcileCopyStart() {

@@ -54,6 +54,16 @@ class CopyTracker {
   };
   // A backend message just read.
   BackendEffect OnBackend(char tag);
+  // The ErrorResponse just read failed an extended-query message
+  // (StatementSession::TakeSkipStarted): PostgreSQL now skips everything up
+  // to the next Sync, so a Query or FunctionCall counted after the failed
+  // message and before that Sync gets no ReadyForQuery (`unanswered`).
+  // With no Sync sent yet, skipping_to_sync() holds until one is: the
+  // session drops what comes meanwhile, as the origin would ignore it.
+  // (A head request whose span held no extended message failed by itself:
+  // a Query's own error skips nothing.)
+  BackendEffect OnSkipToSync();
+  bool skipping_to_sync() const { return skipping_to_sync_; }
 
   State state() const { return state_; }
   // True while the client owes the backend COPY data: a session that ends
@@ -86,6 +96,7 @@ class CopyTracker {
     bool clean_span = true;    // nothing but CopyData/Flush before it in its span
     bool clean_after_exec = true;  // ditto, after the span's last Execute
     std::size_t executes = 0;  // Execute messages in its span
+    bool extended = false;     // a Parse, Bind, Describe, Execute or Close in its span
   };
 
   // The backend entered copy-in: decide which records were (or will be)
@@ -102,6 +113,8 @@ class CopyTracker {
   bool span_clean_ = true;
   bool span_clean_after_exec_ = true;
   std::size_t span_executes_ = 0;
+  bool span_extended_ = false;
+  bool skipping_to_sync_ = false;  // OnSkipToSync found no Sync sent
   // Execute results (CommandComplete, EmptyQueryResponse, PortalSuspended,
   // ErrorResponse) since the last ReadyForQuery: which Execute of the head
   // unit started a COPY.

@@ -393,6 +393,10 @@ class SessionCache {
   // After kWait: the decision (never kWait), as Intercept's.
   asio::awaitable<InterceptResult> FinishIntercept(std::string& local_out);
   void OnForward(const protocol::Frame& frame, const cache::SqlText* text = nullptr);
+  // The origin skipped the `units` oldest Queries / FunctionCalls forwarded
+  // (an extended message before them failed): they end with no
+  // ReadyForQuery of their own.
+  void OnSkipped(std::size_t units);
   // The session appended an Execute to `to_origin` at `from`. When it is the
   // row-limited Execute of a unit this session fetches for the tier
   // (asyncpg's fetchrow: limit 1), its limit is raised by one: a result that

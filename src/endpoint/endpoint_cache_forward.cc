@@ -193,6 +193,13 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
   }
 }
 
+void SessionCache::OnSkipped(std::size_t units) {
+  if (!unit_) return;
+  // (Their effects were noted when they went: invalidating for a write that
+  // never ran costs a miss, never a stale row.)
+  for (; units > 0 && !unit_->pending.empty(); --units) unit_->pending.pop_front();
+}
+
 void SessionCache::RecordParse(const protocol::Parse& p) {
   if (p.statement.empty()) return;
   // Re-parsing a name that exists with another text fails at the origin

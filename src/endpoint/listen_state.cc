@@ -166,6 +166,11 @@ std::vector<ListenOp> ListenTracker::OnBackend(char tag, std::string_view payloa
   return committed;
 }
 
+void ListenTracker::OnSkipped(std::size_t units) {
+  completed_units_ = std::min(completed_units_ + units, forwarded_units_);
+  while (!open_.empty() && open_.front().index <= completed_units_) open_.pop_front();
+}
+
 void ListenTracker::OnConnectionLost() {
   open_.clear();
   pending_.clear();

@@ -82,6 +82,10 @@ class ListenTracker {
   // operations of the completed units are returned (and forgotten); at 'T'
   // they wait for the transaction's end; at 'E' they are doomed.
   std::vector<ListenOp> OnBackend(char tag, std::string_view payload);
+  // The origin skipped the `units` oldest units not yet completed (an
+  // extended message before their Query failed): they complete with no
+  // ReadyForQuery, and their operations never ran.
+  void OnSkipped(std::size_t units);
   // The origin connection was lost: whatever was not yet committed is
   // forgotten (its outcome is unknown; PostgreSQL rolls it back).
   void OnConnectionLost();

@@ -330,6 +330,11 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
       }
       return Next::kConsumed;
     }
+    if (copy_.skipping_to_sync() && tag != 'S') {
+      // An extended message failed and no Sync has gone since: the origin
+      // ignores this one (CopyTracker::OnSkipToSync), so nothing sees it.
+      return Next::kConsumed;
+    }
     // The settings capture, UNLISTEN * or a cancel still owns the connection.
     if (GateClosed()) return Next::kWait;
     if (stopping_) return Next::kEnd;
@@ -403,11 +408,14 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
 
 SessionCore::Next SessionCore::StartUnit(const protocol::Frame& frame, std::size_t offset) {
   const char tag = frame.tag;
+  if (conn_ == nullptr && !head_.stand_in_noted && !parse_only_unit_ && tag == 'P') {
+    statements_.set_scope(StatementScope());  // (IsParseOnlyUnit keys under it)
+  }
   if (conn_ == nullptr && !head_.stand_in_noted &&
       (parse_only_unit_ ||
        (tag == 'P' && statements_.IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
-    // Named Parses up to a Sync (PQprepare) need no connection (statement_session.h).
-    if (tag == 'P') statements_.set_scope(StatementScope());
+    // Named Parses up to a Sync (PQprepare) of statements the origin knows
+    // need no connection (statement_session.h).
     parse_only_unit_ = statements_.AnswerParseOnly(frame, out_.to_client);
     return Next::kConsumed;
   }

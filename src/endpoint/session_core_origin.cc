@@ -131,6 +131,18 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
       protocol::AppendRawFrame(out_.to_client, raw);
     }
   }
+  if (tag == 'E' && statements_.TakeSkipStarted()) {
+    // The origin skips to the next Sync: a Query or FunctionCall sent
+    // before it gets no ReadyForQuery, so it is not outstanding any more,
+    // and without a Sync sent the origin still owes this unit one.
+    const CopyTracker::BackendEffect skipped = copy_.OnSkipToSync();
+    if (skipped.unanswered > 0) {
+      outstanding_ -= std::min(outstanding_, skipped.unanswered);
+      cache_.OnSkipped(skipped.unanswered);
+      if (TracksListens()) listens_.OnSkipped(skipped.unanswered);
+    }
+    if (copy_.skipping_to_sync()) in_unit_ = true;
+  }
   const bool check_done = checking && !statements_.shape_check_pending();
   if (tag == 'Z' && !frame.payload.empty()) {
     last_activity_ = std::chrono::steady_clock::now();

@@ -80,6 +80,13 @@ StatementRef StatementCatalog::Intern(std::string_view key, std::string_view que
   return ref;
 }
 
+StatementRef StatementCatalog::Find(std::string_view key) const {
+  auto it = by_key_.find(Absl(key));
+  if (it == by_key_.end()) return nullptr;
+  StatementRef live = it->second.lock();
+  return live && live->epoch == epoch_ ? live : nullptr;
+}
+
 void StatementCatalog::Retire(const StatementInfo* statement, std::string_view error_payload) {
   statement->retired = true;
   statement->stale_error.assign(error_payload.data(), error_payload.size());

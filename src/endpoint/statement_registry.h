@@ -102,6 +102,9 @@ class StatementCatalog {
   // change. `query` and `types_raw` are what the key was built from (used
   // to encode the Parse frame on first use).
   StatementRef Intern(std::string_view key, std::string_view query, std::string_view types_raw);
+  // The statement Intern(key, ...) would return now if it exists (null if
+  // it would make a new one). Changes nothing.
+  StatementRef Find(std::string_view key) const;
 
   // DDL went through the Endpoint (CREATE / ALTER / DROP): a statement
   // parsed before it may now have another result type, and PostgreSQL

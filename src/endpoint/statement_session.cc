@@ -108,7 +108,7 @@ void StatementSession::Pop() {
   }
 }
 
-void StatementSession::AppendScope() {
+void StatementSession::AppendScope() const {
   if (scope_.empty()) return;
   catalog_.scratch().key.push_back('\0');
   catalog_.scratch().key.append(scope_);
@@ -118,6 +118,7 @@ void StatementSession::Reset() {
   ops_.clear();
   head_ = 0;
   skipping_ = false;
+  skip_started_ = false;
   discarding_ = false;
   shape_check_pending_ = false;
 }
@@ -429,8 +430,19 @@ bool StatementSession::IsParseOnlyUnit(std::string_view frames) const {
     const protocol::Frame f = r.frame();
     if (f.tag == 'S') return n > 0;
     if (f.tag != 'P' || f.payload.empty() || f.payload[0] == '\0') return false;  // named Parses only
+    std::string_view rest = f.payload;
+    std::string_view name;
+    std::string_view query;
+    if (!TakeCString(rest, name) || !TakeCString(rest, query)) return false;
     // A name the client holds already: the origin answers 42P05 (OnParse).
-    if (client_.Find(std::string_view(f.payload.data())) != nullptr) return false;
+    if (client_.Find(name) != nullptr) return false;
+    // Only a statement the origin has parsed (and described) since the last
+    // schema change it heard of: any other may fail, and its error belongs
+    // at this Parse, as directly (libpq's PQprepare reports it).
+    BuildStatementKey(query, rest, catalog_.scratch().key);
+    AppendScope();
+    const StatementRef known = catalog_.Find(catalog_.scratch().key);
+    if (known == nullptr || !known->shape_known || known->retired) return false;
     frames.remove_prefix(f.size());
   }
   return false;
@@ -743,6 +755,7 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       if (op.kind == Kind::kQuery || op.kind == Kind::kFunctionCall) return Verdict::kForward;
       Pop();
       // PostgreSQL skips everything until Sync.
+      skip_started_ = true;
       bool found_sync = false;
       while (head_ < ops_.size()) {
         if (ops_[head_].kind == Kind::kSync) {

@@ -56,6 +56,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "endpoint/statement_registry.h"
@@ -125,8 +126,13 @@ class StatementSession {
   // every connection is busy does not wait for one (pgbench -M prepared
   // prepares synchronously, in one thread for several clients, some of them
   // mid-transaction). A statement the origin rejects reports its error at
-  // that Bind instead. True if `frames` (starting at a Parse) holds such a
-  // unit completely, and none of its names is one the client holds already.
+  // that Bind instead, so only statements the origin has parsed since the
+  // last schema change heard of qualify: a text never seen goes to the
+  // origin and fails at its Parse, as directly. True if `frames` (starting
+  // at a Parse) holds such a unit completely, none of its names is one the
+  // client holds already, and every statement is one the origin parsed and
+  // described (StatementInfo::shape_known, not retired) under the session's
+  // scope (set_scope first).
   bool IsParseOnlyUnit(std::string_view frames) const;
   // Answers one message of such a unit into `out`: ParseComplete for a
   // Parse (recording it), ReadyForQuery 'I' for the Sync. Returns true
@@ -149,6 +155,10 @@ class StatementSession {
   // The origin reported an error and skips to a Sync not yet sent, or a
   // shape mismatch discards the unit's answers.
   bool skipping() const { return skipping_ || discarding_; }
+  // The ErrorResponse OnBackend just took failed an extended-query message
+  // (not a Query's or FunctionCall's own): the origin skips to the next Sync
+  // (CopyTracker::OnSkipToSync counts what that skips). Reading clears it.
+  bool TakeSkipStarted() { return std::exchange(skip_started_, false); }
 
   // SQL-level prepared statements exist: keep the connection (kPreparedSql).
   bool pinned() const { return sql_prepared_ > 0; }
@@ -168,7 +178,7 @@ class StatementSession {
   std::size_t pending() const { return ops_.size() - head_; }
 
  private:
-  void AppendScope();  // to key_, after BuildStatementKey
+  void AppendScope() const;  // to the scratch key, after BuildStatementKey
   enum class Kind : std::uint8_t {
     kParse,
     kBind,
@@ -260,6 +270,7 @@ class StatementSession {
   std::vector<Op> ops_;   // [head_, size): pending; reused (no allocation in steady state)
   std::size_t head_ = 0;
   bool skipping_ = false; // the origin skips until a Sync not yet sent (an error was seen)
+  bool skip_started_ = false;  // TakeSkipStarted()
   bool discarding_ = false;  // a replay's shape differed mid-flight: drop answers until ReadyForQuery
   bool shape_check_pending_ = false;  // StartShapeCheck's answers are awaited
   bool unnamed_is_dealloc_ = false;  // the client's unnamed statement is an intercepted DEALLOCATE

@@ -142,8 +142,10 @@ TEST_CASE("an idle pinned session is closed after pinned_idle_timeout with 57P05
   auto a = OpenSession(io, *ep);
   auto b = OpenSession(io, *ep);
   REQUIRE(Await(io, a->Query("CREATE TEMP TABLE hp_pin_idle (x int)")).sqlstate.empty());
-  CHECK(Await(io, b->Query("SELECT 1")).Cell() == "1");  // b is not pinned: never timed out
+  // (a is idle from before here on: b's round trip, however slow on a busy
+  // machine, counts toward a's timeout, so the clock starts first.)
   const auto start = std::chrono::steady_clock::now();
+  CHECK(Await(io, b->Query("SELECT 1")).Cell() == "1");  // b is not pinned: never timed out
   Result fatal = Await(io, a->ReadUntilReady(), 10s);  // nothing sent: waits for the timeout
   CHECK(std::chrono::steady_clock::now() - start >= 250ms);
   CHECK(fatal.sqlstate == "57P05");

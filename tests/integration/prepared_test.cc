@@ -242,20 +242,25 @@ TEST_CASE("DISCARD ALL clears the client's statements; they can be prepared agai
   ep->Stop();
 }
 
-TEST_CASE("a Parse-only unit (PQprepare) is answered without waiting for a connection") {
+TEST_CASE("a Parse-only unit (PQprepare) of a statement the origin parsed is answered without waiting") {
   const PgCluster& pg = SharedPgCluster();
   IoThread io;
   auto ep = MakeEndpoint(io, Origin(pg, "hp_prep_local"), 1);
   auto holder = OpenSession(io, *ep);
   auto a = OpenSession(io, *ep);
+  auto first = OpenSession(io, *ep);
+  // The first prepare of a text goes to the origin (pgbench: one client's).
+  REQUIRE(Tags(Send1(io, *first, Parse("P_0", "SELECT $1::int + 1") + Sync())) == "1 Z");
   REQUIRE(Send1(io, *holder, QueryBytes("BEGIN")).status == 'T');  // the only connection
   Result prep = Send1(io, *a, Parse("P_0", "SELECT $1::int + 1") + Sync());
   CHECK(Tags(prep) == "1 Z");
   REQUIRE(Send1(io, *holder, QueryBytes("COMMIT")).status == 'I');
   CHECK(Send1(io, *a, BindExec("P_0", {"41"})).Cell() == "42");
-  // A statement the origin rejects reports its error at first use.
-  CHECK(Tags(Send1(io, *a, Parse("P_1", "SELEC 1") + Sync())) == "1 Z");
-  CHECK(Send1(io, *a, BindExec("P_1")).sqlstate == "42601");
+  // A statement the origin rejects reports its error at the Parse, as
+  // directly (libpq's PQprepare fails): it goes to the origin.
+  CHECK(Tags(Send1(io, *a, Parse("P_1", "SELEC 1") + Sync())) == "E:42601 Z");
+  CHECK(Tags(Send1(io, *a, Parse("P_2", "SELECT * FROM no_such_table") + Sync())) == "E:42P01 Z");
+  CHECK(Send1(io, *a, BindExec("P_1")).sqlstate == "26000");  // never made
   ep->Stop();
 }
 

@@ -183,6 +183,34 @@ TEST_CASE("ClientCore: a release offer is an event, not a frame for the app; the
   CHECK_FALSE(f.core.LinkReleasable());
 }
 
+TEST_CASE("ClientCore: a Query the origin skips after a failed extended message is not outstanding",
+          "[client][client_core]") {
+  // PostgreSQL skips everything after an extended-query error up to Sync:
+  // a simple Query or FunctionCall in between gets no ReadyForQuery.
+  Fixture f(false);
+  std::string bad;
+  pr::Encode(pr::Parse{"bad", "selec", {}}, bad);
+  std::string error;
+  pr::EncodeErrorResponse(error, "ERROR", "42601", "syntax error at end of input");
+  REQUIRE(f.App(bad + QueryBytes("SELECT 1") + Frame('S')).send_to_link);
+  CHECK(f.core.outstanding() == 2);
+  (void)f.Link(error + Ready());
+  CHECK(f.core.outstanding() == 0);
+  CHECK(f.events.ready_idle);
+
+  // The error arrives before the Sync is sent: a Query sent then is not
+  // sent at all (the origin would ignore it); the Sync is.
+  REQUIRE(f.App(bad + Frame('H')).send_to_link);
+  (void)f.Link(error);
+  CHECK_FALSE(f.core.LinkReleasable());  // the origin still owes a Sync's answer
+  ClientCore::AppBatch b = f.App(QueryBytes("SELECT 2") + Frame('S'));
+  CHECK(b.to_link == Frame('S'));
+  CHECK(f.core.outstanding() == 1);
+  (void)f.Link(Ready());
+  CHECK(f.core.outstanding() == 0);
+  CHECK(f.events.ready_idle);
+}
+
 TEST_CASE("ClientCore: a ReadyForQuery inside a transaction does not make the session idle", "[client][client_core]") {
   Fixture f(false);
   (void)f.App(QueryBytes("BEGIN"));

@@ -138,5 +138,41 @@ TEST_CASE("Reset forgets a COPY in progress") {
   CHECK(Send(t, "S") == 1);
 }
 
+TEST_CASE("after an extended-query error the Queries up to the next Sync get no ReadyForQuery") {
+  // Parse (fails), Query, FunctionCall, Sync, Query: the first two skipped.
+  CopyTracker t;
+  CHECK(Send(t, "PQFSQ") == 4);
+  CopyTracker::BackendEffect e = t.OnSkipToSync();
+  CHECK(e.unanswered == 2);
+  CHECK_FALSE(t.skipping_to_sync());
+  CHECK(Receive(t, "ZTDCZ") == 0);
+
+  // A Query's own error (nothing extended before it) skips nothing.
+  CopyTracker own;
+  CHECK(Send(own, "QPBES") == 2);
+  CHECK(own.OnSkipToSync().unanswered == 0);
+  CHECK_FALSE(own.skipping_to_sync());
+
+  // Ending at the head's own Sync: nothing to skip.
+  CopyTracker synced;
+  CHECK(Send(synced, "PBESQ") == 2);
+  CHECK(synced.OnSkipToSync().unanswered == 0);
+
+  // No Sync sent yet: skipping until one is, which is counted again.
+  CopyTracker open;
+  CHECK(Send(open, "PBEQ") == 1);
+  CHECK(open.OnSkipToSync().unanswered == 1);
+  CHECK(open.skipping_to_sync());
+  CHECK(Send(open, "S") == 1);
+  CHECK_FALSE(open.skipping_to_sync());
+  CHECK(Receive(open, "Z") == 0);
+
+  // An extended message in flight and nothing counted: skipping.
+  CopyTracker bare;
+  CHECK(Send(bare, "PH") == 0);
+  CHECK(bare.OnSkipToSync().unanswered == 0);
+  CHECK(bare.skipping_to_sync());
+}
+
 }  // namespace
 }  // namespace hyperpool::endpoint

@@ -112,6 +112,19 @@ TEST_CASE("an autocommit LISTEN counts at its ReadyForQuery 'I'") {
   CHECK(t.OnBackend('Z', "I").empty());  // handed out once
 }
 
+TEST_CASE("a LISTEN in a Query the origin skips never counts, and the next unit's counts at its own 'I'") {
+  ListenTracker t;
+  Forward(t, testing::Parse("bad", "selec"));  // fails: the origin skips to Sync
+  Forward(t, testing::QueryBytes("LISTEN a"));
+  Forward(t, testing::Sync());
+  CHECK(t.OnBackend('E', "").empty());
+  t.OnSkipped(1);
+  CHECK(t.OnBackend('Z', "I").empty());
+  CHECK(t.Idle() == false);  // (it may have listened: the connection is checked)
+  Forward(t, testing::QueryBytes("LISTEN b"));
+  CHECK(t.OnBackend('Z', "I") == std::vector<ListenOp>{Listen("b")});
+}
+
 TEST_CASE("LISTEN inside a transaction counts at COMMIT, not at its own ReadyForQuery 'T'") {
   ListenTracker t;
   Forward(t, testing::QueryBytes("BEGIN"));

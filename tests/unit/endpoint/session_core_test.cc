@@ -332,6 +332,15 @@ class Harness {
     return out;
   }
 
+  // `sql` parsed and described on the origin, as a first PQprepare of it
+  // is: a later parse-only unit of it is answered here
+  // (StatementSession::IsParseOnlyUnit).
+  void ParsedOnOrigin(std::string_view sql) {
+    StartUnit(testing::Parse("origin_parsed" + std::to_string(++parsed_on_origin_), sql) + testing::Sync());
+    Origin(ParseOk() + ParamDesc() + RowDesc() + Ready('I'));
+    (void)Take();
+  }
+
   // Sends `bytes`, expects kAcquire, lends a fresh connection: the outbox
   // of both events.
   Out StartUnit(std::string_view bytes, OriginConnection** lent = nullptr) {
@@ -353,6 +362,7 @@ class Harness {
   std::vector<std::unique_ptr<OriginConnection>> conns_;
   std::unique_ptr<SessionCore> core_;
   std::string delivered_;
+  int parsed_on_origin_ = 0;  // ParsedOnOrigin's names
 };
 
 // ===== 1. A simple Query ======================================================
@@ -1563,6 +1573,7 @@ TEST_CASE("SessionCore: pg_terminate_backend of a constant pid asks the driver; 
 TEST_CASE("SessionCore: a Bind in a later batch of a prepared pg_terminate_backend($1) is answered here when found",
           "[endpoint][session_core]") {
   Harness h;
+  h.ParsedOnOrigin("SELECT pg_terminate_backend($1)");
   // asyncpg's prepare (here a parse-only unit, answered without the origin).
   h.Client(Parse("__asyncpg_stmt_1__", "SELECT pg_terminate_backend($1)") + Sync());
   Out prepared = h.Take();
@@ -1667,6 +1678,7 @@ TEST_CASE("SessionCore: a closed or re-parsed signal statement is no longer one"
   const std::string bind_execute = Bind("s1", {"5000123"}) + Execute() + Sync();
   const bool close = GENERATE(true, false);
   CAPTURE(close);
+  h.ParsedOnOrigin("SELECT pg_cancel_backend($1)");
   h.Client(Parse("s1", "SELECT pg_cancel_backend($1)") + Sync());
   REQUIRE(Tags(h.Take().to_client) == "1Z");
   // Close, or a Parse of the name with another text (after Close: PostgreSQL
@@ -1676,6 +1688,7 @@ TEST_CASE("SessionCore: a closed or re-parsed signal statement is no longer one"
   h.Origin(Ready('I'));
   (void)h.Take();
   if (!close) {
+    h.ParsedOnOrigin("SELECT $1::int");
     h.Client(Parse("s1", "SELECT $1::int") + Sync());
     (void)h.Take();
   }
@@ -1886,8 +1899,9 @@ TEST_CASE("SessionCache: simple Queries make no statement state; the sweep gives
   CHECK_FALSE(h.cache().holds_statements());
 
   // A named statement is kept across the sweep.
+  h.ParsedOnOrigin("SELECT 3");
   h.Client(Parse("s1", "SELECT 3") + Sync());  // parse-only: answered here
-  (void)h.Take();
+  REQUIRE(Tags(h.Take().to_client) == "1Z");
   h.cache().ReleaseIdleBuffers();
   CHECK(h.cache().holds_statements());
 }
@@ -1898,6 +1912,51 @@ TEST_CASE("SessionCore: input that waits keeps the core awake", "[endpoint][sess
   Out out = h.Take();
   REQUIRE(out.Commands() == "acquire");
   CHECK_FALSE(h.core().CanSleep());  // acquiring, the Query buffered
+}
+
+TEST_CASE("SessionCore: a named Parse-only unit waits for the origin unless the origin parsed its statement",
+          "[endpoint][session_core]") {
+  // libpq's PQprepare: its error belongs at the Parse, as directly.
+  Harness h;
+  h.Client(Parse("s1", "SELECT 41") + Sync());
+  CHECK(h.Take().Commands() == "acquire");
+  h.core().OnAcquired(h.NewConnection());
+  CHECK(Tags(h.Take().to_origin) == "PDS");  // (with the hidden Describe that records its shape)
+  h.Origin(ParseOk() + ParamDesc() + RowDesc() + Ready('I'));
+  CHECK(Tags(h.Take().to_client) == "1Z");
+  CHECK(h.core().connection() == nullptr);
+  // Known now: another name for it needs no connection.
+  h.Client(Parse("s2", "SELECT 41") + Sync());
+  Out out = h.Take();
+  CHECK(out.Commands().empty());
+  CHECK(Tags(out.to_client) == "1Z");
+}
+
+TEST_CASE("SessionCore: a Query the origin skips after a failed extended message leaves nothing lent",
+          "[endpoint][session_core]") {
+  Harness h;
+  // Parse (fails) + Query + Sync: one ReadyForQuery, for the Sync.
+  h.StartUnit(Parse("bad", "selec") + QueryBytes("SELECT 1") + Sync());
+  h.Origin(ErrorFrame("ERROR", "42601", "syntax error at end of input") + Ready('I'));
+  Out out = h.Take();
+  CHECK(Tags(out.to_client) == "EZ");
+  CHECK(h.core().connection() == nullptr);  // back in the pool
+  CHECK(h.core().CanSleep());
+
+  // The error arrives before the Sync is sent: the unit stays open, a
+  // Query sent meanwhile is not sent (the origin would ignore it), the Sync is.
+  h.StartUnit(Parse("bad", "selec") + Encoded(protocol::Flush{}) + QueryBytes("SELECT 2"));
+  h.Origin(ErrorFrame("ERROR", "42601", "syntax error at end of input"));
+  CHECK(Tags(h.Take().to_client) == "E");
+  REQUIRE(h.core().connection() != nullptr);  // the origin still owes the Sync's answer
+  h.Client(QueryBytes("SELECT 3"));
+  CHECK(h.Take().to_origin.empty());
+  h.Client(Sync());
+  CHECK(Tags(h.Take().to_origin) == "S");
+  h.Origin(Ready('I'));
+  CHECK(Tags(h.Take().to_client) == "Z");
+  CHECK(h.core().connection() == nullptr);
+  CHECK(h.core().CanSleep());
 }
 
 }  // namespace

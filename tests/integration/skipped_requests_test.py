@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Requests the origin skips after an extended-query error (PostgreSQL
+ignores every message up to the next Sync): raw protocol, each scenario
+sent to the origin directly and through `hyperpool serve` with its
+defaults (cache on), then with --no-cache, both with a pool of ONE
+connection. For each:
+
+- the app gets what it gets directly: the same messages, SQLSTATEs, rows
+  and transaction statuses (a simple Query or FunctionCall after a failed
+  Parse / Bind / Execute and before Sync gets no answer, not even a
+  ReadyForQuery; one sent after the error arrived is skipped too; a
+  Query's own error skips nothing);
+- a named Parse + Sync (libpq's PQprepare) of a statement the origin
+  rejects fails at that Sync, as directly: it used to be answered
+  ParseComplete without the origin and fail at its first Bind;
+- while that client stays connected and idle, another client gets the one
+  origin connection at once. Before this, both halves counted a skipped
+  Query as a request still owed its ReadyForQuery, so the connection stayed
+  lent to the idle client for good and the next client got 53300 after the
+  acquire timeout (the psycopg helper's finding, 2026-12-07);
+- 6 clients at once run every scenario over a pool of 2, and then the
+  pool still serves.
+
+Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
+"""
+import os
+import socket
+import struct
+import threading
+import time
+
+import psycopg
+
+from pgtest_env import check, fail, origin_url, start_serve, stop_serve
+
+
+def msg(t, b=b""):
+    return t + struct.pack("!i", len(b) + 4) + b
+
+
+def parse(name, sql):
+    return msg(b"P", name + b"\0" + sql + b"\0\0\0")
+
+
+def bind(stmt, portal=b""):
+    return msg(b"B", portal + b"\0" + stmt + b"\0" + b"\0" * 6)
+
+
+EXECUTE = msg(b"E", b"\0" + b"\0" * 4)
+SYNC = msg(b"S")
+FLUSH = msg(b"H")
+# FunctionCall of version() (oid 89), no arguments, text result.
+FCALL = msg(b"F", struct.pack("!ihhh", 89, 0, 0, 0))
+
+
+def query(sql):
+    return msg(b"Q", sql + b"\0")
+
+
+BAD = parse(b"bad", b"selec")  # 42601 at the Parse
+
+# Each scenario: steps of (bytes to send, what ends the step's reading:
+# ("Z", n) n ReadyForQuery, ("E", 1) one ErrorResponse).
+SCENARIOS = {
+    "failed Parse, Query, Sync": [(BAD + query(b"select 1") + SYNC, ("Z", 1))],
+    "failed Bind, Query, Sync": [(parse(b"", b"select 1/0") + bind(b"") + EXECUTE + query(b"select 2") + SYNC,
+                                  ("Z", 1))],
+    "failed Parse, Query, FunctionCall, Query, Sync": [(BAD + query(b"select 1") + FCALL + query(b"select 2") + SYNC,
+                                                       ("Z", 1))],
+    "Query sent after the error arrived": [(BAD + FLUSH, ("E", 1)), (query(b"select 3") + SYNC, ("Z", 1))],
+    "FunctionCall sent after the error arrived": [(BAD + FLUSH, ("E", 1)), (FCALL + SYNC, ("Z", 1))],
+    "Query after the Sync runs": [(BAD + SYNC + query(b"select 4"), ("Z", 2))],
+    "PQprepare of a statement that fails at parse analysis": [
+        (parse(b"p1", b"select * from no_such_table") + SYNC, ("Z", 1)),
+        (parse(b"p2", b"select 15") + SYNC, ("Z", 1)), (bind(b"p2") + EXECUTE + SYNC, ("Z", 1))],
+    "a Query's own error skips nothing": [(parse(b"", b"select 5") + bind(b"") + EXECUTE + query(b"select 1/0") + SYNC,
+                                           ("Z", 2))],
+    "in a transaction block": [(query(b"begin"), ("Z", 1)), (BAD + query(b"select 6") + SYNC, ("Z", 1)),
+                               (query(b"select 7"), ("Z", 1)), (query(b"rollback"), ("Z", 1))],
+    "named statement kept": [(parse(b"s1", b"select 8") + SYNC, ("Z", 1)),
+                             (BAD + query(b"select 9") + bind(b"s1") + EXECUTE + SYNC, ("Z", 1)),
+                             (bind(b"s1") + EXECUTE + SYNC, ("Z", 1))],
+    "pipelined units after the skip": [(BAD + query(b"select 10") + SYNC + parse(b"", b"select 11") + bind(b"") +
+                                        EXECUTE + SYNC + query(b"select 12"), ("Z", 3))],
+    "Query before the failed unit": [(query(b"select 13") + BAD + query(b"select 14") + SYNC, ("Z", 2))],
+}
+FINAL = (query(b"select 42"), ("Z", 1))
+
+
+def read_answers(s, buf, until):
+    """Messages up to `until`, as comparable strings; returns (them, rest of buf)."""
+    kind, count = until
+    out = []
+    while sum(1 for m in out if m.startswith(kind)) < count:
+        while len(buf) < 5 or len(buf) < 1 + struct.unpack("!i", buf[1:5])[0]:
+            data = s.recv(65536)
+            if not data:
+                raise ConnectionError("closed after " + " ".join(out))
+            buf += data
+        n = struct.unpack("!i", buf[1:5])[0]
+        t, body, buf = buf[:1], buf[5:1 + n], buf[1 + n:]
+        if t == b"E":
+            out.append("E:" + dict((f[:1], f[1:]) for f in body.split(b"\0") if f)[b"C"].decode())
+        elif t == b"D":
+            out.append("D:" + body[6:].decode(errors="replace"))
+        elif t == b"Z":
+            out.append("Z:" + body.decode())
+        elif t == b"V":
+            out.append("V")  # FunctionCallResponse (the version string differs nowhere, but is long)
+        elif t not in (b"N", b"S"):
+            out.append(t.decode())
+    return out, buf
+
+
+def run(dsn, steps):
+    """The answers to each step and to a final Query, on one connection that
+    stays open (returned) so the caller can check the pool meanwhile."""
+    c = psycopg.connect(dsn, autocommit=True)
+    s = socket.socket(fileno=os.dup(c.pgconn.socket))
+    s.settimeout(20)
+    buf, answers = b"", []
+    try:
+        for data, until in list(steps) + [FINAL]:
+            s.sendall(data)
+            got, buf = read_answers(s, buf, until)
+            answers.append(" ".join(got))
+    except (socket.timeout, ConnectionError) as e:
+        answers.append(f"({type(e).__name__}: {e})")
+    return c, s, answers
+
+
+def other_client(dsn):
+    t0 = time.monotonic()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            return c.execute("select 42").fetchone()[0], time.monotonic() - t0
+    except psycopg.Error as e:
+        return f"{e.sqlstate} {e}", time.monotonic() - t0
+
+
+def differential(url, direct):
+    for name, steps in SCENARIOS.items():
+        c, s, got = run(url, steps)
+        try:
+            check(got == direct[name], f"{name}: through serve {got}, directly {direct[name]}")
+            value, took = other_client(url)
+            check(value == 42, f"{name}: while that client idles, another gets the pool's one connection "
+                               f"(got {value} after {took:.1f} s)")
+        finally:
+            s.detach()
+            c.close()
+
+
+def concurrent(url, direct):
+    errors = []
+
+    def worker(i):
+        for name, steps in SCENARIOS.items():
+            c, s, got = run(url, steps)
+            s.detach()
+            c.close()
+            if got != direct[name]:
+                errors.append(f"client {i}, {name}: {got}, directly {direct[name]}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    check(not errors, "6 clients at once: " + "; ".join(errors[:4]))
+    value, took = other_client(url)
+    check(value == 42, f"after 6 clients at once the pool still serves (got {value} after {took:.1f} s)")
+
+
+def main():
+    direct = {}
+    for name, steps in SCENARIOS.items():
+        c, s, got = run(origin_url(), steps)
+        s.detach()
+        c.close()
+        direct[name] = got
+        check(not got[-1].startswith("("), f"{name}: directly {got}")
+    for extra in ([], ["--no-cache"]):
+        proc, url = start_serve(["--origin", origin_url(), "--listen", "127.0.0.1:0", "--pool-size", "1",
+                                 "--acquire-timeout", "8000"] + extra)
+        try:
+            differential(url, direct)
+        finally:
+            stop_serve(proc)
+        proc, url = start_serve(["--origin", origin_url(), "--listen", "127.0.0.1:0", "--pool-size", "2"] + extra)
+        try:
+            concurrent(url, direct)
+        finally:
+            stop_serve(proc)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
