@@ -154,6 +154,9 @@ async def main():
     ap.add_argument("--concurrency", type=int, default=25,
                     help="connections opened at once (keep it well below the pooler's listen backlog)")
     ap.add_argument("--hold", type=float, default=1.0, help="seconds to settle before measuring")
+    ap.add_argument("--prepared", action="store_true",
+                    help="run --query as a prepared statement the client keeps (asyncpg's statement cache), "
+                         "as drivers that cache statements leave their sessions")
     ap.add_argument("--query", default="SELECT 1",
                     help="the statement each client runs once (simple protocol); SELECT 1 is a "
                          "cache hit at hyperpool's Client, so pass e.g. 'SELECT now()' to measure "
@@ -196,8 +199,11 @@ async def main():
             try:
                 c = await asyncpg.connect(host=args.host, port=int(args.port), user=args.user,
                                           password=args.password, database=args.database,
-                                          ssl=False, timeout=60, statement_cache_size=0)
-                await c.execute(args.query)  # simple protocol: no prepared statement
+                                          ssl=False, timeout=60, statement_cache_size=100 if args.prepared else 0)
+                if args.prepared:
+                    await c.fetchval(args.query)  # asyncpg's statement cache: a named statement kept
+                else:
+                    await c.execute(args.query)  # simple protocol: no prepared statement
                 (conns if into is None else into).append(c)
             except Exception as e:  # noqa: BLE001 - report, don't crash
                 errors[f"{type(e).__name__}: {e}"[:300]] += 1

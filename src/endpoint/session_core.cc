@@ -99,6 +99,7 @@ SessionCore::SessionCore(Endpoint::Impl& endpoint, SessionCache& cache, Dormant 
   previous_lease_ = dormant.previous_lease;
   observed_lease_.store(Pack(dormant.observed_lease), std::memory_order_relaxed);
   sequence_generation_ = dormant.sequence_generation;
+  statements_.Restore(std::move(dormant.statements));
   last_activity_ = std::chrono::steady_clock::now();
 }
 
@@ -121,7 +122,7 @@ bool SessionCore::CanSleep() const {
          copy_.state() == CopyTracker::State::kNormal && !copy_.in_copy_out() && !copy_.uncertain() &&
          timeouts_.Quiet() && !statement_timeout_pending_ && !cancel_sent_ && cancels_in_flight_ == 0 &&
          hold_ == HoldStep::kNone && !settings_.capture_owed() && pins_.empty() && !used_sequences_ && !may_notify_ &&
-         !pin_counted_gone_ && statements_.Empty() && !parse_only_unit_ && !pin_budget_held_ && !lease_out_of_cap_ &&
+         !pin_counted_gone_ && statements_.Quiet() && !parse_only_unit_ && !pin_budget_held_ && !lease_out_of_cap_ &&
          std::holds_alternative<std::monostate>(pin_gate_) && !signal_wait_ &&
          !discard_after_unit_ && !idle_watch_started_ && listens_.Idle() && pending_notifications_.empty() &&
          !notifications_overflowed_ && out_.to_client.empty() && out_.to_origin.empty() && out_.commands.empty() &&
@@ -131,14 +132,15 @@ bool SessionCore::CanSleep() const {
 bool SessionCore::Releasable() const {
   // (A LISTEN's channels are the listener connection's registry's, kept by
   // a sleeping session and dropped with it.)
-  return CanSleep() && settings_.AsStarted() && sequence_generation_ == 0 && !observe_at_lend_ &&
+  return CanSleep() && statements_.Empty() && settings_.AsStarted() && sequence_generation_ == 0 &&
+         !observe_at_lend_ &&
          observed_lease_.load(std::memory_order_relaxed) == 0 &&
          (!endpoint_.listener || endpoint_.listener->ChannelsOf(id_.listen_id).empty());
 }
 
 SessionCore::Dormant SessionCore::Sleep() {
   return Dormant{std::move(id_),  std::move(settings_), serial_,          sequence_generation_,
-                 origin_lease(), previous_lease_,       observed_lease()};
+                 origin_lease(), previous_lease_,       observed_lease(), statements_.TakeKept()};
 }
 
 SessionCore::~SessionCore() {
@@ -205,6 +207,7 @@ void SessionCore::NextFrame() {
   head_.signal_checked = false;
   head_.stand_in.clear();
   head_.stand_in_noted = false;
+  head_.pool_free = false;
 }
 
 void SessionCore::Command(SessionCommand::Kind kind) {
@@ -361,6 +364,7 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
       }
     }
     if (tag == 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, sql);  // remembered by name
+    if (tag == 'P' && conn_ == nullptr && !parse_only_unit_) head_.pool_free = ConnectionFreeNow();
     head_.step = Step::kNoted;
     head_.scan = sql != nullptr ? sql->scan_result() : -1;
   }
@@ -413,9 +417,10 @@ SessionCore::Next SessionCore::StartUnit(const protocol::Frame& frame, std::size
   }
   if (conn_ == nullptr && !head_.stand_in_noted &&
       (parse_only_unit_ ||
-       (tag == 'P' && statements_.IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()))))) {
-    // Named Parses up to a Sync (PQprepare) of statements the origin knows
-    // need no connection (statement_session.h).
+       (tag == 'P' && statements_.IsParseOnlyUnit(std::string_view(in_).substr(offset - frame.size()),
+                                                  /*known_only=*/head_.pool_free)))) {
+    // Named Parses up to a Sync (PQprepare) need no connection
+    // (statement_session.h).
     parse_only_unit_ = statements_.AnswerParseOnly(frame, out_.to_client);
     return Next::kConsumed;
   }
@@ -658,6 +663,13 @@ bool SessionCore::NoteSessionEffects(const protocol::Frame& frame, const cache::
   }
   for (PinReason reason : effects.pins) AddPin(reason);
   return true;
+}
+
+bool SessionCore::ConnectionFreeNow() const {
+  if (!endpoint_.pool) return true;  // (tests: the core's own commands are answered by hand)
+  const PoolStats s = endpoint_.pool->Stats();
+  // (Opening, idle and checked connections are not held by a session.)
+  return s.waiting + (s.lent - std::min(s.lent, s.outside_cap)) < s.max_size;
 }
 
 std::string SessionCore::StatementScope() const {

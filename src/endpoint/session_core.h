@@ -263,14 +263,16 @@ class SessionCore {
     OriginLease origin_lease;     // for FindSignalTarget while asleep
     std::uint64_t previous_lease = 0;
     OriginLease observed_lease;   // (likewise)
+    std::unique_ptr<StatementSession::Kept> statements;  // the client's prepared statements, if any
   };
-  // Idle, no connection, nothing buffered, owed or held, no statement of the
-  // client's, no pin, no LISTEN state, no sequence used, no notification
+  // Idle, no connection, nothing buffered, owed or held, no SQL-level
+  // PREPARE, no pin, no LISTEN state, no sequence used, no notification
   // queued, no timeout running: everything but Dormant's parts is as a new
-  // core's.
+  // core's (the driver's prepared statements are among those parts).
   bool CanSleep() const;
   // CanSleep, and the rest is as a new core's made from the same hello
-  // would be: the startup settings, no channel listened on, never a
+  // would be: no statement of the client's, the startup settings, no
+  // channel listened on, never a
   // sequence or a pid shown (a later pg_terminate_backend of that pid names
   // this session). The session may then be let go (protocol::ReleaseControl).
   bool Releasable() const;
@@ -354,6 +356,12 @@ class SessionCore {
   void GivePinBudget();
   void AddPin(PinReason reason);
   std::string StatementScope() const;
+  // The pool could lend a connection soon (not every one it may open is
+  // lent, beyond those waited for): a Parse-only unit of a statement the origin never
+  // parsed then goes to it, so its error comes at the Parse as directly.
+  // Else it is answered here (pgbench prepares synchronously in a thread
+  // whose other clients may hold every connection mid-transaction).
+  bool ConnectionFreeNow() const;
   // Answers the head unit and the complete frames after it (`offset`: where
   // they start in in_) with the error; returns how many bytes of in_ that
   // covers (a frame cut by the read boundary is left).
@@ -441,6 +449,9 @@ class SessionCore {
     // handled instead of the frame; its effects are not noted again.
     std::string stand_in;
     bool stand_in_noted = false;
+    // A Parse that may begin a parse-only unit: ConnectionFreeNow() when it
+    // came (before the query cache's own catalog read for it borrows one).
+    bool pool_free = false;
   };
   HeadFrame head_;
   // The head frame is done: the next one starts from nothing.

@@ -154,6 +154,7 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
       may_notify_ = outstanding_ > 1 || frame.payload[0] != 'I';
     }
     if (outstanding_ > 0) --outstanding_;
+    if (frame.payload[0] == 'I') settings_.NoteIdleReady();
     statement_timeout_pending_ = false;
     NoteReady(frame.payload[0]);
     endpoint_.queries.fetch_add(1, std::memory_order_relaxed);
@@ -479,7 +480,12 @@ void SessionCore::EndSession() {
                                 .outstanding = outstanding_ + (in_unit_ ? 1 : 0),
                                 .pin = CurrentPin(),
                                 .client_gone = true,
-                                .broken = conn_->broken() || discard_after_unit_ || copy_.uncertain(),
+                                // A settings change committed and not yet
+                                // captured (a SET before a BEGIN in one
+                                // flight): a ROLLBACK would not undo it.
+                                // (Session mode resets with DISCARD ALL.)
+                                .broken = conn_->broken() || discard_after_unit_ || copy_.uncertain() ||
+                                          (settings_.committed_uncaptured() && TracksListens()),
                                 .lifetime_exceeded = false}));
   }
   if (timeouts_.enabled()) {

@@ -626,6 +626,7 @@ void SessionSettings::OnCaptured(const SettingMap& captured) {
   }
   ++captures_;
   capture_owed_ = false;
+  committed_uncaptured_ = false;
 }
 
 }  // namespace hyperpool::endpoint

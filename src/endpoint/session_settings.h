@@ -202,6 +202,11 @@ class SessionSettings {
   // A unit of work may have changed settings; capture them at the next 'I'.
   bool capture_owed() const { return capture_owed_; }
   void MarkCaptureOwed() { capture_owed_ = true; }
+  // A ReadyForQuery 'I' came while a capture was owed: the change is
+  // committed on the connection, and nothing but a capture (or closing the
+  // connection) accounts for it; a ROLLBACK would not undo it.
+  void NoteIdleReady() { committed_uncaptured_ = committed_uncaptured_ || capture_owed_; }
+  bool committed_uncaptured() const { return committed_uncaptured_; }
 
   // Notes a frontend message about to reach the origin (only 'Q', 'P', 'B'
   // and 'C' matter) and returns what it may do. Statement names are the
@@ -248,6 +253,7 @@ class SessionSettings {
   bool desired_is_startup_ = true;
   std::unique_ptr<Changed> changed_;
   bool capture_owed_ = false;
+  bool committed_uncaptured_ = false;  // NoteIdleReady
   std::uint64_t captures_ = 0;
 };
 

@@ -422,7 +422,7 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   }
 }
 
-bool StatementSession::IsParseOnlyUnit(std::string_view frames) const {
+bool StatementSession::IsParseOnlyUnit(std::string_view frames, bool known_only) const {
   protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
   for (int n = 0; n < 1000; ++n) {
     auto r = reader.Read(frames);
@@ -436,6 +436,8 @@ bool StatementSession::IsParseOnlyUnit(std::string_view frames) const {
     if (!TakeCString(rest, name) || !TakeCString(rest, query)) return false;
     // A name the client holds already: the origin answers 42P05 (OnParse).
     if (client_.Find(name) != nullptr) return false;
+    frames.remove_prefix(f.size());
+    if (!known_only) continue;
     // Only a statement the origin has parsed (and described) since the last
     // schema change it heard of: any other may fail, and its error belongs
     // at this Parse, as directly (libpq's PQprepare reports it).
@@ -443,7 +445,6 @@ bool StatementSession::IsParseOnlyUnit(std::string_view frames) const {
     AppendScope();
     const StatementRef known = catalog_.Find(catalog_.scratch().key);
     if (known == nullptr || !known->shape_known || known->retired) return false;
-    frames.remove_prefix(f.size());
   }
   return false;
 }

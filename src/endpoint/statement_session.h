@@ -53,6 +53,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -126,14 +127,15 @@ class StatementSession {
   // every connection is busy does not wait for one (pgbench -M prepared
   // prepares synchronously, in one thread for several clients, some of them
   // mid-transaction). A statement the origin rejects reports its error at
-  // that Bind instead, so only statements the origin has parsed since the
-  // last schema change heard of qualify: a text never seen goes to the
-  // origin and fails at its Parse, as directly. True if `frames` (starting
-  // at a Parse) holds such a unit completely, none of its names is one the
-  // client holds already, and every statement is one the origin parsed and
-  // described (StatementInfo::shape_known, not retired) under the session's
-  // scope (set_scope first).
-  bool IsParseOnlyUnit(std::string_view frames) const;
+  // that Bind instead, so with `known_only` (the caller could get a
+  // connection now) only statements the origin has parsed since the last
+  // schema change heard of qualify: a text never seen goes to the origin
+  // and fails at its Parse, as directly. True if `frames` (starting at a
+  // Parse) holds such a unit completely, none of its names is one the
+  // client holds already, and (with `known_only`) every statement is one
+  // the origin parsed and described (StatementInfo::shape_known, not
+  // retired) under the session's scope (set_scope first).
+  bool IsParseOnlyUnit(std::string_view frames, bool known_only) const;
   // Answers one message of such a unit into `out`: ParseComplete for a
   // Parse (recording it), ReadyForQuery 'I' for the Sync. Returns true
   // while the unit goes on (false after the Sync).
@@ -163,11 +165,33 @@ class StatementSession {
   // SQL-level prepared statements exist: keep the connection (kPreparedSql).
   bool pinned() const { return sql_prepared_ > 0; }
   // Nothing the client made (no statement, unnamed included, no SQL
-  // PREPARE), nothing pending: as a new session's (SessionCore::CanSleep).
+  // PREPARE), nothing pending: as a new session's (SessionCore::Releasable).
   bool Empty() const {
-    return client_.size() == 0 && client_.unnamed_id() == 0 && client_.unnamed_parse().empty() &&
-           head_ == ops_.size() && !skipping_ && !discarding_ && !shape_check_pending_ && !unnamed_is_dealloc_ &&
-           !portal_is_dealloc_ && sql_prepared_ == 0 && scope_.empty();
+    return client_.size() == 0 && client_.unnamed_id() == 0 && client_.unnamed_parse().empty() && Quiet() &&
+           scope_.empty();
+  }
+  // Nothing pending and nothing but what Kept holds: the client's
+  // statements (names, unnamed) and their scope (SessionCore::CanSleep).
+  bool Quiet() const {
+    return head_ == ops_.size() && !skipping_ && !discarding_ && !shape_check_pending_ && !unnamed_is_dealloc_ &&
+           !portal_is_dealloc_ && sql_prepared_ == 0;
+  }
+  // What a sleeping session keeps of a Quiet() one (SessionCore::Dormant):
+  // the client's statements are replayed on whatever connection it
+  // borrows next, as after any lend.
+  struct Kept {
+    ClientStatements client;
+    std::string scope;
+  };
+  // (Null when there is nothing to keep: most sleeping sessions.)
+  std::unique_ptr<Kept> TakeKept() {
+    if (Empty()) return nullptr;
+    return std::make_unique<Kept>(Kept{std::move(client_), std::move(scope_)});
+  }
+  void Restore(std::unique_ptr<Kept> kept) {
+    if (kept == nullptr) return;
+    client_ = std::move(kept->client);
+    scope_ = std::move(kept->scope);
   }
   // A CommandComplete tag from the origin. Returns true if pinned() changed.
   bool OnCommandComplete(std::string_view tag, ConnectionStatements& conn);

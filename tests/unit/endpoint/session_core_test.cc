@@ -1763,8 +1763,7 @@ TEST_CASE("SessionCore: a core that holds more than a new one's state does not s
     bool releases;       // the unit ends with the connection returned (when it borrows one)
   };
   const Case c = GENERATE(values<Case>({
-      {"a named statement", Parse("s1", "SELECT 1") + Sync(), ParseOk() + Ready('I'), true},
-      {"an unnamed statement", Parse("", "SELECT 1") + Sync(), ParseOk() + Ready('I'), true},
+      {"an SQL-level PREPARE", QueryBytes("PREPARE q AS SELECT 1"), Complete("PREPARE") + Ready('I'), false},
       {"an open transaction", QueryBytes("BEGIN"), Complete("BEGIN") + Ready('T'), false},
       {"a temporary table", QueryBytes("CREATE TEMP TABLE t (a int)"), Complete("CREATE TABLE") + Ready('I'), false},
   }));
@@ -1777,8 +1776,31 @@ TEST_CASE("SessionCore: a core that holds more than a new one's state does not s
     h.Origin(c.answer);
     Out out = h.Take();
     if (c.releases) CHECK(out.Find(Kind::kRelease) != nullptr);
-  }  // (else answered here: a Parse the statements keep for their first use)
+  }
   CHECK_FALSE(h.core().CanSleep());
+}
+
+TEST_CASE("SessionCore: a core with the driver's prepared statements sleeps and wakes with them",
+          "[endpoint][session_core]") {
+  Harness h;
+  h.StartUnit(Parse("s1", "SELECT 1") + Sync());
+  h.Origin(ParseOk() + ParamDesc() + RowDesc() + Ready('I'));
+  (void)h.Take();
+  h.StartUnit(Parse("", "SELECT 2") + Bind("") + Execute() + Sync());
+  h.Origin(ParseOk() + BindOk() + DataRow("2") + Complete("SELECT 1") + Ready('I'));
+  (void)h.Take();
+  CHECK_FALSE(h.core().Releasable());  // they are the session's: its half stays
+  h.SleepAndWake();                     // (REQUIREs CanSleep)
+  CHECK_FALSE(h.core().Releasable());
+  // Both run again on the next connection lent, replayed there.
+  Out out = h.StartUnit(Bind("s1") + Execute() + Sync());
+  CHECK(Tags(out.to_origin) == "PDBES");
+  h.Origin(ParseOk() + ParamDesc() + RowDesc() + BindOk() + DataRow("1") + Complete("SELECT 1") + Ready('I'));
+  CHECK(Tags(h.Take().to_client) == "2DCZ");
+  out = h.StartUnit(Bind("") + Execute() + Sync());
+  CHECK(Tags(out.to_origin) == "PBES");
+  h.Origin(ParseOk() + BindOk() + DataRow("2") + Complete("SELECT 1") + Ready('I'));
+  CHECK(Tags(h.Take().to_client) == "2DCZ");
 }
 
 TEST_CASE("SessionCore: an idle core whose state is a new one's may let its session go; one with more may not",
@@ -1801,7 +1823,7 @@ TEST_CASE("SessionCore: an idle core whose state is a new one's may let its sess
   h.Origin(ParseOk() + BindOk() + DataRow("1") + Complete("SELECT 1") + Ready('I'));
   (void)h.Take();
   h.cache().ReleaseIdleBuffers();
-  CHECK_FALSE(h.core().CanSleep());
+  CHECK(h.core().CanSleep());  // (asleep, it keeps the statement)
   CHECK_FALSE(h.core().Releasable());
   h.StartUnit(QueryBytes("SELECT 2"), &conn);
   h.Origin(RowDesc() + DataRow("2") + Complete("SELECT 1") + Ready('I'));
@@ -1957,6 +1979,19 @@ TEST_CASE("SessionCore: a Query the origin skips after a failed extended message
   CHECK(Tags(h.Take().to_client) == "Z");
   CHECK(h.core().connection() == nullptr);
   CHECK(h.core().CanSleep());
+}
+
+TEST_CASE("SessionCore: a session that leaves with a settings change not yet captured closes its connection",
+          "[endpoint][session_core]") {
+  // SET then BEGIN in one flight, then gone inside the block: a ROLLBACK
+  // would not undo the SET (it committed before the BEGIN), and the next
+  // borrower would get it (the fuzzer's finding, 2026-12-07).
+  Harness h;
+  h.StartUnit(QueryBytes("SET work_mem = '7MB'") + QueryBytes("BEGIN"));
+  h.Origin(Complete("SET") + Ready('I') + Complete("BEGIN") + Ready('T'));
+  (void)h.Take();
+  h.Client(Terminate());
+  CHECK(h.Take().Commands().find("release(close)") != std::string::npos);
 }
 
 }  // namespace
