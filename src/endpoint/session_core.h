@@ -449,8 +449,8 @@ class SessionCore {
     // handled instead of the frame; its effects are not noted again.
     std::string stand_in;
     bool stand_in_noted = false;
-    // A Parse that may begin a parse-only unit: ConnectionFreeNow() when it
-    // came (before the query cache's own catalog read for it borrows one).
+    // A Parse at a unit's start with no connection lent: ConnectionFreeNow()
+    // when it came (StartUnit's parse-only decision reads it).
     bool pool_free = false;
   };
   HeadFrame head_;
