@@ -5,32 +5,32 @@
 namespace hyperpool::cache {
 
 void CatalogChange::Merge(const CatalogChange& other) {
-  all = all || other.all;
-  cascade = cascade || other.cascade;
+  all += other.all;
+  cascade += other.cascade;
   names.insert(names.end(), other.names.begin(), other.names.end());
 }
 
 CatalogChange CatalogChange::Of(const StatementAnalysis& a) {
   CatalogChange c;
-  c.all = a.catalog_unbounded;
-  if (!c.all) {
+  c.all = a.catalog_unbounded ? 1 : 0;
+  if (c.all == 0) {
     c.names = a.catalog_names;
-    c.cascade = a.catalog_cascade;
+    c.cascade = a.catalog_cascade ? 1 : 0;
   }
   return c;
 }
 
 void CatalogOverlay::Open(const CatalogChange& change) {
   if (change.any()) ++version_;
-  if (change.all) OpenEntry(all_);
-  if (change.cascade) OpenEntry(cascade_);
+  if (change.all > 0) OpenEntry(all_, change.all);
+  if (change.cascade > 0) OpenEntry(cascade_, change.cascade);
   for (const std::string& n : change.names) OpenEntry(names_[n]);
 }
 
 void CatalogOverlay::Settle(const CatalogChange& change) {
   if (change.any()) ++version_;
-  if (change.all) SettleEntry(all_);
-  if (change.cascade) SettleEntry(cascade_);
+  if (change.all > 0) SettleEntry(all_, change.all);
+  if (change.cascade > 0) SettleEntry(cascade_, change.cascade);
   for (const std::string& n : change.names) {
     auto it = names_.find(n);
     if (it != names_.end()) SettleEntry(it->second);

@@ -12,6 +12,7 @@
 #ifndef HYPERPOOL_CACHE_CATALOG_OVERLAY_H_
 #define HYPERPOOL_CACHE_CATALOG_OVERLAY_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,18 +26,23 @@
 namespace hyperpool::cache {
 
 // One statement's (or transaction's) possible catalog change.
+// Merged changes keep every part's count (a transaction's two DO blocks are
+// two opens of `all`): Open and Settle pair by count, so a merge that kept
+// one would leave the overlay unknown for good, and the Endpoint reading the
+// catalog again after every read.
 struct CatalogChange {
-  bool all = false;                // anything (no name bounds it)
-  std::vector<std::string> names;  // unqualified names; repeats kept (Open/Settle pair by count)
+  uint32_t all = 0;                // anything (no name bounds it): how many such changes
+  std::vector<std::string> names;  // unqualified names; repeats kept
   // Dependents of the names dropped too (DROP ... CASCADE): an unqualified
   // relation or type name held by several schemas may resolve elsewhere.
-  bool cascade = false;
-  bool any() const { return all || cascade || !names.empty(); }
+  // How many such changes.
+  uint32_t cascade = 0;
+  bool any() const { return all > 0 || cascade > 0 || !names.empty(); }
   void Merge(const CatalogChange& other);
   // The change `analysis`'s statements may make (catalog_names,
   // catalog_unbounded).
   static CatalogChange Of(const StatementAnalysis& analysis);
-  static CatalogChange All() { return CatalogChange{true, {}, false}; }
+  static CatalogChange All() { return CatalogChange{1, {}, 0}; }
 };
 
 class CatalogOverlay {
@@ -72,9 +78,9 @@ class CatalogOverlay {
     uint32_t open = 0;     // statements sent whose transactions have not ended
     uint64_t settled = 0;  // the epoch of the last settle (0: none pending)
   };
-  void OpenEntry(Entry& e) { ++e.open; }
-  void SettleEntry(Entry& e) {
-    if (e.open > 0) --e.open;
+  void OpenEntry(Entry& e, uint32_t count = 1) { e.open += count; }
+  void SettleEntry(Entry& e, uint32_t count = 1) {
+    e.open -= std::min(e.open, count);
     e.settled = ++epoch_;
   }
   static bool Clearable(const Entry& e, uint64_t token) { return e.open == 0 && e.settled <= token; }

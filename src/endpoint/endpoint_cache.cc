@@ -133,7 +133,7 @@ void EndpointCache::SettleCatalogChange(const cache::CatalogChange& change) {
   overlay_.Settle(change);
   // Nothing (or no shadowed name) is decided until a read: start it now
   // rather than at the next decision.
-  if (change.all || change.cascade) WantCatalog();
+  if (change.all > 0 || change.cascade > 0) WantCatalog();
 }
 
 void EndpointCache::StartRefresh() {

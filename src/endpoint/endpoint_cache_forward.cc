@@ -98,7 +98,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
         e = EffectOf(own, /*apply_settings=*/true);
       } else {
         e.write.all = e.write.schema = true;
-        e.catalog.all = true;
+        e.catalog = cache::CatalogChange::All();
       }
       NoteRun(e, u);
       u.pending.push_back(std::move(e));
@@ -147,7 +147,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       auto x = protocol::DecodeExecute(frame.payload);
       Effect e;
       e.write.all = e.write.schema = true;  // unknown portal or statement: anything may have run
-      e.catalog.all = true;
+      e.catalog = cache::CatalogChange::All();
       if (x.ok() && stmts_) {
         auto portal = stmts_->portals.find(std::string(x->portal));
         if (portal != stmts_->portals.end()) {
@@ -176,7 +176,7 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
       u.describe_window = DescribeWindow::kNone;
       Effect e;
       e.write.all = e.write.schema = true;  // a FunctionCall may run anything
-      e.catalog.all = true;
+      e.catalog = cache::CatalogChange::All();
       e.changes_state = true;
       e.own_write = true;
       NoteRun(e, u);
@@ -196,8 +196,13 @@ void SessionCache::OnForward(const protocol::Frame& frame, const cache::SqlText*
 void SessionCache::OnSkipped(std::size_t units) {
   if (!unit_) return;
   // (Their effects were noted when they went: invalidating for a write that
-  // never ran costs a miss, never a stale row.)
-  for (; units > 0 && !unit_->pending.empty(); --units) unit_->pending.pop_front();
+  // never ran costs a miss, never a stale row.) Their catalog changes were
+  // opened when they went: settled with the transaction, as a completed
+  // one's, else the overlay would hold them open for good.
+  for (; units > 0 && !unit_->pending.empty(); --units) {
+    unit_->txn_catalog.Merge(unit_->pending.front().catalog);
+    unit_->pending.pop_front();
+  }
 }
 
 void SessionCache::RecordParse(const protocol::Parse& p) {

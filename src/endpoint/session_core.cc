@@ -397,12 +397,29 @@ SessionCore::Next SessionCore::HandleFrame(const protocol::Frame& frame, std::si
     const Next started = StartUnit(frame, offset);
     if (started != Next::kConsumed || head_.step != Step::kAcquired) return started;
   }
-  if (head_.step == Step::kAcquired) {
-    const Next forwarded = Forward(frame, sql);
-    if (forwarded != Next::kConsumed || head_.step != Step::kChecked) return forwarded;
+  if (head_.step == Step::kAcquired) Forward(frame, sql);
+  if (head_.step == Step::kForwarded) {
+    if (conn_ == nullptr) return Next::kConsumed;  // lost meanwhile: the loss answered the unit
+    // What a statement name means may depend on an earlier Sync group's
+    // answers (statement_session.h, MustWait): asked again at each origin
+    // frame (OnOriginFrame) until they are in.
+    if (statements_.MustWait(frame, conn_->statements())) {
+      SetState(State::kShapeChecking);
+      return Next::kWait;
+    }
+    head_.step = Step::kChecked;
+    if (statements_.StartShapeCheck(frame, conn_->statements(), out_.to_origin)) {
+      // A statement prepared before DDL is re-Parsed here: its result shape
+      // is checked before the client's Bind goes out (statement_session.h).
+      SetState(State::kShapeChecking);
+      return Next::kWait;
+    }
   }
   // kChecked: the shape check (if any) is over.
   if (conn_ == nullptr) return Next::kConsumed;  // lost meanwhile: the loss answered the unit
+  // An error meanwhile makes the origin skip to the next Sync: so does this
+  // frame (as at kStart).
+  if (copy_.skipping_to_sync() && frame.tag != 'S') return Next::kConsumed;
   // Prepared statements: renamed, replayed or answered here (statement_session.h).
   const std::size_t appended_at = out_.to_origin.size();
   statements_.OnFrontend(frame, conn_->statements(), out_.to_origin);
@@ -554,7 +571,7 @@ void SessionCore::OnPrepared(const absl::Status& prepared_status) {
   Advance();
 }
 
-SessionCore::Next SessionCore::Forward(const protocol::Frame& frame, const cache::SqlText* text) {
+void SessionCore::Forward(const protocol::Frame& frame, const cache::SqlText* text) {
   const char tag = frame.tag;
   if (pin_budget_held_ && !lease_out_of_cap_) {
     // Pinned: its connection leaves the pool's cap (pin_budget.h).
@@ -595,14 +612,7 @@ SessionCore::Next SessionCore::Forward(const protocol::Frame& frame, const cache
   cache_.OnForward(frame, text);  // writes and state changes, for the query cache
   if (tag != 'P' && TracksListens()) listens_.OnFrontend(tag, frame.payload, text);
   if (tag == 'P') statements_.set_scope(StatementScope());
-  head_.step = Step::kChecked;
-  if (statements_.StartShapeCheck(frame, conn_->statements(), out_.to_origin)) {
-    // A statement prepared before DDL is re-Parsed here: its result shape
-    // is checked before the client's Bind goes out (statement_session.h).
-    SetState(State::kShapeChecking);
-    return Next::kWait;
-  }
-  return Next::kConsumed;
+  head_.step = Step::kForwarded;
 }
 
 void SessionCore::OnIntercepted(SessionCache::InterceptResult result, std::string_view answers) {

@@ -107,7 +107,8 @@ class SessionCore {
     kAcquiring,     // the head unit waits for a connection from the pool
     kPreparing,     // a connection is lent; the settings replay runs on it before the unit
     kActive,        // a connection is lent; frames go to it, its answers to the client
-    kShapeChecking, // a replayed statement's result shape is checked before the client's frame goes out
+    kShapeChecking, // a replayed statement's result shape is checked, or an earlier Sync group's answers
+                    // are awaited (StatementSession::MustWait), before the client's frame goes out
     kOwnQuery,      // at 'I', the settings capture or UNLISTEN * runs on the lent connection
     kDraining,      // Terminate received: the units sent before it finish, then the session ends
     kEnding,        // over: what is queued for the client goes out, then the link closes
@@ -315,6 +316,7 @@ class SessionCore {
     kNoted,        // its session effects are noted (pins, settings, LISTEN)
     kIntercepted,  // the query cache did not answer it
     kAcquired,     // a connection is lent and prepared
+    kForwarded,    // counted as sent (Forward); it may wait for earlier answers (MustWait)
     kChecked,      // its shape check (if any) is done
   };
   enum class Next : std::uint8_t {
@@ -347,7 +349,9 @@ class SessionCore {
   // 57014 "canceling statement due to user request": an app's cancel that
   // ends a unit before any of it reached the origin.
   static absl::Status UserCancel();
-  Next Forward(const protocol::Frame& frame, const cache::SqlText* text);
+  // Counts the frame as sent (COPY, outstanding, the cache's and LISTEN's
+  // view); step kForwarded.
+  void Forward(const protocol::Frame& frame, const cache::SqlText* text);
   Next HandleRefusedPin(const protocol::Frame& frame, std::size_t offset);
   bool GateClosed() const;
   bool NoteSessionEffects(const protocol::Frame& frame, const cache::SqlText* text);

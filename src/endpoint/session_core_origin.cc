@@ -123,6 +123,9 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
     }
   }
   const bool checking = statements_.shape_check_pending();
+  // In kShapeChecking with no shape check: the head frame waits for earlier
+  // answers (MustWait); it is asked again after each frame.
+  const bool awaiting = !checking && state() == State::kShapeChecking;
   if (statements_.OnBackend(frame, c->statements(), out_.to_client) == StatementSession::Verdict::kForward) {
     if (tag == 'A') {
       // The sender pid as the apps know it (notification_pid.h).
@@ -143,7 +146,7 @@ bool SessionCore::ProcessOriginFrame(const protocol::Frame& frame, HoldStep from
     }
     if (copy_.skipping_to_sync()) in_unit_ = true;
   }
-  const bool check_done = checking && !statements_.shape_check_pending();
+  const bool check_done = (checking && !statements_.shape_check_pending()) || awaiting;
   if (tag == 'Z' && !frame.payload.empty()) {
     last_activity_ = std::chrono::steady_clock::now();
     if (may_notify_) {

@@ -64,6 +64,7 @@ StatementRef StatementCatalog::Intern(std::string_view key, std::string_view que
   info->epoch = epoch_;
   info->server_name = prefix_ + std::to_string(++counter_);
   info->reads_prepared_view = ReadsPreparedView(query);
+  info->drops_statements = DropsStatements(query);
   std::string payload;
   payload.reserve(info->server_name.size() + query.size() + types_raw.size() + 2);
   protocol::AppendCString(payload, info->server_name);
@@ -132,6 +133,38 @@ void ClientStatements::InOrder(std::vector<StatementRef>& out) const {
 }
 
 bool ReadsPreparedView(std::string_view sql) { return cache::ContainsCaseless(sql, "pg_prepared_statement"); }
+
+bool DropsStatements(std::string_view sql) {
+  // One pass (every simple Query is tested): each 'd' is compared with both words.
+  auto lowered_at = [&](std::size_t at, std::string_view word) {
+    if (sql.size() - at < word.size()) return false;
+    for (std::size_t i = 0; i < word.size(); ++i) {
+      if ((sql[at + i] | 0x20) != word[i]) return false;
+    }
+    return true;
+  };
+  for (std::size_t at = 0; at < sql.size(); ++at) {
+    if ((sql[at] | 0x20) != 'd') continue;
+    if (lowered_at(at, "deallocate") || lowered_at(at, "discard")) return true;
+  }
+  return false;
+}
+
+std::uint64_t ClientStatements::Take(std::string_view name, StatementRef* statement) {
+  auto it = named_.find(Absl(name));
+  if (it == named_.end()) return 0;
+  const std::uint64_t order = it->second.order;
+  *statement = std::move(it->second.statement);
+  named_.erase(it);
+  return order;
+}
+
+std::string_view ClientStatements::NameOf(const StatementInfo* statement) const {
+  for (const auto& [name, named] : named_) {
+    if (named.statement.get() == statement) return name;
+  }
+  return {};
+}
 
 bool ClientStatements::Erase(std::string_view name) {
   auto it = named_.find(Absl(name));

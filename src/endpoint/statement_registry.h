@@ -70,6 +70,9 @@ struct StatementInfo {
   // Its text reads pg_prepared_statements (ReadsPreparedView): running it
   // first shows the client its own statements only (StatementSession).
   bool reads_prepared_view = false;
+  // Its text may drop every prepared statement (DropsStatements): messages
+  // pipelined behind a run of it wait for its answer (StatementSession::MustWait).
+  bool drops_statements = false;
   // Its text is "EXECUTE hp_<n> ...": the statement that runs it must exist
   // on a connection before it does (StatementSession, SQL EXECUTE of a
   // protocol-level name).
@@ -84,6 +87,9 @@ using StatementRef = std::shared_ptr<const StatementInfo>;
 // comment or a string mentioning it counts too (the cost of a false positive
 // is a few hidden Closes and Parses).
 bool ReadsPreparedView(std::string_view sql);
+// Whether `sql` may drop prepared statements (DEALLOCATE, DISCARD): a
+// conservative test of the text (a false positive costs a wait, no more).
+bool DropsStatements(std::string_view sql);
 
 // Builds the identity key of a Parse into `key` (reusing its capacity):
 // `types_raw` is the Parse's parameter section exactly as on the wire
@@ -164,6 +170,15 @@ class ClientStatements {
   const StatementRef* Find(std::string_view name) const;
   // Forgets `name`; true if it was known.
   bool Erase(std::string_view name);
+  // Forgets `name` as Erase does; returns its entry's order (0 if
+  // unknown) and statement, for PutBack.
+  std::uint64_t Take(std::string_view name, StatementRef* statement);
+  // Puts back what Take took (a Close the origin skipped), order included.
+  void PutBack(std::string_view name, StatementRef statement, std::uint64_t order) {
+    named_.insert_or_assign(std::string(name), Named{std::move(statement), order});
+  }
+  // A name the client calls `statement` by ("" if none): for error texts.
+  std::string_view NameOf(const StatementInfo* statement) const;
   // Forgets every named statement (DISCARD ALL / DEALLOCATE ALL).
   void Clear() { named_.clear(); }
   std::size_t size() const { return named_.size(); }
@@ -179,6 +194,12 @@ class ClientStatements {
     unnamed_id_ = id;
   }
   void ForgetUnnamed() { unnamed_id_ = 0; }
+  // Exchanges the unnamed statement with (`parse_frame`, `id`): a Parse('')
+  // keeps the one it replaces, to put it back if the origin skips it.
+  void SwapUnnamed(std::string& parse_frame, std::uint64_t& id) {
+    unnamed_parse_.swap(parse_frame);
+    std::swap(unnamed_id_, id);
+  }
   // A simple Query destroys the unnamed statement ("Extended Query"): a
   // later Bind of it without a Parse fails, as directly. Returns its Parse
   // (moved out), for a caller that may put it back.

@@ -20,6 +20,10 @@ constexpr std::string_view kNoopStatement = "hp_noop";
 // Sent instead of a retired statement the connection lacks; the origin's
 // "does not exist" is answered as PostgreSQL answers the stale statement.
 constexpr std::string_view kStaleStatement = "hp_stale";
+// A Parse the connection holds already, sent when the transaction may be
+// failed: PostgreSQL answers it 25P02 there (unless it is COMMIT/ROLLBACK),
+// as it would the client's own; a ParseComplete is closed at once.
+constexpr std::string_view kProbeStatement = "hp_probe";
 constexpr std::string_view kStalePlanMessage = "cached plan must not change result type";
 
 // The ErrorResponse payload PostgreSQL sends when a statement's result type
@@ -96,15 +100,26 @@ void StatementSession::Push(Kind kind, Mode mode, StatementRef statement) {
   op.kind = kind;
   op.mode = mode;
   op.statement = std::move(statement);
+  if (kind == Kind::kSync || kind == Kind::kQuery || kind == Kind::kFunctionCall) {
+    last_boundary_ = LastSeq();
+    if (kind == Kind::kSync) last_sync_ = last_boundary_;
+    if (group_drops_) {
+      all_set_ = last_boundary_;
+      group_drops_ = false;
+    }
+  }
 }
 
 void StatementSession::Pop() {
   Op& op = ops_[head_];
   op.statement.reset();
   op.close_name.clear();
+  ++popped_;
   if (++head_ == ops_.size()) {
     ops_.clear();
     head_ = 0;
+    if (!name_set_.empty()) name_set_.clear();
+    if (!member_set_.empty()) member_set_.clear();
   }
 }
 
@@ -115,6 +130,11 @@ void StatementSession::AppendScope() const {
 }
 
 void StatementSession::Reset() {
+  popped_ += ops_.size() - head_;  // (nothing pending is waited for any more)
+  name_set_.clear();
+  member_set_.clear();
+  group_drops_ = false;
+  status_ = 'I';  // (a connection is lent idle)
   ops_.clear();
   head_ = 0;
   skipping_ = false;
@@ -156,8 +176,10 @@ void StatementSession::AddToConnection(const StatementRef& statement, Connection
   conn.Add(statement, &catalog_.scratch().evicted);
   for (StatementRef& victim : catalog_.scratch().evicted) {
     AppendClose(out, victim->server_name);
+    const StatementInfo* closed = victim.get();
     Push(Kind::kClose, Mode::kHidden, std::move(victim));
     ops_.back().eviction = true;
+    NoteMember(closed);
   }
   catalog_.scratch().evicted.clear();
 }
@@ -167,6 +189,7 @@ void StatementSession::Replay(const StatementRef& statement, ConnectionStatement
   AddToConnection(statement, conn, out);
   protocol::AppendRawFrame(out, statement->parse_frame);
   Push(Kind::kParse, Mode::kHidden, statement);
+  NoteMember(statement.get());
   AppendDescribeStatement(out, statement->server_name);
   Push(Kind::kDescribeStatement, Mode::kHidden, statement);
   ops_.back().verify = statement->shape_known;
@@ -186,6 +209,7 @@ void StatementSession::ShowOwnStatements(ConnectionStatements& conn, std::string
     AppendClose(out, statement->server_name);
     Push(Kind::kClose, Mode::kHidden, statement);
     ops_.back().eviction = true;
+    NoteMember(statement.get());
   }
   conn.Clear();
   client_.InOrder(catalog_.scratch().own);
@@ -309,37 +333,55 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
     return;
   }
   const std::string_view types_raw = rest;
+  if (DropsStatements(query)) group_drops_ = true;  // (MustWait)
   // SQL EXECUTE of a name the client Parsed: the origin knows it as hp_<n>.
   StatementRef runs;
   query = RewriteExecute(query, conn, out, ReplayMode::kInline, &runs);
   if (name.empty()) {
+    // The statement it replaces is gone if it fails (OnError); if the
+    // origin may skip it (messages of its Sync group before it, a Query
+    // included), that one is kept in the op and put back then (UndoSkipped).
+    const bool may_be_skipped = LastSeq() != last_sync_;
+    Push(Kind::kParse, Mode::kForwarded);
+    Op& op = ops_.back();
+    op.unnamed = true;
+    if (may_be_skipped) {
+      op.dropped_unnamed = true;
+      op.dropped_unnamed_id = 0;
+      client_.SwapUnnamed(op.dropped_unnamed_parse, op.dropped_unnamed_id);
+    }
+    op.unnamed_id = catalog_.NextUnnamedId();
+    std::string& name_scratch = catalog_.scratch().name;
     if (runs != nullptr) {
       const std::size_t start = out.size();
       AppendHeader(out, 'P', 1 + query.size() + 1 + types_raw.size());
       protocol::AppendByte(out, 0);
       protocol::AppendCString(out, query);
       out.append(types_raw);
-      client_.SetUnnamed(std::string_view(out).substr(start), catalog_.NextUnnamedId());
+      client_.SetUnnamed(std::string_view(out).substr(start), op.unnamed_id);
       unnamed_is_dealloc_ = false;
-    } else if (ParseDeallocate(query, catalog_.scratch().name) && client_.Find(catalog_.scratch().name) != nullptr) {
+    } else if (StatusKnown() && status_ != 'E' && ParseDeallocate(query, name_scratch) &&
+               client_.Find(name_scratch) != nullptr) {
       // psycopg's "DEALLOCATE _pg3_N" (sent as an unnamed Parse): forget the
-      // mapping; an empty statement stands in for it.
-      client_.Erase(catalog_.scratch().name);
+      // mapping; an empty statement stands in for it. (In a failed
+      // transaction it goes as sent: 25P02, the mapping stays.)
+      op.put_back_order = client_.Take(name_scratch, &op.statement);
+      op.close_name = name_scratch;
+      NoteSet(name_scratch);
       const std::size_t start = out.size();
       AppendHeader(out, 'P', 1 + 1 + 2);
       protocol::AppendByte(out, 0);
       protocol::AppendByte(out, 0);
       protocol::AppendInt16(out, 0);
-      client_.SetUnnamed(std::string_view(out).substr(start), catalog_.NextUnnamedId());
+      client_.SetUnnamed(std::string_view(out).substr(start), op.unnamed_id);
       unnamed_is_dealloc_ = true;
     } else {
       protocol::AppendRawFrame(out, frame.raw);
-      client_.SetUnnamed(frame.raw, catalog_.NextUnnamedId());
+      client_.SetUnnamed(frame.raw, op.unnamed_id);
       unnamed_is_dealloc_ = false;
     }
     conn.unnamed_id = client_.unnamed_id();
-    Push(Kind::kParse, Mode::kForwarded);
-    ops_.back().unnamed = true;
+    NoteSet({});
     return;
   }
   if (client_.Find(name) != nullptr) {
@@ -363,8 +405,25 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
   if (runs != nullptr) statement->runs = std::move(runs);
   const std::uint64_t order = client_.Set(name, statement);
   if (conn.Touch(statement.get())) {
-    Push(Kind::kParse, Mode::kSynthetic);
+    if (StatusKnown() && status_ != 'E') {
+      Push(Kind::kParse, Mode::kSynthetic);
+      ops_.back().client_order = order;
+      NoteSet(name);
+      return;
+    }
+    // The transaction may be failed (the latest ReadyForQuery said so, or
+    // an earlier Sync group is unanswered): PostgreSQL would answer 25P02
+    // unless the text ends a transaction. The origin says which, parsing
+    // it under a name closed at once; the connection's statement stays.
+    AppendHeader(out, 'P', kProbeStatement.size() + 1 + query.size() + 1 + types_raw.size());
+    protocol::AppendCString(out, kProbeStatement);
+    protocol::AppendCString(out, query);
+    out.append(types_raw);
+    Push(Kind::kParse, Mode::kForwarded);
     ops_.back().client_order = order;
+    NoteSet(name);
+    AppendClose(out, kProbeStatement);
+    Push(Kind::kClose, Mode::kHidden);
     return;
   }
   AddToConnection(statement, conn, out);
@@ -372,6 +431,8 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
   const bool record = !statement->shape_known;
   Push(Kind::kParse, Mode::kForwarded, statement);
   ops_.back().client_order = order;
+  NoteSet(name, /*native=*/true);
+  NoteMember(statement.get());
   if (record) {
     // Remember the shape it is made with (the client may never Describe
     // it); later replays elsewhere are compared with it.
@@ -403,10 +464,11 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   if (runs != nullptr) {
     AppendHeader(out, 'Q', sql.size() + 1);
     protocol::AppendCString(out, sql);
-  } else if (read && ParseDeallocate(sql, catalog_.scratch().name) && client_.Find(catalog_.scratch().name) != nullptr) {
+  } else if (read && StatusKnown() && status_ != 'E' && ParseDeallocate(sql, catalog_.scratch().name) &&
+             client_.Find(catalog_.scratch().name) != nullptr) {
     // psql's or psycopg's DEALLOCATE of a protocol-level name: forget the
-    // mapping; an empty query stands in for it.
-    client_.Erase(catalog_.scratch().name);
+    // mapping; an empty query stands in for it. (In a failed transaction
+    // it goes as sent: 25P02, and the mapping stays.)
     AppendHeader(out, 'Q', 1);
     protocol::AppendByte(out, 0);
     dealloc = true;
@@ -415,55 +477,20 @@ void StatementSession::OnQuery(const protocol::Frame& frame, ConnectionStatement
   }
   Push(Kind::kQuery, Mode::kForwarded);
   ops_.back().translate_dealloc = dealloc;
+  if (dealloc) {
+    // (Kept in the op: the origin may skip the Query.)
+    Op& op = ops_.back();
+    op.put_back_order = client_.Take(catalog_.scratch().name, &op.statement);
+    op.close_name = catalog_.scratch().name;
+    NoteSet(op.close_name);
+  }
+  NoteSet({});  // (it drops the unnamed statement)
+  if (read && DropsStatements(sql)) all_set_ = LastSeq();
   if (dropped) {
     ops_.back().dropped_unnamed = true;
     ops_.back().dropped_unnamed_id = dropped_id;
     ops_.back().dropped_unnamed_parse = std::move(dropped_parse);
   }
-}
-
-bool StatementSession::IsParseOnlyUnit(std::string_view frames, bool known_only) const {
-  protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
-  for (int n = 0; n < 1000; ++n) {
-    auto r = reader.Read(frames);
-    if (!r.is_frame()) return false;
-    const protocol::Frame f = r.frame();
-    if (f.tag == 'S') return n > 0;
-    if (f.tag != 'P' || f.payload.empty() || f.payload[0] == '\0') return false;  // named Parses only
-    std::string_view rest = f.payload;
-    std::string_view name;
-    std::string_view query;
-    if (!TakeCString(rest, name) || !TakeCString(rest, query)) return false;
-    // A name the client holds already: the origin answers 42P05 (OnParse).
-    if (client_.Find(name) != nullptr) return false;
-    frames.remove_prefix(f.size());
-    if (!known_only) continue;
-    // Only a statement the origin has parsed (and described) since the last
-    // schema change it heard of: any other may fail, and its error belongs
-    // at this Parse, as directly (libpq's PQprepare reports it).
-    BuildStatementKey(query, rest, catalog_.scratch().key);
-    AppendScope();
-    const StatementRef known = catalog_.Find(catalog_.scratch().key);
-    if (known == nullptr || !known->shape_known || known->retired) return false;
-  }
-  return false;
-}
-
-bool StatementSession::AnswerParseOnly(const protocol::Frame& frame, std::string& out) {
-  if (frame.tag == 'S') {
-    protocol::AppendFrame(out, 'Z', "I");
-    return false;
-  }
-  std::string_view rest = frame.payload;
-  std::string_view name;
-  std::string_view query;
-  if (frame.tag == 'P' && TakeCString(rest, name) && TakeCString(rest, query) && !name.empty()) {
-    BuildStatementKey(query, rest, catalog_.scratch().key);
-    AppendScope();
-    client_.Set(name, catalog_.Intern(catalog_.scratch().key, query, rest));
-  }
-  protocol::AppendFrame(out, '1', {});
-  return true;
 }
 
 void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out) {
@@ -516,9 +543,11 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
         AppendBind(out, portal, target, rest);
       }
       if (portal.empty()) portal_is_dealloc_ = name.empty() && unnamed_is_dealloc_;
+      if (statement != nullptr && statement->drops_statements) group_drops_ = true;  // (MustWait)
       Push(Kind::kBind, Mode::kForwarded, std::move(statement));
       ops_.back().unnamed = name.empty();
       ops_.back().stale = stale;
+      KeepNameForErrors(name);
       return;
     }
     case 'D': {
@@ -541,6 +570,7 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       }
       Push(Kind::kDescribeStatement, Mode::kForwarded, std::move(statement));
       ops_.back().stale = stale;
+      KeepNameForErrors(name);
       return;
     }
     case 'E': {
@@ -555,15 +585,28 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
         std::string_view rest = frame.payload.substr(1);
         std::string_view name;
         if (!TakeCString(rest, name)) break;
-        if (!name.empty() && client_.Erase(name)) {
+        StatementRef statement;
+        if (const std::uint64_t order = name.empty() ? 0 : client_.Take(name, &statement); order != 0) {
           // The shared server statement stays for other clients (and the
-          // LRU bound); only the client's name goes.
-          Push(Kind::kClose, Mode::kSynthetic);
+          // LRU bound); only the client's name goes (back if the origin
+          // skips the Close: UndoSkipped).
+          Push(Kind::kClose, Mode::kSynthetic, std::move(statement));
+          ops_.back().close_name.assign(name.data(), name.size());
+          ops_.back().put_back_order = order;
+          NoteSet(name);
           return;
         }
         if (name.empty()) {
-          client_.ForgetUnnamed();
+          protocol::AppendRawFrame(out, frame.raw);
+          Push(Kind::kClose, Mode::kForwarded);
+          Op& op = ops_.back();
+          op.unnamed = true;
+          op.dropped_unnamed = true;
+          op.dropped_unnamed_id = 0;
+          client_.SwapUnnamed(op.dropped_unnamed_parse, op.dropped_unnamed_id);
           conn.unnamed_id = 0;
+          NoteSet(name);
+          return;
         }
       }
       protocol::AppendRawFrame(out, frame.raw);
@@ -603,62 +646,16 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
 // Backend
 // ---------------------------------------------------------------------------
 
-bool StatementSession::OnCommandComplete(std::string_view tag, ConnectionStatements& conn) {
-  const bool was = pinned();
-  if (tag.starts_with("ALTER ") || tag.starts_with("DROP ") || tag.starts_with("CREATE ")) {
-    catalog_.SchemaChanged();
-  }
-  if (tag == "PREPARE") {
-    ++sql_prepared_;
-  } else if (tag == "DEALLOCATE") {
-    if (sql_prepared_ > 0) --sql_prepared_;
-  } else if (tag == "DEALLOCATE ALL" || tag == "DISCARD ALL") {
-    // Every prepared statement on the connection is gone: the client's
-    // SQL-level ones, its protocol-level names, and the shared server
-    // statements other clients left there.
-    sql_prepared_ = 0;
-    client_.Clear();
-    conn.Clear();
-    conn.unnamed_id = 0;
-  }
-  return was != pinned();
-}
-
-void StatementSession::UndoSkipped(const Op& op, ConnectionStatements& conn) {
+void StatementSession::OnError(Op& op, std::string_view payload, ConnectionStatements& conn) {
   switch (op.kind) {
     case Kind::kParse:
-      if (op.client_order != 0) client_.EraseSetAt(op.client_order);  // skipped: never made
-      if (op.mode == Mode::kSynthetic) break;
-      if (op.unnamed) conn.unnamed_id = 0;
-      if (op.statement) conn.Remove(op.statement.get());
-      break;
-    case Kind::kDescribeStatement:
-      if (op.shape_check) shape_check_pending_ = false;
-      break;
-    case Kind::kQuery:
-      // Skipped: the unnamed statement it would have destroyed still exists.
-      if (op.dropped_unnamed && op.dropped_unnamed_id != 0 && client_.unnamed_id() == 0 &&
-          client_.unnamed_parse().empty()) {
-        client_.SetUnnamed(op.dropped_unnamed_parse, op.dropped_unnamed_id);
+      if (op.unnamed && op.mode == Mode::kForwarded) {
+        // PostgreSQL drops the unnamed statement before it parses the new one.
+        if (client_.unnamed_id() == op.unnamed_id) (void)client_.DropUnnamed();
+        UnnamedNeverMade(op.unnamed_id, {}, 0);
+        conn.unnamed_id = 0;
+        break;
       }
-      break;
-    case Kind::kClose:
-      if (op.mode != Mode::kHidden) break;
-      if (op.eviction && op.statement) {
-        // Still exists there: keep knowing it (the bound is soft).
-        conn.Add(op.statement, nullptr);
-      } else if (!op.close_name.empty()) {
-        conn.pending_close.push_back(op.close_name);
-      }
-      break;
-    default:
-      break;
-  }
-}
-
-void StatementSession::OnError(const Op& op, std::string_view payload, ConnectionStatements& conn) {
-  switch (op.kind) {
-    case Kind::kParse:
       UndoSkipped(op, conn);  // the statement was not created
       break;
     case Kind::kBind:
@@ -695,6 +692,7 @@ bool StatementSession::Hides(char tag) const {
 StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& frame, ConnectionStatements& conn,
                                                       std::string& out) {
   const char tag = frame.tag;
+  if (tag == 'Z' && !frame.payload.empty()) status_ = frame.payload[0];
   if (discarding_) {
     if (tag == 'N' || tag == 'A' || tag == 'S') return Verdict::kForward;
     if (tag != 'Z') {
@@ -742,7 +740,7 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       if (head_ == ops_.size()) conn.unnamed_id = 0;
       return Verdict::kForward;
     case 'E': {
-      const Op& op = ops_[head_];
+      Op& op = ops_[head_];
       if (op.stale) {
         if (op.statement && !op.statement->stale_error.empty()) {
           protocol::AppendFrame(out, 'E', op.statement->stale_error);
@@ -752,21 +750,21 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       } else {
         OnError(op, frame.payload, conn);
       }
-      const bool forward = !op.stale && !op.view_prep;  // an error of our own Sync group is ours
+      bool forward = !op.stale && !op.view_prep;  // an error of our own Sync group is ours
+      if (forward && op.mode == Mode::kForwarded && op.statement != nullptr &&
+          (op.kind == Kind::kBind || op.kind == Kind::kDescribeStatement) && NameClientsStatement(op, frame.payload, out)) {
+        forward = false;  // (sent as rewritten)
+      }
       if (op.kind == Kind::kQuery || op.kind == Kind::kFunctionCall) return Verdict::kForward;
       Pop();
-      // PostgreSQL skips everything until Sync.
+      // PostgreSQL skips everything until Sync. What the skipped messages
+      // assumed is undone latest first: each put back what it replaced.
       skip_started_ = true;
-      bool found_sync = false;
-      while (head_ < ops_.size()) {
-        if (ops_[head_].kind == Kind::kSync) {
-          found_sync = true;
-          break;
-        }
-        UndoSkipped(ops_[head_], conn);
-        Pop();
-      }
-      if (!found_sync) skipping_ = true;
+      std::size_t sync_at = head_;
+      while (sync_at < ops_.size() && ops_[sync_at].kind != Kind::kSync) ++sync_at;
+      for (std::size_t i = sync_at; i-- > head_;) UndoSkipped(ops_[i], conn);
+      if (sync_at == ops_.size()) skipping_ = true;
+      for (std::size_t n = sync_at - head_; n > 0; --n) Pop();
       return forward ? Verdict::kForward : Verdict::kDrop;
     }
     default:

@@ -60,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "endpoint/statement_registry.h"
 #include "protocol/frame_reader.h"
 #include "protocol/sqlstate.h"
@@ -154,6 +155,21 @@ class StatementSession {
   // not change result type" before anything of it runs, as directly.
   bool StartShapeCheck(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);
   bool shape_check_pending() const { return shape_check_pending_; }
+
+  // Pipelined Sync groups (docs/architecture.md, "Prepared statements"):
+  // what a statement name means is decided when a message is sent, but an
+  // earlier Sync group's Parse, Close, DEALLOCATE or DISCARD may still fail
+  // or be skipped, or an earlier group may leave the transaction failed.
+  // Within one Sync group that never matters (an error skips the rest of the
+  // group); across groups it does. True if `frame` names a statement (Bind,
+  // Describe('S'), Close('S'), Parse, EXECUTE or DEALLOCATE in SQL) whose
+  // meaning depends on a message of an earlier group still unanswered, or is
+  // a DEALLOCATE answered here while an earlier group's outcome is unknown:
+  // the caller holds it (before StartShapeCheck and OnFrontend) and asks
+  // again after each origin frame. The earlier group ended with a Sync or
+  // Query already sent, so its answers come. Const; cheap when nothing
+  // earlier is pending.
+  bool MustWait(const protocol::Frame& frame, const ConnectionStatements& conn) const;
   // The origin reported an error and skips to a Sync not yet sent, or a
   // shape mismatch discards the unit's answers.
   bool skipping() const { return skipping_ || discarding_; }
@@ -232,21 +248,67 @@ class StatementSession {
     bool view_prep = false;         // ShowOwnStatements' own Sync group: its errors are swallowed
     StatementRef statement;         // the server statement concerned, if any
     std::uint64_t client_order = 0; // a named Parse: the client name's entry it set (undone if skipped)
-    std::string close_name;         // hidden Close of a pending_close name
+    // A Close('S') or DEALLOCATE of a client name answered here: the entry
+    // it took (`statement`, `close_name` and this order), put back if skipped.
+    std::uint64_t put_back_order = 0;
+    std::string close_name;         // hidden Close of a pending_close name; a client's Close / Bind: its name
     // A simple Query: the client's unnamed statement it destroyed, put back
-    // if the origin skips the Query (an error before it, until Sync).
+    // if the origin skips the Query (an error before it, until Sync). A
+    // Parse(''): the one it replaced (`unnamed_id`: the id it set), put
+    // back if skipped, dropped if the Parse fails (PostgreSQL drops the old
+    // unnamed statement before parsing the new one).
     bool dropped_unnamed = false;
     std::uint64_t dropped_unnamed_id = 0;
+    std::uint64_t unnamed_id = 0;
     std::string dropped_unnamed_parse;
   };
 
   void Push(Kind kind, Mode mode, StatementRef statement = nullptr);
   void Pop();
+  // Sequence numbers (MustWait): the n-th message pushed since the session
+  // began is n; it is answered (or dropped) once popped_ >= n.
+  std::uint64_t LastSeq() const { return popped_ + (ops_.size() - head_); }
+  // A message of an earlier Sync group, not answered yet.
+  bool EarlierUnanswered(std::uint64_t seq) const { return seq > popped_ && seq <= last_boundary_; }
+  // The transaction status at the start of the current Sync group is
+  // known (every earlier group answered): status_.
+  bool StatusKnown() const { return last_boundary_ <= popped_; }
+  // The latest pending message that set or dropped client name `name`
+  // ("": the unnamed statement); `native`: a Parse sent as the client's
+  // (not answered here), so the origin holds its server statement exactly
+  // when the client's name would exist directly.
+  struct NameSet {
+    std::uint64_t seq = 0;
+    bool native = false;
+  };
+  void NoteSet(std::string_view name, bool native = false);
+  // The latest pending message that made or closed `statement` on the
+  // connection (a Parse, a replay, an eviction's Close).
+  void NoteMember(const StatementInfo* statement);
+  std::uint64_t MemberSeq(const StatementInfo* statement) const;
+  // MustWait for a message that uses client name `name` (Bind, Describe,
+  // EXECUTE), and for SQL that names a statement (EXECUTE, DEALLOCATE).
+  bool UseMustWait(std::string_view name, const ConnectionStatements& conn) const;
+  bool SqlMustWait(std::string_view sql, const ConnectionStatements& conn) const;
+  // A Bind / Describe sent while its name's Parse was pending keeps the
+  // name (Op::close_name): that Parse may fail and take the name with it.
+  void KeepNameForErrors(std::string_view name);
+  // An error about `op`'s server statement ("hp_<n>"): appends it to `out`
+  // naming the client's statement instead, as PostgreSQL would; false if
+  // it does not name it.
+  bool NameClientsStatement(const Op& op, std::string_view payload, std::string& out);
   // Emits the answers of the synthetic entries at the head of the queue.
   void EmitLeadingSynthetic(std::string& out);
   // Undoes what a dropped (never executed) entry assumed about `conn`.
-  void UndoSkipped(const Op& op, ConnectionStatements& conn);
-  void OnError(const Op& op, std::string_view payload, ConnectionStatements& conn);
+  void UndoSkipped(Op& op, ConnectionStatements& conn);
+  // A Parse('') or Close('') the origin skipped: the unnamed statement it
+  // replaced (kept in `op`) is the client's again.
+  void PutBackUnnamed(Op& op);
+  // The unnamed statement `id` never existed on the origin (its Parse failed
+  // or was skipped): pending messages that kept it to put back keep
+  // (`instead`, `instead_id`) instead.
+  void UnnamedNeverMade(std::uint64_t id, std::string_view instead, std::uint64_t instead_id);
+  void OnError(Op& op, std::string_view payload, ConnectionStatements& conn);
   // The name to send for client statement `name` on `conn`; sends the
   // statement's Parse first (hidden) if `conn` lacks it. A retired statement
   // the connection lacks resolves to a name that does not exist (`*stale`):
@@ -300,6 +362,18 @@ class StatementSession {
   bool unnamed_is_dealloc_ = false;  // the client's unnamed statement is an intercepted DEALLOCATE
   bool portal_is_dealloc_ = false;   // ...and the unnamed portal is bound to it
   std::size_t sql_prepared_ = 0;     // SQL-level PREPAREd statements the client holds
+  // MustWait's bookkeeping (sequence numbers, LastSeq()):
+  std::uint64_t popped_ = 0;         // messages answered or dropped
+  std::uint64_t last_boundary_ = 0;  // the latest Sync / Query / FunctionCall pushed
+  std::uint64_t last_sync_ = 0;      // the latest Sync: an error skips what follows it up to the next
+  std::uint64_t unnamed_set_ = 0;    // the latest message that set or dropped the unnamed statement
+  std::uint64_t all_set_ = 0;        // the latest whose group may drop every statement
+  bool group_drops_ = false;         // the current group runs such a text (all_set_ at its Sync)
+  char status_ = 'I';                // transaction status of the latest ReadyForQuery
+  // NameSet per client name, and NoteMember's per statement, while any
+  // message is pending (cleared when the queue empties).
+  absl::flat_hash_map<std::string, NameSet> name_set_;
+  absl::flat_hash_map<const StatementInfo*, std::uint64_t> member_set_;
   std::string scope_;                // set_scope()
   // (Scratch buffers are the catalog's: StatementCatalog::scratch().)
 };

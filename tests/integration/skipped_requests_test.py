@@ -23,6 +23,14 @@ connections. For each:
 - 6 clients at once run every scenario over a pool of 2, and then the
   pool still serves.
 
+The later scenarios are the differential fuzzer's findings
+(tests/fuzz/protocol_fuzz.py, docs/architecture.md "Pipelined Sync
+groups"): what a statement name means after an earlier Sync group's Parse,
+Close or DEALLOCATE failed or was skipped, the unnamed statement after a
+failed or skipped Parse(''), a Parse or DEALLOCATE inside a failed
+transaction block (25P02), and error texts that name the client's statement
+(not hyperpool's hp_<n>). Error messages are compared with their text.
+
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
 import os
@@ -59,6 +67,10 @@ def query(sql):
     return msg(b"Q", sql + b"\0")
 
 
+def close(stmt):
+    return msg(b"C", b"S" + stmt + b"\0")
+
+
 BAD = parse(b"bad", b"selec")  # 42601 at the Parse
 
 # Each scenario: steps of (bytes to send, what ends the step's reading:
@@ -85,12 +97,40 @@ SCENARIOS = {
     "pipelined units after the skip": [(BAD + query(b"select 10") + SYNC + parse(b"", b"select 11") + bind(b"") +
                                         EXECUTE + SYNC + query(b"select 12"), ("Z", 3))],
     "Query before the failed unit": [(query(b"select 13") + BAD + query(b"select 14") + SYNC, ("Z", 2))],
+    # The fuzzer's findings: later Sync groups pipelined behind a failure.
+    "a failed named Parse, then the name again": [
+        (parse(b"s2", b"selec") + SYNC + parse(b"s2", b"select 21") + bind(b"s2") + EXECUTE + SYNC, ("Z", 2))],
+    "a skipped Parse of a text the connection holds, then its Bind": [
+        (parse(b"s3", b"select 22") + SYNC, ("Z", 1)),
+        (bind(b"nope") + parse(b"s4", b"select 22") + SYNC + bind(b"s4") + EXECUTE + SYNC, ("Z", 2))],
+    "the unnamed statement after a failed Parse('')": [
+        (parse(b"", b"select 23") + SYNC, ("Z", 1)), (parse(b"", b"selec") + SYNC, ("Z", 1)),
+        (bind(b"") + EXECUTE + SYNC, ("Z", 1))],
+    "the unnamed statement after a skipped Parse('')": [
+        (query(b"select 1"), ("Z", 1)), (BAD + parse(b"", b"select 24") + SYNC, ("Z", 1)),
+        (bind(b"") + EXECUTE + SYNC, ("Z", 1))],
+    "DEALLOCATE ALL, then a Parse of a text the connection held": [
+        (parse(b"s5", b"select 25") + SYNC, ("Z", 1)),
+        (query(b"deallocate all") + parse(b"s6", b"select 25") + bind(b"s6") + EXECUTE + SYNC, ("Z", 2))],
+    "a Parse inside a failed transaction block": [
+        (parse(b"s7", b"select 26") + SYNC, ("Z", 1)), (query(b"begin"), ("Z", 1)), (query(b"select 1/0"), ("Z", 1)),
+        (parse(b"s8", b"select 26") + SYNC, ("Z", 1)), (query(b"rollback"), ("Z", 1)),
+        (bind(b"s8") + EXECUTE + SYNC, ("Z", 1))],
+    "DEALLOCATE inside a failed transaction block": [
+        (parse(b"s9", b"select 27") + SYNC, ("Z", 1)), (query(b"begin"), ("Z", 1)), (query(b"select 1/0"), ("Z", 1)),
+        (query(b"deallocate s9"), ("Z", 1)), (query(b"rollback"), ("Z", 1)), (bind(b"s9") + EXECUTE + SYNC, ("Z", 1))],
+    "a skipped Close keeps the name": [
+        (parse(b"s10", b"select 28") + SYNC, ("Z", 1)), (BAD + close(b"s10") + SYNC, ("Z", 1)),
+        (bind(b"s10") + EXECUTE + SYNC, ("Z", 1))],
+    "an error names the client's statement": [
+        (parse(b"s11", b"select $1::int") + SYNC, ("Z", 1)), (bind(b"s11") + EXECUTE + SYNC, ("Z", 1))],
 }
 FINAL = (query(b"select 42"), ("Z", 1))
 # A lone named Parse + Sync of a statement the origin never parsed is
 # answered without it while every connection is lent (docs/architecture.md,
 # "Prepared statements"): its error then comes at its first Bind.
-BUSY_POOL_DIFFERS = ("Query after the Sync runs", "PQprepare of a statement that fails at parse analysis")
+BUSY_POOL_DIFFERS = ("Query after the Sync runs", "PQprepare of a statement that fails at parse analysis",
+                     "a failed named Parse, then the name again")
 
 
 def read_answers(s, buf, until):
@@ -106,7 +146,8 @@ def read_answers(s, buf, until):
         n = struct.unpack("!i", buf[1:5])[0]
         t, body, buf = buf[:1], buf[5:1 + n], buf[1 + n:]
         if t == b"E":
-            out.append("E:" + dict((f[:1], f[1:]) for f in body.split(b"\0") if f)[b"C"].decode())
+            fields = dict((f[:1], f[1:]) for f in body.split(b"\0") if f)
+            out.append("E:" + fields[b"C"].decode() + " " + fields[b"M"].decode())
         elif t == b"D":
             out.append("D:" + body[6:].decode(errors="replace"))
         elif t == b"Z":

@@ -105,6 +105,52 @@ TEST_CASE("a read clears only what was settled before it began") {
   CHECK_FALSE(o.all_unknown());
 }
 
+TEST_CASE("a transaction's changes, merged, settle every open they made") {
+  // BEGIN; DO ...; DO ...; COMMIT: each DO is opened when sent, and the
+  // transaction settles them together (SessionCache: txn_catalog). A merge
+  // that kept one of the two left the overlay unknown after every read, and
+  // the Endpoint reading the catalog again at once, for good.
+  CatalogOverlay o;
+  CatalogChange txn;
+  for (int i = 0; i < 2; ++i) {
+    const CatalogChange c = ChangeOf("DO $$ BEGIN END $$");
+    o.Open(c);
+    txn.Merge(c);
+  }
+  o.Settle(txn);
+  o.ReadLoaded(o.ReadStarting());
+  CHECK_FALSE(o.all_unknown());
+  CHECK(o.empty());
+
+  // The same for DROP ... CASCADE (its read again is cascade_pending's).
+  txn = CatalogChange{};
+  for (std::string_view sql : {"DROP TABLE a CASCADE", "DROP TABLE b CASCADE"}) {
+    const CatalogChange c = ChangeOf(sql);
+    o.Open(c);
+    txn.Merge(c);
+  }
+  o.Settle(txn);
+  o.ReadLoaded(o.ReadStarting());
+  CHECK_FALSE(o.cascade_pending());
+  CHECK(o.empty());
+
+  // Still open while another session's change is: merged counts settle no
+  // more than they opened.
+  const CatalogChange other = CatalogChange::All();
+  o.Open(other);
+  txn = CatalogChange{};
+  for (int i = 0; i < 2; ++i) {
+    o.Open(CatalogChange::All());
+    txn.Merge(CatalogChange::All());
+  }
+  o.Settle(txn);
+  o.ReadLoaded(o.ReadStarting());
+  CHECK(o.all_unknown());
+  o.Settle(other);
+  o.ReadLoaded(o.ReadStarting());
+  CHECK_FALSE(o.all_unknown());
+}
+
 TEST_CASE("decisions meeting a changed name are unknown; the rest keep the catalog read before") {
   FakeOracle base;
   base.Function("price", Volatility::kImmutable)

@@ -164,15 +164,20 @@ class ModelBackend {
   }
 
  private:
-  void Error(std::string& out, std::string_view sqlstate) {
-    protocol::EncodeErrorResponse(out, "ERROR", sqlstate, "model error");
+  void Error(std::string& out, std::string_view sqlstate, std::string_view message = "model error") {
+    protocol::EncodeErrorResponse(out, "ERROR", sqlstate, message);
     skipping_ = true;
+    if (txn_ == 'T') txn_ = 'E';
   }
+  // In a failed transaction block only COMMIT / ROLLBACK run (postgres.c,
+  // IsTransactionExitStmt); anything else is 25P02.
+  bool Aborted(std::string_view text) const { return txn_ == 'E' && text != "ROLLBACK" && text != "COMMIT"; }
+  void Ready(std::string& out) { protocol::AppendFrame(out, 'Z', std::string_view(&txn_, 1)); }
   void Handle(const protocol::Frame& f, std::string& out) {
     if (f.tag == 'S') {
       received.push_back("S");
       skipping_ = false;
-      protocol::AppendFrame(out, 'Z', "I");
+      Ready(out);
       return;
     }
     if (skipping_) {
@@ -184,12 +189,10 @@ class ModelBackend {
         auto p = protocol::DecodeParse(f.payload);
         REQUIRE(p.ok());
         received.push_back("P " + std::string(p->statement));
-        if (p->statement.empty()) {
-          has_unnamed = false;
-        } else if (statements.count(std::string(p->statement))) {
-          return Error(out, "42P05");
-        }
+        if (p->statement.empty()) has_unnamed = false;
         if (p->query.substr(0, 4) == "FAIL") return Error(out, "42601");
+        if (Aborted(p->query)) return Error(out, "25P02");
+        if (!p->statement.empty() && statements.count(std::string(p->statement))) return Error(out, "42P05");
         if (p->statement.empty()) {
           has_unnamed = true;
           unnamed_text = std::string(p->query);
@@ -211,9 +214,12 @@ class ModelBackend {
           if (!has_unnamed) return Error(out, "26000");
           text = unnamed_text;
         } else {
-          if (!statements.count(std::string(b->statement))) return Error(out, "26000");
+          if (!statements.count(std::string(b->statement))) {
+            return Error(out, "26000", "prepared statement \"" + std::string(b->statement) + "\" does not exist");
+          }
           text = texts[std::string(b->statement)];
         }
+        if (Aborted(text)) return Error(out, "25P02");
         if (stale.count(std::string(b->statement))) return Error(out, "0A000");
         portal_text_ = text;
         protocol::AppendFrame(out, '2', {});
@@ -270,7 +276,13 @@ class ModelBackend {
         REQUIRE(q.ok());
         received.push_back("Q " + std::string(q->query));
         has_unnamed = false;
-        if (q->query.empty()) {
+        if (q->query.substr(0, 4) == "FAIL" || Aborted(q->query)) {
+          Error(out, q->query.substr(0, 4) == "FAIL" ? "42601" : "25P02");
+          skipping_ = false;  // (a Query's own error skips nothing)
+        } else if (q->query == "BEGIN" || q->query == "ROLLBACK" || q->query == "COMMIT") {
+          txn_ = q->query == "BEGIN" ? 'T' : 'I';
+          protocol::Encode(protocol::CommandComplete{q->query}, out);
+        } else if (q->query.empty()) {
           protocol::AppendFrame(out, 'I', {});
         } else if (q->query == "DEALLOCATE ALL" || q->query == "DISCARD ALL") {
           statements.clear();
@@ -284,7 +296,7 @@ class ModelBackend {
         } else {
           protocol::Encode(protocol::CommandComplete{"SELECT 1"}, out);
         }
-        protocol::AppendFrame(out, 'Z', "I");
+        Ready(out);
         return;
       }
       default:
@@ -292,6 +304,7 @@ class ModelBackend {
     }
   }
   bool skipping_ = false;
+  char txn_ = 'I';
   std::string portal_text_;
 };
 
@@ -318,7 +331,10 @@ struct Harness {
     for (int i = 0; i < n; ++i) conns.push_back(std::make_unique<Conn>());
   }
 
-  std::string Run(StatementSession& session, int conn_index, std::string frontend) {
+  // Sends `frontend` as one flight. Frames that MustWait wait as the
+  // Endpoint holds them: what went before is answered first (`waits` counts them).
+  std::string Run(StatementSession& session, int conn_index, std::string frontend, int* waits = nullptr,
+                  bool messages = false) {
     Conn& conn = *conns[conn_index];
     std::string to_origin;
     protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
@@ -327,6 +343,12 @@ struct Harness {
     while (!in.empty()) {
       auto r = reader.Read(in);
       REQUIRE(r.is_frame());
+      if (session.MustWait(r.frame(), conn.statements)) {
+        if (waits != nullptr) ++*waits;
+        Answer(session, conn, conn.backend.Process(to_origin), to_client);
+        to_origin.clear();
+        REQUIRE_FALSE(session.MustWait(r.frame(), conn.statements));
+      }
       if (session.StartShapeCheck(r.frame(), conn.statements, to_origin)) {
         // As the Endpoint does: send what is queued plus the check, wait for its answer.
         Answer(session, conn, conn.backend.Process(to_origin), to_client);
@@ -337,7 +359,7 @@ struct Harness {
       in.remove_prefix(r.frame().size());
     }
     Answer(session, conn, conn.backend.Process(to_origin), to_client);
-    return Describe(to_client);
+    return Describe(to_client, messages);
   }
 
   // Sets what `query` returns (one column, or NoData for ""), on every connection.
@@ -357,7 +379,7 @@ struct Harness {
     }
   }
 
-  static std::string Describe(std::string_view bytes) {
+  static std::string Describe(std::string_view bytes, bool messages = false) {
     std::string s;
     protocol::FrameReader reader(protocol::FrameReader::Mode::kTagged);
     while (!bytes.empty()) {
@@ -367,6 +389,7 @@ struct Harness {
       if (!s.empty()) s += ' ';
       s += f.tag;
       if (f.tag == 'E') s += ":" + std::string(protocol::DecodeErrorResponse(f.payload)->sqlstate());
+      if (f.tag == 'E' && messages) s += "(" + std::string(protocol::DecodeErrorResponse(f.payload)->message()) + ")";
       if (f.tag == 'C') s += ":" + std::string(protocol::DecodeCommandComplete(f.payload)->tag);
       bytes.remove_prefix(f.size());
     }
@@ -760,6 +783,114 @@ TEST_CASE("a statement of the client's that no longer parses is missing from the
   CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 0 Z");  // s1's Parse failed: its group skipped s2 too
   CHECK(h.Run(a, 0, Parse("", view) + Bind("") + Execute() + Sync()) == "1 2 C:SELECT 0 Z");
   CHECK(h.Run(a, 0, Bind("s2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+// ---------------------------------------------------------------------------
+// Pipelined Sync groups and failed transactions (fuzzer findings, 2026-12-07)
+// ---------------------------------------------------------------------------
+
+TEST_CASE("a Parse answered here fails inside a failed transaction block as directly (25P02)") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Query("BEGIN")) == "C:BEGIN Z");
+  CHECK(h.Run(a, 0, Query("FAIL") ) == "E:42601 Z");
+  // The connection holds SELECT 1 (hp_1): before, S_2 was answered
+  // ParseComplete here; PostgreSQL answers 25P02.
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 1") + Sync()) == "E:25P02 Z");
+  const std::vector<std::string>& received = h.conns[0]->backend.received;
+  CHECK(std::vector<std::string>(received.end() - 3, received.end()) ==
+        std::vector<std::string>{"P hp_probe", "skipped C", "S"});
+  // COMMIT / ROLLBACK parse in a failed block: the probe says so, and closes itself.
+  CHECK(h.Run(a, 0, Parse("S_3", "ROLLBACK") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Parse("S_4", "ROLLBACK") + Sync()) == "1 Z");
+  CHECK(h.conns[0]->backend.statements.count("hp_probe") == 0);
+  CHECK(h.Run(a, 0, Query("ROLLBACK")) == "C:ROLLBACK Z");
+  CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "E:26000 Z");  // never made, as directly
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 1") + Sync()) == "1 Z");  // outside the block: answered here
+}
+
+TEST_CASE("DEALLOCATE of a protocol-level name inside a failed transaction block is 25P02 and keeps it") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Query("BEGIN") + Query("FAIL")) == "C:BEGIN Z E:42601 Z");
+  CHECK(h.Run(a, 0, Query("DEALLOCATE S_1")) == "E:25P02 Z");
+  CHECK(h.Run(a, 0, Query("ROLLBACK")) == "C:ROLLBACK Z");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("pipelined Sync groups: a later group that names an earlier group's statement waits for its answer") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  int waits = 0;
+  // S_2 (a text the connection holds: answered here) is skipped after the
+  // error, so the next group's Bind of it fails, as directly.
+  CHECK(h.Run(a, 0, Bind("nope") + Parse("S_2", "SELECT 1") + Sync() + Bind("S_2") + Execute() + Sync(), &waits) ==
+        "E:26000 Z E:26000 Z");
+  CHECK(waits == 1);
+  // A re-Parse of a name whose Parse failed in an earlier group: no 42P05.
+  waits = 0;
+  CHECK(h.Run(a, 0, Parse("S_3", "FAIL") + Sync() + Parse("S_3", "SELECT 3") + Sync(), &waits) == "E:42601 Z 1 Z");
+  CHECK(waits == 1);
+  // DEALLOCATE ALL in a Query, then a Parse of a text the connection held.
+  waits = 0;
+  CHECK(h.Run(a, 0, Query("DEALLOCATE ALL") + Parse("S_4", "SELECT 1") + Bind("S_4") + Execute() + Sync(), &waits) ==
+        "C:DEALLOCATE ALL Z 1 2 C:SELECT 1 Z");
+  CHECK(waits == 1);
+  // The client's own Parse, sent: the origin answers the later Bind as
+  // directly (no wait); the error names the client's statement.
+  waits = 0;
+  CHECK(h.Run(a, 0, Parse("S_5", "FAIL") + Sync() + Bind("S_5") + Execute() + Sync(), &waits, true) ==
+        "E:42601(model error) Z E:26000(prepared statement \"S_5\" does not exist) Z");
+  CHECK(waits == 0);
+  // Nothing of an earlier group pending: nothing waits.
+  waits = 0;
+  CHECK(h.Run(a, 0, Parse("S_6", "SELECT 6") + Bind("S_6") + Execute() + Sync(), &waits) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, Bind("S_6") + Execute() + Sync() + Bind("S_6") + Execute() + Sync(), &waits) ==
+        "2 C:SELECT 1 Z 2 C:SELECT 1 Z");
+  CHECK(waits == 0);
+}
+
+TEST_CASE("the unnamed statement after a failed or skipped Parse('') is what PostgreSQL has") {
+  Harness h(2);
+  StatementSession a(h.catalog);
+  // Failed: PostgreSQL dropped the one before as it began the new one.
+  CHECK(h.Run(a, 0, Parse("", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Parse("", "FAIL") + Sync()) == "E:42601 Z");
+  CHECK(h.Run(a, 1, Bind("") + Execute() + Sync()) == "E:26000 Z");
+  // Skipped: the one before stays (re-Parsed on another connection).
+  CHECK(h.Run(a, 0, Parse("", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Bind("nope") + Parse("", "SELECT 2") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 1, Bind("") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.conns[1]->backend.unnamed_text == "SELECT 1");
+  // A skipped Query does not drop it either, even with a Parse('') skipped before it.
+  CHECK(h.Run(a, 0, Bind("nope") + Parse("", "SELECT 3") + Query("SELECT 4") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 1, Bind("") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  // ...nor a Parse('') after a Query the origin skips (the Query ends no Sync group).
+  CHECK(h.Run(a, 0, Bind("nope") + Query("SELECT 4") + Parse("", "SELECT 5") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 1, DescribeS("") + Sync()) == "t n Z");
+  CHECK(h.conns[1]->backend.unnamed_text == "SELECT 1");
+  // Two skips in one write: a Query of the second group dropped the
+  // statement the first group's skipped Parse('') would have made.
+  CHECK(h.Run(a, 0, Query("SELECT 0") + Bind("nope") + Parse("", "SELECT 6") + Sync() + Bind("nope") +
+                        Query("SELECT 7") + Sync()) == "C:SELECT 1 Z E:26000 Z E:26000 Z");
+  CHECK(h.Run(a, 1, Bind("") + Execute() + Sync()) == "E:26000 Z");
+}
+
+TEST_CASE("a Close('S') or DEALLOCATE the origin skipped keeps the client's name") {
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
+  CHECK(h.Run(a, 0, Bind("nope") + CloseS("S_1") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  // The same for a DEALLOCATE answered here (a Query the origin skips).
+  CHECK(h.Run(a, 0, Bind("nope") + Query("DEALLOCATE S_1") + Sync()) == "E:26000 Z");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(h.Run(a, 0, CloseS("S_1") + Sync()) == "3 Z");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:26000 Z");
 }
 
 }  // namespace
