@@ -345,11 +345,7 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
     Push(Kind::kParse, Mode::kForwarded);
     Op& op = ops_.back();
     op.unnamed = true;
-    if (may_be_skipped) {
-      op.dropped_unnamed = true;
-      op.dropped_unnamed_id = 0;
-      client_.SwapUnnamed(op.dropped_unnamed_parse, op.dropped_unnamed_id);
-    }
+    if (may_be_skipped) KeepUnnamed(op);
     op.unnamed_id = catalog_.NextUnnamedId();
     std::string& name_scratch = catalog_.scratch().name;
     if (runs != nullptr) {
@@ -601,9 +597,7 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
           Push(Kind::kClose, Mode::kForwarded);
           Op& op = ops_.back();
           op.unnamed = true;
-          op.dropped_unnamed = true;
-          op.dropped_unnamed_id = 0;
-          client_.SwapUnnamed(op.dropped_unnamed_parse, op.dropped_unnamed_id);
+          KeepUnnamed(op);
           conn.unnamed_id = 0;
           NoteSet(name);
           return;

@@ -282,6 +282,15 @@ class StatementSession {
     bool native = false;
   };
   void NoteSet(std::string_view name, bool native = false);
+  // `name`'s NameSet if it is of an earlier Sync group and unanswered.
+  const NameSet* PendingSet(std::string_view name) const;
+  // Keeps the client's unnamed statement in `op` (a Parse('') or Close('')
+  // replaces it), to put back if the origin skips `op` (PutBackUnnamed).
+  void KeepUnnamed(Op& op) {
+    op.dropped_unnamed = true;
+    op.dropped_unnamed_id = 0;
+    client_.SwapUnnamed(op.dropped_unnamed_parse, op.dropped_unnamed_id);
+  }
   // The latest pending message that made or closed `statement` on the
   // connection (a Parse, a replay, an eviction's Close).
   void NoteMember(const StatementInfo* statement);

@@ -61,6 +61,12 @@ bool StatementSession::NameClientsStatement(const Op& op, std::string_view paylo
   return true;
 }
 
+const StatementSession::NameSet* StatementSession::PendingSet(std::string_view name) const {
+  if (name_set_.empty()) return nullptr;
+  auto it = name_set_.find(absl::string_view(name.data(), name.size()));
+  return it != name_set_.end() && EarlierUnanswered(it->second.seq) ? &it->second : nullptr;
+}
+
 bool StatementSession::MustWait(const protocol::Frame& frame, const ConnectionStatements& conn) const {
   if (StatusKnown()) return false;  // nothing of an earlier Sync group is pending
   std::string_view rest = frame.payload;
@@ -80,10 +86,7 @@ bool StatementSession::MustWait(const protocol::Frame& frame, const ConnectionSt
       if (!TakeCString(rest, name) || !TakeCString(rest, query)) return false;
       if (!name.empty()) {
         if (EarlierUnanswered(all_set_)) return true;
-        if (auto it = name_set_.find(absl::string_view(name.data(), name.size()));
-            it != name_set_.end() && EarlierUnanswered(it->second.seq)) {
-          return true;  // taken (42P05) or free depends on it
-        }
+        if (PendingSet(name) != nullptr) return true;  // taken (42P05) or free depends on it
         // Answered here or sent depends on whether the connection holds it.
         BuildStatementKey(query, rest, catalog_.scratch().key);
         AppendScope();
@@ -111,11 +114,10 @@ bool StatementSession::UseMustWait(std::string_view name, const ConnectionStatem
   if (EarlierUnanswered(all_set_)) return true;
   const StatementRef* own = client_.Find(name);
   const std::uint64_t member = own != nullptr ? MemberSeq(own->get()) : 0;
-  if (auto it = name_set_.find(absl::string_view(name.data(), name.size()));
-      it != name_set_.end() && EarlierUnanswered(it->second.seq)) {
+  if (const NameSet* set = PendingSet(name); set != nullptr) {
     // Made by the client's own Parse, sent: its server statement exists
     // exactly when the name would directly (an error names hp_<n>, though).
-    return !(it->second.native && own != nullptr && member == it->second.seq);
+    return !(set->native && own != nullptr && member == set->seq);
   }
   return EarlierUnanswered(member);
 }
@@ -128,9 +130,7 @@ bool StatementSession::SqlMustWait(std::string_view sql, const ConnectionStateme
   // A DEALLOCATE of a client name is answered here only outside a failed
   // transaction (OnQuery), and the status is not known yet.
   if (ParseDeallocate(sql, name)) {
-    if (client_.Find(name) != nullptr) return true;
-    auto it = name_set_.find(absl::string_view(name.data(), name.size()));
-    return it != name_set_.end() && EarlierUnanswered(it->second.seq);
+    return client_.Find(name) != nullptr || PendingSet(name) != nullptr;
   }
   return false;
 }
