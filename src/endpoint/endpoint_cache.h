@@ -21,6 +21,7 @@
 #ifndef HYPERPOOL_ENDPOINT_ENDPOINT_CACHE_H_
 #define HYPERPOOL_ENDPOINT_ENDPOINT_CACHE_H_
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -103,6 +104,33 @@ struct EndpointCacheReport {
 
 // Human-readable lines (for `hyperpool serve`'s exit log).
 std::string FormatCacheReport(const EndpointCacheReport& report);
+
+// How soon the catalog may be read again after reads that ended with it
+// still unknown (a change settled while each ran). The first such re-read
+// goes at once; later ones wait 50 ms, doubling up to 1 s. So a change that
+// is never settled (a bookkeeping leak in the overlay's counts, as the one
+// `BEGIN; DO; DO; COMMIT` had) costs at most a read a second instead of a
+// read loop on an origin connection. Decisions meanwhile go to the origin,
+// as they do whenever the catalog is unknown.
+class CatalogReadPacing {
+ public:
+  using Clock = std::chrono::steady_clock;
+  void Loaded(bool still_unknown, Clock::time_point now) {
+    unknown_loads_ = still_unknown ? unknown_loads_ + 1 : 0;
+    loaded_at_ = now;
+  }
+  bool Allowed(Clock::time_point now) const { return unknown_loads_ < 2 || now - loaded_at_ >= Gap(); }
+  std::chrono::milliseconds Gap() const {
+    if (unknown_loads_ < 2) return std::chrono::milliseconds(0);
+    const uint32_t doublings = std::min<uint32_t>(unknown_loads_ - 2, 5);
+    return std::min(std::chrono::milliseconds(50 << doublings), std::chrono::milliseconds(1000));
+  }
+  uint32_t unknown_loads() const { return unknown_loads_; }
+
+ private:
+  uint32_t unknown_loads_ = 0;  // reads in a row that ended unknown
+  Clock::time_point loaded_at_{};
+};
 
 class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
  public:
@@ -295,6 +323,7 @@ class EndpointCache : public std::enable_shared_from_this<EndpointCache> {
   std::chrono::steady_clock::time_point refresh_started_{};
   bool feed_changed_ = false;  // invalidated by the feed since the last read (CatalogChanged)
   bool RefreshAllowed(std::chrono::steady_clock::time_point now) const;
+  CatalogReadPacing pacing_;  // reads that end unknown, one after another (RefreshAllowed)
 
   std::unique_ptr<asio::steady_timer> publish_timer_;  // PublishSoon (made at its first use)
   bool publish_armed_ = false;

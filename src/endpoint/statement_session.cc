@@ -166,6 +166,9 @@ void StatementSession::EmitPendingCloses(ConnectionStatements& conn, std::string
   for (std::string& name : conn.pending_close) {
     AppendClose(out, name);
     Push(Kind::kClose, Mode::kHidden);
+    // A later group's Parse of the name (the 42P05 path's hidden empty
+    // Parse) waits for it: skipped, the statement still exists there.
+    NoteSet(name);
     ops_.back().close_name = std::move(name);
   }
   conn.pending_close.clear();
@@ -393,6 +396,9 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
     protocol::AppendRawFrame(out, frame.raw);
     Push(Kind::kParse, Mode::kForwarded);
     conn.pending_close.emplace_back(name);
+    // The empty statement exists on the origin or not by the answer: a
+    // later group's Parse of the name waits for it (MustWait).
+    NoteSet(name);
     return;
   }
   BuildStatementKey(query, types_raw, catalog_.scratch().key);

@@ -1,0 +1,64 @@
+// CatalogReadPacing (endpoint_cache.h): reads that keep ending with the
+// catalog unknown are spaced out instead of looping.
+#include <chrono>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "endpoint/endpoint_cache.h"
+
+namespace hyperpool::endpoint {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST_CASE("catalog read pacing: one re-read at once, then backs off to a second, reset by a known read",
+          "[endpoint][cache]") {
+  CatalogReadPacing pacing;
+  const auto t0 = CatalogReadPacing::Clock::now();
+  CHECK(pacing.Allowed(t0));
+
+  // A change settled while the read ran: the next read goes at once.
+  pacing.Loaded(/*still_unknown=*/true, t0);
+  CHECK(pacing.Allowed(t0));
+
+  // It too ended unknown: now reads are spaced, 50 ms doubling up to 1 s.
+  pacing.Loaded(true, t0);
+  CHECK_FALSE(pacing.Allowed(t0));
+  CHECK_FALSE(pacing.Allowed(t0 + milliseconds(49)));
+  CHECK(pacing.Allowed(t0 + milliseconds(50)));
+  pacing.Loaded(true, t0);
+  CHECK_FALSE(pacing.Allowed(t0 + milliseconds(99)));
+  CHECK(pacing.Allowed(t0 + milliseconds(100)));
+  for (int i = 0; i < 20; ++i) pacing.Loaded(true, t0);
+  CHECK(pacing.Gap() == milliseconds(1000));
+  CHECK_FALSE(pacing.Allowed(t0 + milliseconds(999)));
+  CHECK(pacing.Allowed(t0 + milliseconds(1000)));
+
+  // A read that found the catalog known ends the backoff.
+  pacing.Loaded(false, t0);
+  CHECK(pacing.unknown_loads() == 0);
+  CHECK(pacing.Allowed(t0));
+}
+
+// An endless leak (every read ends unknown) costs about one read a second.
+TEST_CASE("catalog read pacing: a read loop is bounded", "[endpoint][cache]") {
+  CatalogReadPacing pacing;
+  auto now = CatalogReadPacing::Clock::now();
+  const auto start = now;
+  int reads = 0;
+  // Simulate: read whenever allowed, each read taking 5 ms, for 10 s.
+  while (now - start < std::chrono::seconds(10)) {
+    if (pacing.Allowed(now)) {
+      ++reads;
+      now += milliseconds(5);
+      pacing.Loaded(true, now);
+    } else {
+      now += milliseconds(1);
+    }
+  }
+  CHECK(reads <= 20);
+  CHECK(reads >= 8);
+}
+
+}  // namespace
+}  // namespace hyperpool::endpoint
