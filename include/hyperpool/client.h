@@ -34,6 +34,12 @@ struct ClientStats {
   // the session held nothing the Endpoint's half had to keep, and its next
   // unit opens a new link (docs/architecture.md, "What an idle session holds").
   std::uint64_t links_released = 0;
+  // Idle sessions that went quiet: their Asio readability wait given up for
+  // their worker's one watch of quiet sockets (docs/architecture.md, "What
+  // an idle session holds"), and how many woke from it (their app sent).
+  std::uint64_t quiet_parks = 0;
+  std::uint64_t quiet_wakes = 0;
+  std::size_t quiet_sessions = 0;  // quiet now
   // The Client's cache tier; all zero when it is off.
   bool cache_enabled = false;
   std::size_t cache_local_hits = 0;     // units answered with no link traffic

@@ -340,6 +340,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::vector<asio::any_io_
   impl->core_config.max_query_bytes = impl->options.cache.max_query_bytes;
   impl->core_config.max_message_length = static_cast<uint32_t>(
       std::min<size_t>(impl->options.max_message_size, pr::kDefaultMaxMessageLength));
+  // (The sessions hold the Impl, so it outlives every call.)
+  impl->core_config.intern_key = [raw = impl.get()](std::string base) {
+    std::lock_guard lock(raw->mu);
+    return raw->key_bases.Intern(base, [&base] { return std::move(base); });
+  };
   impl->trace_link = client::LinkTraceEnabled();
   {
     // Invalidations (DDL drops statement metadata too) reach one link of
@@ -428,6 +433,9 @@ ClientStats Client::Stats() const {
   s.accepted = impl_->accepted.load(std::memory_order_relaxed);
   s.login_time = impl_->login_time.Snapshot();
   s.links_released = impl_->links_released.load(std::memory_order_relaxed);
+  s.quiet_parks = impl_->quiet_parks.load(std::memory_order_relaxed);
+  s.quiet_wakes = impl_->quiet_wakes.load(std::memory_order_relaxed);
+  s.quiet_sessions = static_cast<size_t>(std::max<int64_t>(0, impl_->quiet_now.load(std::memory_order_relaxed)));
   if (impl_->cache) {
     client::ClientTierStats c = impl_->cache->Stats();
     s.cache_enabled = true;

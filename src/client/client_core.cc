@@ -44,7 +44,7 @@ bool DeclaresLengthAbove(std::string_view bytes, uint32_t limit) {
 
 void ClientCore::Start(const Config* config, std::string_view database, const ParamList& app_params) {
   config_ = config;
-  key_.Start(database, app_params);
+  key_.Start(database, app_params, config_->intern_key);
   cache::ApplyStartupParameters(app_params, cache_settings_);
   database_ = database;
 }

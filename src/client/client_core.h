@@ -50,6 +50,7 @@ class ClientCore {
     StatementMetadataStore* metadata = nullptr;
     size_t max_query_bytes = 0;       // longest text the tier caches
     uint32_t max_message_length = 0;  // longest frontend message accepted
+    SessionKey::Interner intern_key;  // shares sessions' equal keys (null: not shared)
   };
 
   // Nothing works before Start().

@@ -32,6 +32,7 @@
 #include "client/statement_metadata.h"
 #include "common/buffer_pool.h"
 #include "common/idle_sweep.h"
+#include "common/quiet_watch.h"
 #include "common/intern_table.h"
 #include "hyperpool/client.h"
 #include "ops/latency_histogram.h"
@@ -62,6 +63,8 @@ static inline std::string ErrorFrame(const pr::PoolerError& error) {
 class ClientSession;  // client_session.h
 // The Client's idle sweep's visit (client_session.cc).
 void SweepIdleClientSession(ClientSession& session);
+// A quiet session's app socket became readable (QuietWatch).
+void WakeQuietClientSession(std::shared_ptr<ClientSession> session);
 
 // How long a session stays idle before the Client's idle sweep gives back
 // its per-unit state (Client::Impl::IdleSweep), as the Endpoint's
@@ -108,13 +111,19 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // (ClientSession::ParkApp) gives its empty app read buffer here and the
   // next read on the executor takes it, so an idle session holds no read
   // buffer and a busy executor allocates none per message.
+  // And the executor's QuietWatch: a session the sweep finds idle and
+  // parked gives up its Asio readability wait and waits there
+  // (ClientSession::GoQuiet), so a quiet app's session holds no operation.
   // Touched only on `executor`.
   struct IdleSweep {
     explicit IdleSweep(asio::any_io_executor ex)
-        : executor(std::move(ex)), sweep(kClientIdleSweepDelay, &SweepIdleClientSession) {}
+        : executor(std::move(ex)),
+          sweep(kClientIdleSweepDelay, &SweepIdleClientSession),
+          quiet(executor, &WakeQuietClientSession) {}
     asio::any_io_executor executor;
     hyperpool::IdleSweep<ClientSession> sweep;
     BufferPool buffers;
+    QuietWatch<ClientSession> quiet;
   };
   // The sweep of sessions on `executor`, or null (sessions on strands of
   // a shared io_context keep their state: no sweep is theirs alone).
@@ -187,10 +196,18 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Links an idle session ended at the Endpoint's offer (ClientSession::
   // ReleaseLink); ClientStats::links_released.
   std::atomic<uint64_t> links_released{0};
+  // Sessions that went quiet (their app socket watched by a QuietWatch)
+  // and that woke from it; ClientStats::quiet_parks / quiet_wakes.
+  std::atomic<uint64_t> quiet_parks{0};
+  std::atomic<uint64_t> quiet_wakes{0};
+  std::atomic<int64_t> quiet_now{0};  // sessions quiet now; ClientStats::quiet_sessions
   // The sessions' startup parameters, kept once per distinct set for the
   // hellos of the links they open (guarded by mu): a session that lets its
   // link go opens another with the same hello.
   InternTable<client::ParamList> hello_params;
+  // The sessions' cache-key bases (client::SessionKey: database and startup
+  // parameters), one per distinct one (guarded by mu; core_config.intern_key).
+  InternTable<std::string> key_bases;
 };
 
 }  // namespace hyperpool

@@ -15,6 +15,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/post.hpp>
 #include <asio/write.hpp>
 #include <fmt/format.h>
 
@@ -35,10 +36,10 @@ ClientSession::ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket soc
     : impl_(std::move(impl)),
       socket_(std::move(socket)),
       peer_text_(std::move(peer.text)),
-      peer_unix_(peer.unix_socket),
       started_(std::chrono::steady_clock::now()),
       handshake_timers_(std::make_unique<HandshakeTimers>(socket_.get_executor())),
-      idle_sweep_(impl_->IdleSweepFor(socket_.get_executor())) {
+      idle_sweep_(impl_->IdleSweepFor(socket_.get_executor())),
+      peer_unix_(peer.unix_socket) {
   handshake_timers_->peer_host = std::move(peer.host);
 }
 
@@ -88,6 +89,7 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   StartWatchdog();
   bool ready = co_await Handshake();
   std::string replication = std::move(handshake_timers_->replication);
+  client::ParamList app_params = std::move(handshake_timers_->app_params);
   handshake_timers_.reset();  // cancels the login timeout
   if (!ready) {
     CloseSocket();
@@ -99,6 +101,7 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
     co_return;
   }
   if (!replication.empty()) {
+    hello_params_ = std::make_shared<const client::ParamList>(std::move(app_params));  // its one link's hello
     co_await RunTunnel(self, std::move(replication));
     co_return;
   }
@@ -106,29 +109,45 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
   impl_->login_time.Observe(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started_));
   ArmIdleTimer();
-  core_.Start(&impl_->core_config, database_, app_params_);
+  core_.Start(&impl_->core_config, database_, app_params);
   {
     // Kept once per distinct set (most of an app's connections send the
     // same): every link of the session opens with them.
     std::string key;
-    for (const auto& [name, value] : app_params_) {
+    for (const auto& [name, value] : app_params) {
       key += std::to_string(name.size()) + ':' + name + std::to_string(value.size()) + ':' + value;
     }
     std::lock_guard lock(impl_->mu);
-    hello_params_ = impl_->hello_params.Intern(key, [this] { return std::move(app_params_); });
+    hello_params_ = impl_->hello_params.Intern(key, [&app_params] { return std::move(app_params); });
   }
-  client::ParamList().swap(app_params_);
   PumpApp();
 }
 
 void ClientSession::ParkApp() {
   in_.ReleaseIfEmpty(idle_sweep_ != nullptr ? &idle_sweep_->buffers : nullptr);
+  app_parked_ = true;
   socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](asio::error_code ec) {
     self->OnAppReadable(ec);
   });
 }
 
 void ClientSession::OnAppReadable(asio::error_code ec) {
+  app_parked_ = false;
+  if (quiet_ == kGoingQuiet) {
+    // GoQuiet's cancellation (or the data that beat it: read as usual).
+    quiet_ = kNotQuiet;
+    if (ec == asio::error::operation_aborted && reason_ == EndReason::kNone && socket_.is_open()) {
+      if (state_ == State::kIdle && idle_sweep_ != nullptr &&
+          idle_sweep_->quiet.Watch(socket_.native_handle(), shared_from_this())) {
+        quiet_ = kQuiet;
+        impl_->quiet_parks.fetch_add(1, std::memory_order_relaxed);
+        impl_->quiet_now.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        ParkApp();
+      }
+      return;
+    }
+  }
   // As PumpApp: the idle timeout or a Kill ended the session
   // (EndSession closes); a closed socket or a failed read ends forwarding.
   if (reason_ == EndReason::kIdleTimeout || reason_ == EndReason::kKilled) return;
@@ -181,7 +200,7 @@ void ClientSession::SetState(State next) {
             (state_ == State::kBusy && next == State::kIdle);
   if (!ok) Log(fmt::format("internal: session state {} -> {} refused", int(state_), int(next)));
   if (ok) state_ = next;
-  shown_state_.store(static_cast<int>(state_), std::memory_order_relaxed);
+  shown_state_.store(static_cast<uint8_t>(state_), std::memory_order_relaxed);
 }
 
 void ClientSession::StartWatchdog() {
@@ -213,6 +232,7 @@ void SweepIdleClientSession(ClientSession& session) {
   if (session.state_ != ClientSession::State::kIdle) return;
   session.core_.ReleaseIdleState();
   session.app_out_.ReleaseIfEmpty();
+  session.GoQuiet();
   // A release offer (OnReleaseOffer) holds while the app sends nothing:
   // noted, then one more whole sweep period, then the link goes.
   if (release == 0 || session.release_generation_ != static_cast<uint32_t>(session.idle_generation_)) return;
@@ -267,9 +287,38 @@ asio::awaitable<void> ClientSession::EndSession(std::shared_ptr<ClientSession> s
 
 void ClientSession::CloseSocket() {
   if (handshake_timers_) handshake_timers_->tls_abort.Abort();  // a TLS handshake in progress holds the real socket
+  std::shared_ptr<ClientSession> quiet;
+  if (quiet_ == kQuiet) {
+    // Watched by the QuietWatch, not Asio: forgotten before the descriptor
+    // closes; the reader ends as a cancelled Asio wait would end it.
+    quiet_ = kNotQuiet;
+    if (idle_sweep_ != nullptr) quiet = idle_sweep_->quiet.Forget(socket_.native_handle());
+  }
   asio::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
+  if (quiet) {
+    impl_->quiet_now.fetch_sub(1, std::memory_order_relaxed);
+    asio::post(socket_.get_executor(), [quiet] { quiet->OnAppReadable(asio::error::operation_aborted); });
+  }
+}
+
+void ClientSession::GoQuiet() {
+  if (!app_parked_ || quiet_ != kNotQuiet || state_ != State::kIdle || reason_ != EndReason::kNone ||
+      app_write_waiting_ || idle_sweep_ == nullptr || !socket_.is_open()) {
+    return;
+  }
+  quiet_ = kGoingQuiet;
+  asio::error_code ec;
+  socket_.cancel(ec);  // (the only operation on it: the parked readability wait)
+  if (ec) quiet_ = kNotQuiet;
+}
+
+void WakeQuietClientSession(std::shared_ptr<ClientSession> session) {
+  session->quiet_ = ClientSession::kNotQuiet;
+  session->impl_->quiet_wakes.fetch_add(1, std::memory_order_relaxed);
+  session->impl_->quiet_now.fetch_sub(1, std::memory_order_relaxed);
+  session->OnAppReadable({});
 }
 
 void ClientSession::CloseLink() {
@@ -326,9 +375,9 @@ asio::awaitable<std::tuple<asio::error_code, size_t>> ClientSession::WriteApp(st
 }
 
 asio::awaitable<void> ClientSession::Fatal(std::string_view sqlstate, std::string message) {
-  out_.clear();
-  pr::EncodeErrorResponse(out_, "FATAL", sqlstate, message);
-  co_await Write(out_);
+  std::string out;
+  pr::EncodeErrorResponse(out, "FATAL", sqlstate, message);
+  co_await Write(out);
   CloseSocket();
   SetState(State::kClosed);
 }
@@ -339,6 +388,7 @@ asio::awaitable<bool> ClientSession::Handshake() {
   using Event = client::ServerHandshake::Event;
   // Aliases the Impl's config: no per-connection copy of the users.
   client::ServerHandshake hs(std::shared_ptr<const client::HandshakeConfig>(impl_, &impl_->handshake_config));
+  std::string out;  // AuthenticationOk ... ReadyForQuery
   hs.set_peer_host(std::move(handshake_timers_->peer_host));
   if (peer_unix_) hs.set_unix_socket();
   for (;;) {
@@ -396,13 +446,13 @@ asio::awaitable<bool> ClientSession::Handshake() {
       co_return false;
     }
     // kAuthenticated: output holds [NegotiateProtocolVersion] ... AuthenticationOk.
-    out_ = std::move(step.output);
+    out = std::move(step.output);
     {
       std::lock_guard lock(impl_->mu);  // (Info() reads them on other threads)
       user_ = hs.user();
       database_ = hs.database();
     }
-    app_params_ = hs.parameters();
+    handshake_timers_->app_params = hs.parameters();
     handshake_timers_->replication = hs.replication();
     break;
   }
@@ -410,8 +460,7 @@ asio::awaitable<bool> ClientSession::Handshake() {
   if (impl_->options.admin && database_ == impl_->options.admin_database) {
     // The admin console: no origin parameters, no link (RunAdmin).
     admin_ = true;
-    co_await Write(out_);
-    out_.clear();
+    co_await Write(out);
     co_return true;
   }
 
@@ -425,31 +474,30 @@ asio::awaitable<bool> ClientSession::Handshake() {
     }
   }
   if (!have_params) {
-    co_await Write(out_);
-    out_.clear();
+    co_await Write(out);
+    out.clear();
     SetState(State::kAwaitingParams);
     auto params = co_await AwaitParams();
     if (!params) co_return false;
     origin_params = std::move(*params);
   }
-  for (const auto& [name, value] : client::OverlayParams(origin_params, app_params_)) {
-    pr::Encode(pr::ParameterStatus{name, value}, out_);
+  client::ParamList& app_params = handshake_timers_->app_params;
+  for (const auto& [name, value] : client::OverlayParams(origin_params, app_params)) {
+    pr::Encode(pr::ParameterStatus{name, value}, out);
   }
   // From now on the session asks for what it was told ("SQL, MDY", not a
   // "SQL" whose date order would come from the connection it borrows).
-  client::CanonicalizeAppParams(origin_params, app_params_);
+  client::CanonicalizeAppParams(origin_params, app_params);
   if (!RegisterCancelKey()) {
     co_await Fatal(kSqlStateConnectionFailure, "could not generate a cancellation key");
     co_return false;
   }
-  pr::Encode(pr::BackendKeyData{cancel_pid_, std::string_view(cancel_secret_.data(), cancel_secret_.size())}, out_);
-  pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out_);
+  pr::Encode(pr::BackendKeyData{cancel_pid_, std::string_view(cancel_secret_.data(), cancel_secret_.size())}, out);
+  pr::Encode(pr::ReadyForQuery{pr::TransactionStatus::kIdle}, out);
   SetState(State::kIdle);
-  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_), kAsTuple);
+  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out), kAsTuple);
   CountSent(n);
   if (ec) co_return false;
-  out_.clear();
-  out_.shrink_to_fit();
   logged_in_ = true;
   if (impl_->logger->log_connections()) {
     impl_->logger->Log(LogLevel::kInfo, "session_start",
@@ -548,9 +596,10 @@ asio::awaitable<void> ClientSession::RunAdmin() {
   }
   login.user = user_;
   std::unique_ptr<AdminSession> session = console.Open(login);
-  session->Greeting(out_);
+  std::string out;
+  session->Greeting(out);
   SetState(State::kIdle);
-  co_await Write(out_);
+  co_await Write(out);
   pr::FrameReader reader(pr::FrameReader::Mode::kTagged, pr::FrameLimits{.max_message_length = 1u << 20});
   for (bool open = true; open && reason_ == EndReason::kNone;) {
     absl::StatusOr<pr::Frame> frame = co_await ReadFrame(reader);
@@ -560,10 +609,10 @@ asio::awaitable<void> ClientSession::RunAdmin() {
       }
       break;
     }
-    out_.clear();
-    open = session->OnMessage(frame->tag, frame->payload, out_);
+    out.clear();
+    open = session->OnMessage(frame->tag, frame->payload, out);
     in_.Consume(frame->size());
-    if (reason_ == EndReason::kNone) co_await Write(out_);
+    if (reason_ == EndReason::kNone) co_await Write(out);
   }
   if (reason_ == EndReason::kKilled) co_return;  // EndSession closes
   CloseSocket();

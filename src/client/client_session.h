@@ -68,7 +68,7 @@ namespace hyperpool {
 class ClientSession : public std::enable_shared_from_this<ClientSession> {
  public:
   // The session's life. Change it only through SetState().
-  enum class State {
+  enum class State : uint8_t {
     kStartup,         // waiting for StartupMessage (SSLRequest: 'S' and TLS when configured, else 'N')
     kAuthenticating,  // SCRAM-SHA-256 exchange in progress
     kAwaitingParams,  // authenticated; waiting for the origin's parameters (first app of a Client)
@@ -78,7 +78,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   };
 
   // Why forwarding ended; decides what the app is told.
-  enum class EndReason {
+  enum class EndReason : uint8_t {
     kNone,              // still running
     kTerminate,         // app sent Terminate: forwarded, then both closed
     kAppGone,           // app socket closed or failed: link closed (a vanished client)
@@ -249,6 +249,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // parks again (nothing there), or ends forwarding (closed, failed).
   void OnAppReadable(asio::error_code ec);
 
+  // The idle sweep found the session idle with its reader parked: the
+  // Asio readability wait is cancelled, and at its cancellation
+  // (OnAppReadable) the socket is watched by the executor's QuietWatch
+  // instead, until the app sends (WakeQuietClientSession: the reader reads
+  // and parks on Asio again) or the socket closes (CloseSocket forgets it,
+  // and the reader ends as with a cancelled wait). A quiet session holds
+  // no Asio operation (~150 bytes).
+  void GoQuiet();
+  friend void WakeQuietClientSession(std::shared_ptr<ClientSession> session);
+  enum Quiet : uint8_t { kNotQuiet, kGoingQuiet, kQuiet };
+
   // The app's socket ended or failed while PumpApp read it: closes what
   // the session's end needs closed.
   void AppReadEnded();
@@ -310,22 +321,25 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // app ends the session. Admin messages are bounded at 1 MiB.
   asio::awaitable<void> RunAdmin();
 
+  ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket, client::Peer peer);
+
+  // The fields are ordered by size, so that an idle session (every one of
+  // them is held for as long as its app stays connected) carries no padding
+  // between them (docs/performance.md, "What an idle client still holds").
   std::shared_ptr<Client::Impl> impl_;
   tcp::socket socket_;
-  ClientSession(std::shared_ptr<Client::Impl> impl, tcp::socket socket, client::Peer peer);
   // The app's address, for the logs and SHOW CLIENTS (the host alone, for
   // the access rules, is the handshake's: HandshakeTimers::peer_host).
   const std::string peer_text_;
-  const bool peer_unix_;
   // SHOW CLIENTS' and the admin console's address: "unix" for a Unix-domain
   // peer (the Unix listener adopts its sockets as TCP ones: unix_listener.h).
   std::string ShownAddress() const { return peer_unix_ ? "unix" : peer_text_; }
   const std::chrono::steady_clock::time_point started_;
-  bool logged_in_ = false;  // ReadyForQuery of the login sent
   // What only the handshake uses, freed when it ends (Run), so that a
   // logged-in session keeps none of it: the login timeout, the wait for the
   // origin's parameters and its answer (OnParams, AwaitParams), the TLS
-  // handshake's abort. Null after the handshake.
+  // handshake's abort, the startup packet's parameters. Null after the
+  // handshake.
   struct HandshakeTimers {
     explicit HandshakeTimers(const asio::any_io_executor& ex) : watchdog(ex), params(ex) {}
     asio::steady_timer watchdog;
@@ -335,35 +349,22 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     std::string params_error;
     std::string peer_host;
     std::string replication;  // the handshake's replication(): a walsender login (RunTunnel)
+    client::ParamList app_params;  // the startup packet's (Run interns them: hello_params_)
   };
   std::unique_ptr<HandshakeTimers> handshake_timers_;
   // client_idle_timeout's timer, made at its first arming (none when the
   // timeout is off, the default: an idle session keeps no timer).
   std::unique_ptr<asio::steady_timer> idle_timer_;
   Client::Impl::IdleSweep* idle_sweep_ = nullptr;  // null: no sweep on this executor
-  bool idle_queued_ = false;                       // in idle_sweep_->sessions
   uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
-  State state_ = State::kStartup;
-  EndReason reason_ = EndReason::kNone;
   client::InBuffer in_;  // app bytes not consumed yet
-  std::string out_;
-  bool timed_out_ = false;
 
   std::string user_;      // written under impl_->mu (Info() reads them on other threads)
   std::string database_;
-  client::ParamList app_params_;  // the startup packet's, until the login ends (Run)
-  // The same, kept for the hellos of the session's links (one per distinct
-  // set: Client::Impl::hello_params); null before the login ends.
+  // The startup packet's parameters, kept for the hellos of the session's
+  // links (one per distinct set: Client::Impl::hello_params); null before
+  // the login ends.
   std::shared_ptr<const client::ParamList> hello_params_;
-  bool released_wrote_ = false;  // a released link's Endpoint half had seen a write (link::kWroteParam)
-  // A release offer being confirmed (OnReleaseOffer): 0 none, 1 noted, 2
-  // one sweep passed; the idle generation it was made at, and its `wrote`.
-  uint8_t release_stage_ = 0;
-  bool release_wrote_ = false;
-  uint32_t release_generation_ = 0;
-  uint32_t link_epoch_ = 0;  // bumped when the link is let go: its parked callback is stale
-  int32_t cancel_pid_ = 0;
-  std::array<char, 4> cancel_secret_{};
 
   std::string session_id_;
   std::unique_ptr<Link> link_;
@@ -371,18 +372,37 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Every per-message decision (the cache tier, statement metadata, the
   // units in flight, the transaction status): client_core.h.
   client::ClientCore core_;
-  client::AppOutbox app_out_;        // bytes for the app not written yet (the one writer: FlushApp)
-  uint32_t app_want_ = 1;            // bytes the app reader needs for its partial frame
+  client::AppOutbox app_out_;  // bytes for the app not written yet (the one writer: FlushApp)
+  std::string pending_error_;
+  uint64_t id_ = 0;                                     // ClientSessionInfo::id, guarded by impl_->mu
+  std::chrono::system_clock::time_point connect_time_;  // guarded by impl_->mu
+
+  uint32_t release_generation_ = 0;
+  uint32_t link_epoch_ = 0;  // bumped when the link is let go: its parked callback is stale
+  int32_t cancel_pid_ = 0;
+  std::array<char, 4> cancel_secret_{};
+  uint32_t app_want_ = 1;  // bytes the app reader needs for its partial frame
+  State state_ = State::kStartup;
+  EndReason reason_ = EndReason::kNone;
+  std::atomic<uint8_t> shown_state_{0};  // state_, for SHOW CLIENTS on other threads
+  std::atomic<bool> admin_{false};       // an admin console session (RunAdmin); read by SHOW CLIENTS
+  // A release offer being confirmed (OnReleaseOffer): 0 none, 1 noted, 2
+  // one sweep passed; the idle generation it was made at, and its `wrote`.
+  uint8_t release_stage_ = 0;
+  bool release_wrote_ = false;
+  bool released_wrote_ = false;  // a released link's Endpoint half had seen a write (link::kWroteParam)
+  const bool peer_unix_;
+  bool logged_in_ = false;           // ReadyForQuery of the login sent
+  bool idle_queued_ = false;         // in idle_sweep_->sessions
+  bool timed_out_ = false;
   bool app_write_waiting_ = false;   // FlushApp waits for the socket to take more
   bool app_waits_out_ = false;       // the app reader stopped until the outbox drains
   bool link_waits_out_ = false;      // the link reader stopped until the outbox drains
   bool close_when_drained_ = false;  // SendAppThenClose: close once the outbox drains
   bool farewell_sent_ = false;
-  std::string pending_error_;
-  std::atomic<bool> admin_{false};  // an admin console session (RunAdmin); read by SHOW CLIENTS
-  std::atomic<int> shown_state_{0};  // state_, for SHOW CLIENTS on other threads
-  uint64_t id_ = 0;                  // ClientSessionInfo::id, guarded by impl_->mu
-  std::chrono::system_clock::time_point connect_time_;  // guarded by impl_->mu
+  bool app_parked_ = false;  // ParkApp's Asio wait is pending
+  Quiet quiet_ = kNotQuiet;
+
  public:
   // Bytes from and to the app; written on the session's executor only.
   std::atomic<uint64_t> received_{0};

@@ -59,10 +59,8 @@ asio::awaitable<bool> ClientSession::OpenLinkOnly(std::string first_frames, std:
     session_id_ = *id;
   }
   // The app's parameters, as the login kept them (hello_params_, shared
-  // with the Client's other sessions that sent the same); a replication
-  // tunnel opens its one link before that and moves them.
-  client::ParamList hello_params = hello_params_ ? *hello_params_ : std::move(app_params_);
-  client::ParamList().swap(app_params_);
+  // with the Client's other sessions that sent the same).
+  client::ParamList hello_params = hello_params_ ? *hello_params_ : client::ParamList();
   if (!impl_->client_id.empty()) hello_params.emplace_back(link::kClientIdParam, impl_->client_id);
   hello_params.emplace_back(client::kDatabaseParam, database_);  // for a router of several databases
   // The pid of our BackendKeyData: the Endpoint shows it as the sender of

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -55,7 +56,7 @@ class InBuffer {
   size_t capacity() const { return data_.capacity(); }
 
   void Consume(size_t n) {
-    begin_ += n;
+    begin_ += static_cast<uint32_t>(n);
     if (begin_ == end_) Reset();
   }
 
@@ -84,13 +85,13 @@ class InBuffer {
       begin_ = 0;
     }
     if (data_.size() - end_ < n) data_.resize(end_ + n);
-    prepared_ = data_.size() - end_;
+    prepared_ = static_cast<uint32_t>(data_.size() - end_);
     return {data_.data() + end_, prepared_};
   }
   // `n` bytes were written into Prepare()'s space.
   void Commit(size_t n) {
     last_read_filled_ = n == prepared_;
-    end_ += n;
+    end_ += static_cast<uint32_t>(n);
   }
 
   // An idle session parks with no buffer at all (ClientSession::ParkApp):
@@ -125,9 +126,13 @@ class InBuffer {
   void Release() { std::string().swap(data_); }
 
   std::string data_;
-  size_t begin_ = 0;
-  size_t end_ = 0;
-  size_t prepared_ = 0;            // space the last Prepare() gave
+  // Offsets in data_, 32 bits: it holds at most one app message (bounded
+  // by ClientCoreConfig::max_message_length, at most
+  // kDefaultMaxMessageLength) and a read chunk, and an idle session keeps
+  // the InBuffer itself (16 bytes less than with size_t).
+  uint32_t begin_ = 0;
+  uint32_t end_ = 0;
+  uint32_t prepared_ = 0;          // space the last Prepare() gave
   bool last_read_filled_ = false;  // the last Commit() used all of it
 };
 

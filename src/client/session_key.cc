@@ -10,14 +10,20 @@
 namespace hyperpool::client {
 
 void SessionKey::Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params) {
-  base_.clear();
+  Start(database, params, nullptr);
+}
+
+void SessionKey::Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params,
+                       const Interner& intern) {
+  std::string base;
   if (!database.empty()) {
     // Length-prefixed, so no database name is a prefix of another's key.
     const uint32_t n = static_cast<uint32_t>(database.size());
-    for (int shift = 24; shift >= 0; shift -= 8) base_.push_back(static_cast<char>((n >> shift) & 0xff));
-    base_.append(database);
+    for (int shift = 24; shift >= 0; shift -= 8) base.push_back(static_cast<char>((n >> shift) & 0xff));
+    base.append(database);
   }
-  base_ += cache::HelloFingerprint(params, &unsupported_);
+  base += cache::HelloFingerprint(params, &unsupported_);
+  base_ = intern ? intern(std::move(base)) : std::make_shared<const std::string>(std::move(base));
   sets_.reset();
 }
 
@@ -33,7 +39,7 @@ bool SessionKey::Note(std::string_view sql, const cache::StatementEffects& fx, b
     // it does not count (`lasts` false): the session bypasses instead.
     if (!sets_) sets_ = std::make_unique<Sets>();
     sets_->texts.append(std::to_string(sql.size())).append(":").append(sql);
-    sets_->with_sets = base_ + std::string("\0sets\0", 6) + sets_->texts;
+    sets_->with_sets = *base_ + std::string("\0sets\0", 6) + sets_->texts;
     return true;
   }
   changed_ = true;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <functional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -24,6 +25,11 @@ class SessionKey {
   // The same, for a session of `database` (keys of different databases
   // never match: one Client may serve several).
   void Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params);
+  // Shares one copy of a key among the sessions that make the same one
+  // (ClientCore::Config::intern_key); null: each keeps its own.
+  using Interner = std::function<std::shared_ptr<const std::string>(std::string)>;
+  void Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params,
+             const Interner& intern);
 
   // A Query or Parse text the session forwards, classified (`fx`).
   // `lasts`: the statement is its own implicit transaction, sent with
@@ -34,13 +40,18 @@ class SessionKey {
   // A FunctionCall or anything else a key cannot describe.
   void Invalidate() { changed_ = true; }
 
-  const std::string& fingerprint() const { return sets_ ? sets_->with_sets : base_; }
+  const std::string& fingerprint() const {
+    static const std::string kNone;
+    return sets_ ? sets_->with_sets : base_ ? *base_ : kNone;
+  }
   // Keys may be built for the session (cache and statement metadata).
   bool keyable() const { return !unsupported_ && !changed_; }
 
  private:
   static constexpr size_t kMaxSets = 4096;
-  std::string base_;
+  // The database and startup parameters' part: the same for most of a
+  // Client's sessions, so shared (an idle session holds a pointer).
+  std::shared_ptr<const std::string> base_;
   // Made at the session's first SET that counts (most sessions send none).
   struct Sets {
     std::string texts;

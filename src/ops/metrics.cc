@@ -210,6 +210,13 @@ std::string RenderMetrics(const ProcessMetrics& m) {
     w.Counter("hyperpool_client_links_released_total",
               "Links idle sessions let go at their Endpoint's offer (the next unit opens a new one).",
               m.client->links_released);
+    w.Counter("hyperpool_client_quiet_parks_total",
+              "Idle sessions that gave up their own readability wait for their worker's watch of quiet sockets.",
+              m.client->quiet_parks);
+    w.Counter("hyperpool_client_quiet_wakes_total", "Quiet sessions woken by their application's next bytes.",
+              m.client->quiet_wakes);
+    w.Gauge("hyperpool_client_quiet_sessions", "Idle sessions whose socket their worker's watch of quiet sockets holds now.",
+            static_cast<double>(m.client->quiet_sessions));
   }
   std::vector<EndpointSample> endpoints;
   for (const auto& [name, stats] : m.databases) endpoints.push_back({&stats, {{"database", name}}, stats.pool_max_size});
