@@ -24,6 +24,7 @@
 #include <asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "client/client_cache.h"
 #include "client/client_core.h"
 #include "client/client_util.h"
@@ -165,7 +166,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::optional<client::ParamList> params;
   bool probe_in_flight = false;
   std::vector<std::weak_ptr<ClientSession>> params_waiters;
-  std::unordered_map<const ClientSession*, std::weak_ptr<ClientSession>> sessions;
+  absl::flat_hash_map<const ClientSession*, std::weak_ptr<ClientSession>> sessions;
   // A cancel request's key: its session's id and database (a cancel link
   // goes where its session's link went) are read from the session, under
   // mu, which the session writes them under.
@@ -173,7 +174,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     std::array<char, 4> secret{};
     const ClientSession* session = nullptr;
   };
-  std::unordered_map<int32_t, CancelTarget> cancel_keys;
+  absl::flat_hash_map<int32_t, CancelTarget> cancel_keys;
 
   // The Client cache tier (client_cache.h); null when caching is off.
   std::shared_ptr<client::ClientTier> cache;

@@ -124,7 +124,7 @@ asio::awaitable<void> ClientSession::Run(std::shared_ptr<ClientSession> self) {
 }
 
 void ClientSession::ParkApp() {
-  in_.ReleaseIfEmpty(idle_sweep_ != nullptr ? &idle_sweep_->buffers : nullptr);
+  if (app_io_) app_io_->in.ReleaseIfEmpty(idle_sweep_ != nullptr ? &idle_sweep_->buffers : nullptr);
   app_parked_ = true;
   socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](asio::error_code ec) {
     self->OnAppReadable(ec);
@@ -158,11 +158,11 @@ void ClientSession::OnAppReadable(asio::error_code ec) {
   // Most wake-ups carry a whole message; a large one is read in chunks of
   // what its header declared (InBuffer bounds them). Into a spare of the
   // executor's when nothing is buffered (the session parked without one).
-  if (idle_sweep_ != nullptr) in_.TakeSpare(idle_sweep_->buffers);
-  auto [space, space_size] = in_.Prepare(in_.ReadSize(app_want_));
+  if (idle_sweep_ != nullptr) In().TakeSpare(idle_sweep_->buffers);
+  auto [space, space_size] = In().Prepare(In().ReadSize(app_want_));
   const size_t n = socket_.read_some(asio::buffer(space, space_size), ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
-    in_.Commit(0);
+    In().Commit(0);
     ParkApp();
     return;
   }
@@ -171,7 +171,7 @@ void ClientSession::OnAppReadable(asio::error_code ec) {
     return;
   }
   received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  in_.Commit(n);
+  In().Commit(n);
   PumpApp();
 }
 
@@ -231,7 +231,7 @@ void SweepIdleClientSession(ClientSession& session) {
   session.release_stage_ = 0;
   if (session.state_ != ClientSession::State::kIdle) return;
   session.core_.ReleaseIdleState();
-  session.app_out_.ReleaseIfEmpty();
+  if (session.app_io_) session.app_io_->out.ReleaseIfEmpty();
   session.GoQuiet();
   // A release offer (OnReleaseOffer) holds while the app sends nothing:
   // noted, then one more whole sweep period, then the link goes.
@@ -311,7 +311,16 @@ void ClientSession::GoQuiet() {
   quiet_ = kGoingQuiet;
   asio::error_code ec;
   socket_.cancel(ec);  // (the only operation on it: the parked readability wait)
-  if (ec) quiet_ = kNotQuiet;
+  if (ec) {
+    quiet_ = kNotQuiet;
+    return;
+  }
+  // Nothing holds a view of the buffers now (the reader is parked, the
+  // writer has nothing queued): both go until the app sends again.
+  if (app_io_ && app_io_->in.size() == 0 && app_io_->in.capacity() <= std::string().capacity() &&
+      app_io_->out.empty()) {
+    app_io_.reset();
+  }
 }
 
 void WakeQuietClientSession(std::shared_ptr<ClientSession> session) {
@@ -327,7 +336,7 @@ void ClientSession::CloseLink() {
 
 asio::awaitable<absl::StatusOr<pr::Frame>> ClientSession::ReadFrame(const pr::FrameReader& reader) {
   for (;;) {
-    pr::FrameReader::Result r = reader.Read(in_.view());
+    pr::FrameReader::Result r = reader.Read(In().view());
     if (r.is_frame()) co_return r.frame();
     if (r.is_error()) co_return r.status();
     if (!co_await Fill(r.bytes_needed())) co_return absl::UnavailableError("app closed the connection");
@@ -335,17 +344,17 @@ asio::awaitable<absl::StatusOr<pr::Frame>> ClientSession::ReadFrame(const pr::Fr
 }
 
 asio::awaitable<bool> ClientSession::Fill(size_t needed) {
-  size_t want = needed > in_.size() ? needed - in_.size() : 1;
+  size_t want = needed > In().size() ? needed - In().size() : 1;
   // A plain read, also between messages: asio waits for it with the socket
   // already in its epoll set (a readability wait instead would re-arm the
   // socket with epoll_ctl on every message). An idle session keeps only a
   // small read buffer (InBuffer::kIdleRead).
-  auto [space, space_size] = in_.Prepare(in_.ReadSize(want));
+  auto [space, space_size] = In().Prepare(In().ReadSize(want));
   auto buffer = asio::buffer(space, space_size);
   auto [ec, n] = co_await socket_.async_read_some(buffer, kAsTuple);
   if (ec || n == 0) co_return false;
   received_.store(received_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  in_.Commit(n);
+  In().Commit(n);
   co_return true;
 }
 
@@ -392,8 +401,8 @@ asio::awaitable<bool> ClientSession::Handshake() {
   hs.set_peer_host(std::move(handshake_timers_->peer_host));
   if (peer_unix_) hs.set_unix_socket();
   for (;;) {
-    client::ServerHandshake::Step step = hs.Advance(in_.view());
-    in_.Consume(step.consumed);
+    client::ServerHandshake::Step step = hs.Advance(In().view());
+    In().Consume(step.consumed);
     if (!step.log.empty()) LogRefused(step.log, step.auth_failed);
     if (step.event == Event::kNeedMore) {
       if (!step.output.empty()) co_await Write(step.output);
@@ -611,7 +620,7 @@ asio::awaitable<void> ClientSession::RunAdmin() {
     }
     out.clear();
     open = session->OnMessage(frame->tag, frame->payload, out);
-    in_.Consume(frame->size());
+    In().Consume(frame->size());
     if (reason_ == EndReason::kNone) co_await Write(out);
   }
   if (reason_ == EndReason::kKilled) co_return;  // EndSession closes

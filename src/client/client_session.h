@@ -219,7 +219,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // One line per batch for the round-trip trace (link_trace.h).
   void TraceFlight(std::string_view to_link, std::string_view local) const;
 
-  // Answers units at the front of in_ from the local tier (ClientCore::
+  // Answers units at the front of In() from the local tier (ClientCore::
   // ServeLocalHit), as long as they hit; the first one that does not is
   // left in `miss`. False: stop reading (the answers wait in the outbox:
   // OnAppDrained resumes, or the session closed).
@@ -357,7 +357,24 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::unique_ptr<asio::steady_timer> idle_timer_;
   Client::Impl::IdleSweep* idle_sweep_ = nullptr;  // null: no sweep on this executor
   uint64_t idle_generation_ = 0;  // bumped by every arm/disarm: a stale expiry is ignored
-  client::InBuffer in_;  // app bytes not consumed yet
+  // The app reader's and the writer's buffers: made at the first use
+  // (In(), Out()), given back when the session goes quiet with both empty
+  // (GoQuiet): a quiet session holds neither (~90 bytes).
+  struct AppIo {
+    client::InBuffer in;       // app bytes not consumed yet
+    client::AppOutbox out;     // bytes for the app not written yet (the one writer: FlushApp)
+  };
+  std::unique_ptr<AppIo> app_io_;
+  client::InBuffer& In() {
+    if (!app_io_) app_io_ = std::make_unique<AppIo>();
+    return app_io_->in;
+  }
+  client::AppOutbox& Out() {
+    if (!app_io_) app_io_ = std::make_unique<AppIo>();
+    return app_io_->out;
+  }
+  size_t InSize() const { return app_io_ ? app_io_->in.size() : 0; }
+  bool OutEmpty() const { return !app_io_ || app_io_->out.empty(); }
 
   std::string user_;      // written under impl_->mu (Info() reads them on other threads)
   std::string database_;
@@ -372,7 +389,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Every per-message decision (the cache tier, statement metadata, the
   // units in flight, the transaction status): client_core.h.
   client::ClientCore core_;
-  client::AppOutbox app_out_;  // bytes for the app not written yet (the one writer: FlushApp)
   std::string pending_error_;
   uint64_t id_ = 0;                                     // ClientSessionInfo::id, guarded by impl_->mu
   std::chrono::system_clock::time_point connect_time_;  // guarded by impl_->mu

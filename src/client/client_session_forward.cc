@@ -95,13 +95,13 @@ asio::awaitable<bool> ClientSession::OpenLinkOnly(std::string first_frames, std:
 
 asio::awaitable<void> ClientSession::RunTunnel(std::shared_ptr<ClientSession> self, std::string replication) {
   SetState(State::kBusy);  // SHOW CLIENTS: active, as a walsender is
-  std::string first(in_.view());  // what the app sent right after its login
-  in_.Consume(first.size());
+  std::string first(In().view());  // what the app sent right after its login
+  In().Consume(first.size());
   if (!co_await OpenLinkOnly(std::move(first), replication)) co_return;
   asio::co_spawn(executor(), TunnelLinkToApp(self), asio::detached);
   while (link_ && co_await Fill(1)) {
-    std::string chunk(in_.view());
-    in_.Consume(chunk.size());
+    std::string chunk(In().view());
+    In().Consume(chunk.size());
     if (!(co_await link_->Send(std::move(chunk))).ok()) break;
   }
   CloseLink();  // the Endpoint closes the walsender connection
@@ -138,9 +138,9 @@ void ClientSession::TraceFlight(std::string_view to_link, std::string_view local
 bool ClientSession::ServeLocalHits(client::ClientCore::LocalMiss& miss) {
   for (;;) {
     std::string answer;
-    const size_t n = core_.ServeLocalHit(in_.view(), miss, answer);
+    const size_t n = core_.ServeLocalHit(In().view(), miss, answer);
     if (n == 0) return true;
-    in_.Consume(n);
+    In().Consume(n);
     if (impl_->trace_link) TraceFlight({}, answer);
     // Queued after the link's bytes of earlier units (the outbox is one
     // queue): they reach the app first.
@@ -166,14 +166,14 @@ void ClientSession::AppReadEnded() {
 // ---- The writer
 
 void ClientSession::SendApp(std::string bytes) {
-  app_out_.Push(std::move(bytes));
+  Out().Push(std::move(bytes));
   if (!app_write_waiting_) FlushApp();
 }
 
 void ClientSession::SendAppThenClose(std::string bytes) {
   close_when_drained_ = true;
   SendApp(std::move(bytes));
-  if (app_out_.empty() && !app_write_waiting_ && state_ != State::kClosed) {
+  if (OutEmpty() && !app_write_waiting_ && state_ != State::kClosed) {
     CloseLink();
     CloseSocket();
     SetState(State::kClosed);
@@ -184,8 +184,8 @@ void ClientSession::FlushApp() {
   asio::error_code ec;
   if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
   client::AppOutbox::Buffers buffers;
-  while (!ec && !app_out_.empty()) {
-    const size_t count = app_out_.Gather(buffers);
+  while (!ec && !OutEmpty()) {
+    const size_t count = Out().Gather(buffers);
     const size_t n = socket_.write_some(std::span<const asio::const_buffer>(buffers.data(), count), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       // The socket is full: one wait, then the rest (what is queued
@@ -194,21 +194,21 @@ void ClientSession::FlushApp() {
       socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](asio::error_code wait_ec) {
         self->app_write_waiting_ = false;
         if (wait_ec) {
-          self->app_out_.Clear();
+          self->Out().Clear();
           self->AppWriteFailed();
           return;
         }
         self->FlushApp();
-        if (self->app_out_.empty() && !self->app_write_waiting_) self->OnAppDrained();
+        if (self->OutEmpty() && !self->app_write_waiting_) self->OnAppDrained();
       });
       return;
     }
     if (ec) break;
-    app_out_.Consume(n);
+    Out().Consume(n);
     CountSent(n);
   }
   if (ec) {
-    app_out_.Clear();
+    Out().Clear();
     AppWriteFailed();
   }
 }
@@ -241,12 +241,12 @@ void ClientSession::PumpApp() {
     if (state_ == State::kClosed) return;
     client::ClientCore::LocalMiss miss;
     if (!ServeLocalHits(miss)) return;
-    client::ClientCore::AppBatch batch = core_.TakeBatch(in_.view(), miss, link_ != nullptr);
+    client::ClientCore::AppBatch batch = core_.TakeBatch(In().view(), miss, link_ != nullptr);
     // Set before the Terminate goes out: the Endpoint may close the link
     // before Send() returns, and the link reader must not call that a failure.
     if (batch.terminate && reason_ == EndReason::kNone) reason_ = EndReason::kTerminate;
     if (batch.consumed > 0) DisarmIdleTimer();  // a message arrived: not idle until the next ReadyForQuery
-    in_.Consume(batch.consumed);
+    In().Consume(batch.consumed);
     app_want_ = static_cast<uint32_t>(batch.want);
     if (impl_->trace_link && (batch.send_to_link || !batch.local.empty())) {
       TraceFlight(batch.send_to_link ? batch.to_link : "", batch.local);
@@ -411,7 +411,7 @@ ClientSession::LinkStep ClientSession::ForwardLinkBytes() {
     return LinkStep::kEnded;
   }
   if (events.release_offered) OnReleaseOffer(events.release_wrote);
-  if (!app_out_.empty()) {
+  if (!OutEmpty()) {
     link_waits_out_ = true;  // read the link again once the app has read these
     return LinkStep::kWait;
   }
@@ -431,8 +431,8 @@ void ClientSession::OnReleaseOffer(bool wrote) {
 }
 
 bool ClientSession::ReleaseLink(bool wrote) {
-  if (!link_ || state_ != State::kIdle || reason_ != EndReason::kNone || close_when_drained_ || in_.size() != 0 ||
-      !link_in_.empty() || !app_out_.empty() || app_write_waiting_ || app_waits_out_ || link_waits_out_ ||
+  if (!link_ || state_ != State::kIdle || reason_ != EndReason::kNone || close_when_drained_ || InSize() != 0 ||
+      !link_in_.empty() || !OutEmpty() || app_write_waiting_ || app_waits_out_ || link_waits_out_ ||
       !core_.LinkReleasable()) {
     return false;
   }
