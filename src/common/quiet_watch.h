@@ -40,8 +40,8 @@ class QuietWatch {
   }
   QuietWatch(const QuietWatch&) = delete;
   QuietWatch& operator=(const QuietWatch&) = delete;
-  // The holders still watched are dropped without a call (their owner is
-  // going away: Client::Stop shut every session first).
+  // The holders still watched are dropped without a call, when the
+  // cancelled wait's handler runs or the io_context is destroyed.
   ~QuietWatch() = default;
 
   // Watches `fd` for readability, holding `holder` until it wakes or is
@@ -49,13 +49,19 @@ class QuietWatch {
   // refused): the caller keeps waiting its own way.
   bool Watch(int fd, std::shared_ptr<T> holder) {
     State& s = *state_;
-    if (!s.epoll.is_open() || fd < 0 || s.watched.contains(fd)) return false;
+    if (!s.epoll.is_open() || fd < 0) return false;
+    std::shared_ptr<Holders> holders = s.holders.lock();
+    if (holders && holders->contains(fd)) return false;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
     ev.data.fd = fd;
     if (::epoll_ctl(s.epoll.native_handle(), EPOLL_CTL_ADD, fd, &ev) != 0) return false;
-    s.watched.emplace(fd, std::move(holder));
-    Arm(state_);
+    if (!holders) {
+      holders = std::make_shared<Holders>();
+      s.holders = holders;
+    }
+    holders->emplace(fd, std::move(holder));
+    Arm(state_, holders);
     return true;
   }
 
@@ -63,41 +69,52 @@ class QuietWatch {
   // was not watched.
   std::shared_ptr<T> Forget(int fd) {
     State& s = *state_;
-    auto it = s.watched.find(fd);
-    if (it == s.watched.end()) return nullptr;
+    std::shared_ptr<Holders> holders = s.holders.lock();
+    if (!holders) return nullptr;
+    auto it = holders->find(fd);
+    if (it == holders->end()) return nullptr;
     std::shared_ptr<T> holder = std::move(it->second);
-    s.watched.erase(it);
+    holders->erase(it);
     ::epoll_ctl(s.epoll.native_handle(), EPOLL_CTL_DEL, fd, nullptr);
     return holder;
   }
 
-  std::size_t size() const { return state_->watched.size(); }
+  std::size_t size() const {
+    std::shared_ptr<Holders> holders = state_->holders.lock();
+    return holders ? holders->size() : 0;
+  }
 
  private:
+  using Holders = absl::flat_hash_map<int, std::shared_ptr<T>>;
   struct State {
     State(const asio::any_io_executor& executor, Wake w) : epoll(executor), wake(w) {}
     asio::posix::stream_descriptor epoll;
-    absl::flat_hash_map<int, std::shared_ptr<T>> watched;
+    // Owned by the pending wait's handler (there is one whenever a socket
+    // is watched), not by the watch: when the io_context is destroyed
+    // without running it, the holders go with it (a watch that owned them
+    // would keep its owner alive through them: the Client's sessions hold
+    // the Client).
+    std::weak_ptr<Holders> holders;
     const Wake wake;
     bool armed = false;
   };
 
-  static void Arm(const std::shared_ptr<State>& state) {
-    if (state->armed || state->watched.empty()) return;
+  static void Arm(const std::shared_ptr<State>& state, std::shared_ptr<Holders> holders) {
+    if (state->armed || holders->empty()) return;
     state->armed = true;
     state->epoll.async_wait(asio::posix::stream_descriptor::wait_read,
-                            [weak = std::weak_ptr<State>(state)](std::error_code ec) {
+                            [weak = std::weak_ptr<State>(state), holders](std::error_code ec) {
                               std::shared_ptr<State> s = weak.lock();
                               if (!s) return;
                               s->armed = false;
-                              if (!ec) Drain(*s);
-                              if (!ec || ec == std::errc::interrupted) Arm(s);
+                              if (!ec) Drain(*s, *holders);
+                              if (!ec || ec == std::errc::interrupted) Arm(s, holders);
                             });
   }
 
   // Hands every ready socket's holder to `wake` (which may watch or forget
   // others meanwhile).
-  static void Drain(State& s) {
+  static void Drain(State& s, Holders& holders) {
     constexpr int kBatch = 64;
     epoll_event events[kBatch];
     for (;;) {
@@ -106,10 +123,10 @@ class QuietWatch {
       if (n <= 0) return;
       for (int i = 0; i < n; ++i) {
         const int fd = events[i].data.fd;
-        auto it = s.watched.find(fd);
-        if (it == s.watched.end()) continue;
+        auto it = holders.find(fd);
+        if (it == holders.end()) continue;
         std::shared_ptr<T> holder = std::move(it->second);
-        s.watched.erase(it);
+        holders.erase(it);
         ::epoll_ctl(s.epoll.native_handle(), EPOLL_CTL_DEL, fd, nullptr);
         s.wake(std::move(holder));
       }

@@ -137,5 +137,30 @@ TEST_CASE("quiet watch: dropping the watch releases its holders without waking t
   g_woken = nullptr;
 }
 
+
+// A Client's sessions hold the Client, whose worker holds the watch: the
+// watch must not own what it watches, or a Client whose io_context ended
+// without running its sessions' Shutdown would never be freed.
+struct Owner {
+  std::shared_ptr<QuietWatch<Owner>> watch;
+};
+void WokenOwner(std::shared_ptr<Owner>) {}
+
+TEST_CASE("quiet watch: holders that own the watch go with the io_context (no cycle)", "[common]") {
+  Pair p;
+  auto io = std::make_unique<asio::io_context>();
+  auto watch = std::make_shared<QuietWatch<Owner>>(io->get_executor(), &WokenOwner);
+  auto owner = std::make_shared<Owner>();
+  owner->watch = watch;
+  std::weak_ptr<Owner> weak_owner = owner;
+  std::weak_ptr<QuietWatch<Owner>> weak_watch = watch;
+  REQUIRE(watch->Watch(p.fds[0], std::move(owner)));
+  watch.reset();
+  CHECK_FALSE(weak_owner.expired());  // the pending wait holds it
+  io.reset();                          // never run: its handlers are destroyed
+  CHECK(weak_owner.expired());
+  CHECK(weak_watch.expired());
+}
+
 }  // namespace
 }  // namespace hyperpool
