@@ -59,8 +59,9 @@ asio::awaitable<bool> ClientSession::OpenLinkOnly(std::string first_frames, std:
     session_id_ = *id;
   }
   // The app's parameters, as the login kept them (hello_params_, shared
-  // with the Client's other sessions that sent the same).
-  client::ParamList hello_params = hello_params_ ? *hello_params_ : client::ParamList();
+  // with the Client's other sessions that sent the same; set by Run before
+  // any link opens).
+  client::ParamList hello_params = *hello_params_;
   if (!impl_->client_id.empty()) hello_params.emplace_back(link::kClientIdParam, impl_->client_id);
   hello_params.emplace_back(client::kDatabaseParam, database_);  // for a router of several databases
   // The pid of our BackendKeyData: the Endpoint shows it as the sender of

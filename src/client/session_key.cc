@@ -9,10 +9,6 @@
 
 namespace hyperpool::client {
 
-void SessionKey::Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params) {
-  Start(database, params, nullptr);
-}
-
 void SessionKey::Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params,
                        const Interner& intern) {
   std::string base;

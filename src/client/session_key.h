@@ -20,16 +20,15 @@ namespace hyperpool::client {
 
 class SessionKey {
  public:
+  // Shares one copy of a key among the sessions that make the same one
+  // (ClientCore::Config::intern_key); null: each keeps its own.
+  using Interner = std::function<std::shared_ptr<const std::string>(std::string)>;
   // From the startup parameters (cache::HelloFingerprint).
   void Start(const std::vector<std::pair<std::string, std::string>>& params) { Start({}, params); }
   // The same, for a session of `database` (keys of different databases
   // never match: one Client may serve several).
-  void Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params);
-  // Shares one copy of a key among the sessions that make the same one
-  // (ClientCore::Config::intern_key); null: each keeps its own.
-  using Interner = std::function<std::shared_ptr<const std::string>(std::string)>;
   void Start(std::string_view database, const std::vector<std::pair<std::string, std::string>>& params,
-             const Interner& intern);
+             const Interner& intern = nullptr);
 
   // A Query or Parse text the session forwards, classified (`fx`).
   // `lasts`: the statement is its own implicit transaction, sent with

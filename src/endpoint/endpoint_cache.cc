@@ -88,7 +88,7 @@ void EndpointCache::WantCatalog() {
 }
 
 bool EndpointCache::RefreshAllowed(std::chrono::steady_clock::time_point now) const {
-  if (now - last_failure_ < kRefreshRetry || !pacing_.Allowed(now)) return false;
+  if (now - last_failure_ < kRefreshRetry || !pacing_.Allowed(now, loaded_at_)) return false;
   return !feed_changed_ || now - refresh_started_ >= kFeedCatalogReadEvery;
 }
 
@@ -249,7 +249,7 @@ asio::awaitable<void> EndpointCache::Refresh(std::shared_ptr<EndpointCache> self
     // A change settled while it ran: read again (at once the first time:
     // pacing_).
     const bool still_unknown = overlay_.all_unknown() || overlay_.cascade_pending();
-    pacing_.Loaded(still_unknown, loaded_at_);
+    pacing_.Loaded(still_unknown);
     if (still_unknown) WantCatalog();
     Publish();
     co_return;

@@ -115,11 +115,11 @@ std::string FormatCacheReport(const EndpointCacheReport& report);
 class CatalogReadPacing {
  public:
   using Clock = std::chrono::steady_clock;
-  void Loaded(bool still_unknown, Clock::time_point now) {
-    unknown_loads_ = still_unknown ? unknown_loads_ + 1 : 0;
-    loaded_at_ = now;
+  void Loaded(bool still_unknown) { unknown_loads_ = still_unknown ? unknown_loads_ + 1 : 0; }
+  // `loaded_at`: when the latest read ended (EndpointCache::loaded_at_).
+  bool Allowed(Clock::time_point now, Clock::time_point loaded_at) const {
+    return unknown_loads_ < 2 || now - loaded_at >= Gap();
   }
-  bool Allowed(Clock::time_point now) const { return unknown_loads_ < 2 || now - loaded_at_ >= Gap(); }
   std::chrono::milliseconds Gap() const {
     if (unknown_loads_ < 2) return std::chrono::milliseconds(0);
     const uint32_t doublings = std::min<uint32_t>(unknown_loads_ - 2, 5);
@@ -129,7 +129,6 @@ class CatalogReadPacing {
 
  private:
   uint32_t unknown_loads_ = 0;  // reads in a row that ended unknown
-  Clock::time_point loaded_at_{};
 };
 
 class EndpointCache : public std::enable_shared_from_this<EndpointCache> {

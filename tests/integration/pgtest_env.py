@@ -53,6 +53,11 @@ def fetch_metrics(url):
     return values
 
 
+def metric(url, name):
+    """One sample of a /metrics page (url: http://host:port), -1 when absent."""
+    return fetch_metrics(url).get(name, -1)
+
+
 def serve_metrics(index=0):
     """The /metrics of the index-th serve that logged its metrics listener to ERR."""
     return fetch_metrics(re.findall(r"metrics on (http://[0-9.:]+)/metrics", err_text())[index])

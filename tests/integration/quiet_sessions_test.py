@@ -31,13 +31,9 @@ import subprocess
 import asyncpg
 import psycopg
 
-from pgtest_env import check, err_text, fail, fetch_metrics, metrics_url_since, origin_url, start_serve, wait_for
+from pgtest_env import check, err_text, fail, metric, metrics_url_since, origin_url, start_serve, wait_for
 
 N = 30
-
-
-def metric(murl, name):
-    return fetch_metrics(murl).get(name, -1)
 
 
 def parks(murl):

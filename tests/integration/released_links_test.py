@@ -38,13 +38,9 @@ import time
 import asyncpg
 import psycopg
 
-from pgtest_env import check, fail, fetch_metrics, origin_url, run_serve_with_metrics, wait_for
+from pgtest_env import check, fail, metric, origin_url, run_serve_with_metrics, wait_for
 
 N = 20
-
-
-def metric(murl, name):
-    return fetch_metrics(murl).get(name, -1)
 
 
 def released(murl):
