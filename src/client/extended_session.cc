@@ -178,6 +178,7 @@ bool ExtendedSession::AdoptServedParse(const protocol::Frame& frame, Promise pro
   pr::Encode(rewritten, st.deferred_parse);
   st.result_type = ResultTypeOfFrame(meta->row_description);
   st.promised = std::move(meta);
+  st.shown = true;
   Define(std::string(p->statement), std::move(st));
   return true;
 }
@@ -225,7 +226,10 @@ bool ExtendedSession::OnParse(const protocol::Frame& frame, std::string_view res
         st.metadata_key = std::move(key);
         pr::Parse rewritten{p->statement, p->query, *declared};
         pr::Encode(rewritten, st.deferred_parse);
-        st.result_type = ResultTypeOfFrame(meta->row_description);
+        // (Unknown until the driver is shown a shape: its answer here, or
+        // the origin's to a Describe.)
+        if (describe) st.result_type = ResultTypeOfFrame(meta->row_description);
+        st.shown = describe;
         st.promised = meta;
         Define(name, std::move(st));
         local += kParseComplete;
@@ -266,6 +270,8 @@ bool ExtendedSession::OnDescribe(const protocol::Frame& frame, std::string_view 
         if (f1 && (f1->tag == 'H' || f1->tag == 'S')) {
           local += st.promised->parameter_description;
           local += st.promised->row_description;
+          st.shown = true;
+          st.result_type = ResultTypeOfFrame(st.promised->row_description);
           if (f1->tag == 'S') AppendReady(local, ctx.txn_status);
           store_->NoteLocalAnswer();
           result.rest_consumed = f1->size();
@@ -274,6 +280,7 @@ bool ExtendedSession::OnDescribe(const protocol::Frame& frame, std::string_view 
         }
       }
       Materialize(st, to_link);
+      if (!st.shown) st.promised.reset();  // the driver holds what the origin answers: nothing to check
       p.learn = true;  // the driver holds what the origin answers
       p.name = std::string(d->name);
       p.serial = st.serial;
@@ -319,6 +326,7 @@ bool ExtendedSession::OnBind(const protocol::Frame& frame, std::string_view rest
     Materialize(it->second, to_link);
     promise = std::move(it->second.promised);  // checked once, at this first Bind
     it->second.promised.reset();
+    if (!it->second.shown) promise.reset();  // the driver was told no shape: nothing to check
     key = it->second.metadata_key;
   }
   to_link += frame.raw;

@@ -67,6 +67,11 @@ struct SessionStatement {
   // Tells this statement from a later one of the same name (answers to
   // messages sent before a re-Parse are not about it).
   uint32_t serial = 0;
+  // The driver was shown `promised`'s RowDescription (a Describe of the
+  // statement answered here): only then is a different shape at the first
+  // Bind an error (0A000). A driver that was only told ParseComplete
+  // learns the shape from the origin, as directly, whatever DDL happened.
+  bool shown = false;
 };
 
 // protocol::ResultTypeDigest of a whole RowDescription ('T') or NoData

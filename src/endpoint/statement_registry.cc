@@ -81,6 +81,36 @@ StatementRef StatementCatalog::Intern(std::string_view key, std::string_view que
   return ref;
 }
 
+StatementRef StatementCatalog::Candidate(const StatementInfo& like) {
+  // The Parse frame's payload after the name: the query, then the types.
+  std::string_view payload = std::string_view(like.parse_frame).substr(5);
+  payload.remove_prefix(like.server_name.size() + 1);
+  auto info = std::make_shared<StatementInfo>();
+  info->key = like.key;
+  info->epoch = epoch_;
+  info->server_name = prefix_ + std::to_string(++counter_);
+  info->reads_prepared_view = like.reads_prepared_view;
+  info->drops_statements = like.drops_statements;
+  info->runs = like.runs;
+  std::string body;
+  body.reserve(info->server_name.size() + 1 + payload.size());
+  protocol::AppendCString(body, info->server_name);
+  body.append(payload.data(), payload.size());
+  protocol::AppendFrame(info->parse_frame, 'P', body);
+  return info;
+}
+
+void StatementCatalog::Adopt(const StatementRef& statement) {
+  auto it = by_key_.find(Absl(statement->key));
+  if (it == by_key_.end()) {
+    by_key_.emplace(statement->key, statement);
+    if (by_key_.size() >= prune_at_) PruneExpired();
+    return;
+  }
+  StatementRef live = it->second.lock();
+  if (!live || live->retired || live->epoch != epoch_) it->second = statement;
+}
+
 StatementRef StatementCatalog::Find(std::string_view key) const {
   auto it = by_key_.find(Absl(key));
   if (it == by_key_.end()) return nullptr;
@@ -106,10 +136,47 @@ std::uint64_t ClientStatements::Set(std::string_view name, StatementRef statemen
   if (it != named_.end()) {
     if (it->second.statement != statement) it->second.order = ++next_order_;
     it->second.statement = std::move(statement);
+    it->second.unconfirmed = false;
     return it->second.order;
   }
   named_.emplace(std::string(name), Named{std::move(statement), ++next_order_});
   return next_order_;
+}
+
+void ClientStatements::Fold(std::uint64_t order, const StatementInfo* from, const StatementRef& to) {
+  for (auto& [name, named] : named_) {
+    if (named.order == order && named.statement.get() == from) {
+      named.statement = to;
+      return;
+    }
+  }
+}
+
+void ClientStatements::MarkUnconfirmed(std::string_view name) {
+  auto it = named_.find(Absl(name));
+  if (it != named_.end()) it->second.unconfirmed = true;
+}
+
+const StatementRef* ClientStatements::FindForUse(std::string_view name, bool* unconfirmed, std::uint64_t* order) {
+  auto it = named_.find(Absl(name));
+  if (it == named_.end()) return nullptr;
+  *unconfirmed = std::exchange(it->second.unconfirmed, false);
+  *order = it->second.order;
+  return &it->second.statement;
+}
+
+std::string_view ClientStatements::NameAt(std::uint64_t order) const {
+  for (const auto& [name, named] : named_) {
+    if (named.order == order) return name;
+  }
+  return {};
+}
+
+std::uint64_t ClientStatements::Repoint(std::string_view name, StatementRef statement) {
+  auto it = named_.find(Absl(name));
+  if (it == named_.end()) return 0;
+  it->second.statement = std::move(statement);
+  return it->second.order;
 }
 
 void ClientStatements::EraseSetAt(std::uint64_t order) {

@@ -122,6 +122,16 @@ class StatementCatalog {
   // The origin reported 0A000 for `statement`: later Parses of its text get
   // a new server statement (DDL that bypassed the Endpoint).
   void Retire(const StatementInfo* statement, std::string_view error_payload);
+  // A client's own Parse of a text whose statement already has a described
+  // shape (StatementSession's candidate): a new statement of `like`'s
+  // identity under a fresh server name, not the one Intern returns. The
+  // origin parses it as the client's statement now, so it cannot carry a
+  // result type from before DDL that bypassed the Endpoint.
+  StatementRef Candidate(const StatementInfo& like);
+  // `statement` (a candidate whose shape differed from the interned one's)
+  // is what Intern returns for its identity from now on, unless a live
+  // statement of this epoch that is not retired holds the place.
+  void Adopt(const StatementRef& statement);
   std::uint64_t epoch() const { return epoch_; }
 
   // A fresh id for a client's unnamed statement (unique per Endpoint, never 0).
@@ -166,8 +176,26 @@ class ClientStatements {
   // Forgets the name whose statement was set with `order` (a Parse the
   // origin skipped after an error never made it), if it is still that one.
   void EraseSetAt(std::uint64_t order);
+  // The name set with `order` maps to `from`: it maps to `to` instead (a
+  // candidate folded into the shared statement of the same shape).
+  void Fold(std::uint64_t order, const StatementInfo* from, const StatementRef& to);
+  // Parse-only units (StatementSession::AnswerParseOnly) answer a Parse
+  // without the origin: the name is unconfirmed until its first use, which
+  // parses it on the origin as a candidate first. Takes the mark.
+  void MarkUnconfirmed(std::string_view name);
+  // Points `name` (known) at `statement`, keeping its order; returns it
+  // (0 if the name is unknown).
+  std::uint64_t Repoint(std::string_view name, StatementRef statement);
   // The statement the client calls `name`, or null.
   const StatementRef* Find(std::string_view name) const;
+  // Find for a use of the name (Bind, Describe): also takes its
+  // unconfirmed mark (MarkUnconfirmed) into `*unconfirmed`, and gives its
+  // entry's order (NameAt).
+  const StatementRef* FindForUse(std::string_view name, bool* unconfirmed, std::uint64_t* order);
+  // The name whose entry has `order` ("" if none): for error texts, which
+  // must name the statement the client used even when another of its names
+  // shares the server statement.
+  std::string_view NameAt(std::uint64_t order) const;
   // Forgets `name`; true if it was known.
   bool Erase(std::string_view name);
   // Forgets `name` as Erase does; returns its entry's order (0 if
@@ -213,7 +241,8 @@ class ClientStatements {
  private:
   struct Named {
     StatementRef statement;
-    std::uint64_t order = 0;  // when the client prepared it (Set)
+    std::uint64_t order = 0;   // when the client prepared it (Set)
+    bool unconfirmed = false;  // MarkUnconfirmed
   };
   absl::flat_hash_map<std::string, Named> named_;
   std::uint64_t next_order_ = 0;

@@ -26,25 +26,6 @@ constexpr std::string_view kStaleStatement = "hp_stale";
 constexpr std::string_view kProbeStatement = "hp_probe";
 constexpr std::string_view kStalePlanMessage = "cached plan must not change result type";
 
-// The ErrorResponse payload PostgreSQL sends when a statement's result type
-// changed (plancache.c, RevalidateCachedQuery): drivers recognise it by the
-// routine field (asyncpg, postgres.js) or the SQLSTATE (PgJDBC).
-std::string StalePlanError() {
-  std::string payload;
-  auto field = [&](char code, std::string_view value) {
-    payload.push_back(code);
-    protocol::AppendCString(payload, value);
-  };
-  field('S', "ERROR");
-  field('V', "ERROR");
-  field('C', kSqlStateFeatureNotSupported);
-  field('M', kStalePlanMessage);
-  field('F', "plancache.c");
-  field('R', "RevalidateCachedQuery");
-  payload.push_back('\0');
-  return payload;
-}
-
 using protocol::TakeCString;
 
 void AppendHeader(std::string& out, char tag, std::size_t payload_size) {
@@ -85,6 +66,25 @@ std::string_view SqlStateOf(std::string_view payload) {
 }
 
 }  // namespace
+
+// The ErrorResponse payload PostgreSQL sends when a statement's result type
+// changed (plancache.c, RevalidateCachedQuery): drivers recognise it by the
+// routine field (asyncpg, postgres.js) or the SQLSTATE (PgJDBC).
+std::string StalePlanError() {
+  std::string payload;
+  auto field = [&](char code, std::string_view value) {
+    payload.push_back(code);
+    protocol::AppendCString(payload, value);
+  };
+  field('S', "ERROR");
+  field('V', "ERROR");
+  field('C', kSqlStateFeatureNotSupported);
+  field('M', kStalePlanMessage);
+  field('F', "plancache.c");
+  field('R', "RevalidateCachedQuery");
+  payload.push_back('\0');
+  return payload;
+}
 
 
 // ---------------------------------------------------------------------------
@@ -258,38 +258,28 @@ bool StatementSession::StartShapeCheck(const protocol::Frame& frame, ConnectionS
   return true;
 }
 
-bool StatementSession::OnShape(const Op& op, char tag, std::string_view payload, ConnectionStatements& conn) {
-  const StatementInfo& statement = *op.statement;
-  const std::string_view shape = tag == 'T' ? payload : std::string_view();
-  if (op.shape_check) shape_check_pending_ = false;
-  if (!statement.shape_known) {
-    statement.shape.assign(shape.data(), shape.size());
-    statement.shape_known = true;
-    statement.shape_digest = protocol::ResultTypeDigest(shape);
-    statement.shape_epoch = catalog_.epoch();
-    return true;
+StatementRef StatementSession::ParseCandidate(std::string_view name, StatementRef shared, Mode mode,
+                                              ConnectionStatements& conn, std::string& out) {
+  if (shared->runs != nullptr && !conn.Touch(shared->runs.get())) Replay(shared->runs, conn, out);
+  StatementRef fresh = catalog_.Candidate(*shared);
+  const std::uint64_t order = mode == Mode::kForwarded ? client_.Set(name, fresh) : client_.Repoint(name, fresh);
+  AddToConnection(fresh, conn, out);
+  protocol::AppendRawFrame(out, fresh->parse_frame);
+  Push(Kind::kParse, mode, fresh);
+  if (mode == Mode::kForwarded) {
+    ops_.back().client_order = order;
+    NoteSet(name, /*native=*/true);
   }
-  // What defines the result type (protocol::SameResultType), not the bytes:
-  // a table dropped and re-created with the same columns has new table OIDs
-  // in its RowDescription, and PostgreSQL runs the statement as before.
-  const bool same = statement.shape.empty() || shape.empty() ? statement.shape == shape
-                                                            : protocol::SameResultType(statement.shape, shape);
-  if (same) {
-    statement.shape_epoch = catalog_.epoch();
-    if (op.verify && statement.retired) statement.retired = false;  // its original result type again
-    return true;
-  }
-  if (!op.verify) return true;  // the client's own Describe: it now holds this shape itself
-  // Its result type changed: fail it as PostgreSQL fails a cached plan
-  // whose result type changed, for every client that holds its old shape.
-  catalog_.Retire(op.statement.get(), StalePlanError());
-  conn.Remove(op.statement.get());
-  conn.pending_close.push_back(statement.server_name);
-  return false;
+  NoteMember(fresh.get());
+  AppendDescribeStatement(out, fresh->server_name);
+  Push(Kind::kDescribeStatement, Mode::kHidden, fresh);
+  ops_.back().fold_into = std::move(shared);
+  ops_.back().client_order = order;
+  return fresh;
 }
 
 std::string_view StatementSession::Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
-                                           StatementRef* statement, bool* stale) {
+                                           StatementRef* statement, bool* stale, std::uint64_t* order) {
   if (name.empty()) {
     if (client_.unnamed_id() == 0) {
       // The client has none (never parsed, or a simple Query dropped it):
@@ -309,8 +299,16 @@ std::string_view StatementSession::Resolve(std::string_view name, ConnectionStat
     }
     return name;
   }
-  const StatementRef* ref = client_.Find(name);
+  bool unconfirmed = false;
+  const StatementRef* ref = client_.FindForUse(name, &unconfirmed, order);
   if (ref == nullptr) return name;  // not one of the client's Parses (SQL-level PREPARE, or missing)
+  if (unconfirmed && (*ref)->shape_known && !(*ref)->retired) {
+    // Answered without the origin (AnswerParseOnly): parsed now, as the
+    // client's own statement, before its first use.
+    StatementRef fresh = ParseCandidate(name, *ref, Mode::kHidden, conn, out);
+    *statement = fresh;
+    return fresh->server_name;
+  }
   if (!conn.Touch(ref->get())) {
     if ((*ref)->retired) {
       *stale = true;
@@ -405,6 +403,13 @@ void StatementSession::OnParse(const protocol::Frame& frame, ConnectionStatement
   AppendScope();
   StatementRef statement = catalog_.Intern(catalog_.scratch().key, query, types_raw);
   if (runs != nullptr) statement->runs = std::move(runs);
+  if (statement->shape_known) {
+    // Another client's (or an earlier) Parse made it: the origin parses the
+    // client's own now, in case DDL it never told the Endpoint about
+    // changed its result type since (FoldCandidate).
+    ParseCandidate(name, std::move(statement), Mode::kForwarded, conn, out);
+    return;
+  }
   const std::uint64_t order = client_.Set(name, statement);
   if (conn.Touch(statement.get())) {
     if (StatusKnown() && status_ != 'E') {
@@ -538,7 +543,8 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       }
       StatementRef statement;
       bool stale = false;
-      const std::string_view target = Resolve(name, conn, out, &statement, &stale);
+      std::uint64_t order = 0;
+      const std::string_view target = Resolve(name, conn, out, &statement, &stale, &order);
       if (target.data() == name.data() && target.size() == name.size()) {
         protocol::AppendRawFrame(out, frame.raw);
       } else {
@@ -549,6 +555,7 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       Push(Kind::kBind, Mode::kForwarded, std::move(statement));
       ops_.back().unnamed = name.empty();
       ops_.back().stale = stale;
+      ops_.back().client_order = order;  // (error texts: NameClientsStatement)
       KeepNameForErrors(name);
       return;
     }
@@ -564,7 +571,8 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       if (!TakeCString(rest, name)) break;
       StatementRef statement;
       bool stale = false;
-      const std::string_view target = Resolve(name, conn, out, &statement, &stale);
+      std::uint64_t order = 0;
+      const std::string_view target = Resolve(name, conn, out, &statement, &stale, &order);
       if (target.data() == name.data() && target.size() == name.size()) {
         protocol::AppendRawFrame(out, frame.raw);
       } else {
@@ -572,6 +580,7 @@ void StatementSession::OnFrontend(const protocol::Frame& frame, ConnectionStatem
       }
       Push(Kind::kDescribeStatement, Mode::kForwarded, std::move(statement));
       ops_.back().stale = stale;
+      ops_.back().client_order = order;  // (error texts: NameClientsStatement)
       KeepNameForErrors(name);
       return;
     }
@@ -751,11 +760,13 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
         OnError(op, frame.payload, conn);
       }
       bool forward = !op.stale && !op.view_prep;  // an error of our own Sync group is ours
-      if (forward && op.mode == Mode::kForwarded && op.statement != nullptr &&
-          (op.kind == Kind::kBind || op.kind == Kind::kDescribeStatement) && NameClientsStatement(op, frame.payload, out)) {
-        forward = false;  // (sent as rewritten)
-      }
       if (op.kind == Kind::kQuery || op.kind == Kind::kFunctionCall) return Verdict::kForward;
+      // Named after the skipped messages are undone (below): a DEALLOCATE
+      // or Close of the name behind it has taken the name meanwhile.
+      Op failed;
+      const bool rename = forward && op.mode == Mode::kForwarded && op.statement != nullptr &&
+                          (op.kind == Kind::kBind || op.kind == Kind::kDescribeStatement);
+      if (rename) failed = std::move(op);
       Pop();
       // PostgreSQL skips everything until Sync. What the skipped messages
       // assumed is undone latest first: each put back what it replaced.
@@ -765,6 +776,7 @@ StatementSession::Verdict StatementSession::OnBackend(const protocol::Frame& fra
       for (std::size_t i = sync_at; i-- > head_;) UndoSkipped(ops_[i], conn);
       if (sync_at == ops_.size()) skipping_ = true;
       for (std::size_t n = sync_at - head_; n > 0; --n) Pop();
+      if (rename && NameClientsStatement(failed, frame.payload, out)) forward = false;  // (sent as rewritten)
       return forward ? Verdict::kForward : Verdict::kDrop;
     }
     default:

@@ -8,9 +8,12 @@
 //
 // Frontend side (PostgreSQL docs, "Message Flow" > "Extended Query"):
 //  - Parse "name": the client's name is mapped to the statement's server
-//    name (statement_registry.h). If the connection already has it, the
-//    Parse is dropped and its ParseComplete synthesised; else it is sent as
-//    Parse "hp_<n>" (after Close of any statement the LRU bound evicts).
+//    name (statement_registry.h), sent as Parse "hp_<n>" (after Close of
+//    any statement the LRU bound evicts). A text the catalog holds with a
+//    described shape is Parsed as a candidate of its own and folded into
+//    the shared statement once described the same (ParseCandidate); one
+//    whose shared statement is on the connection, not described yet, is
+//    dropped and its ParseComplete synthesised.
 //  - Bind / Describe('S') of a mapped name: the name is rewritten to the
 //    server name; if the connection lacks the statement, its Parse is sent
 //    first in the same flight and that ParseComplete is swallowed. The same
@@ -77,6 +80,16 @@ bool ParseDeallocate(std::string_view sql, std::string& name);
 // If `sql` starts with "EXECUTE name", that name as PostgreSQL resolves it,
 // and where it is spelled in `sql` ([name_pos, name_pos + name_len)); else false.
 bool ParseExecute(std::string_view sql, std::string& name, std::size_t& name_pos, std::size_t& name_len);
+
+// Two RowDescription payloads (or "" for NoData) define the same result
+// type (protocol::SameResultType), not the same bytes: a table dropped and
+// re-created with the same columns has new table OIDs in its
+// RowDescription, and PostgreSQL runs a statement of it as before.
+bool SameShape(std::string_view a, std::string_view b);
+// The ErrorResponse payload PostgreSQL sends when a statement's result type
+// changed ("cached plan must not change result type", SQLSTATE 0A000,
+// routine RevalidateCachedQuery).
+std::string StalePlanError();
 
 class StatementSession {
  public:
@@ -247,7 +260,13 @@ class StatementSession {
     bool view_only = false;         // ...of ShowOwnStatements: a changed shape retires, discards nothing
     bool view_prep = false;         // ShowOwnStatements' own Sync group: its errors are swallowed
     StatementRef statement;         // the server statement concerned, if any
-    std::uint64_t client_order = 0; // a named Parse: the client name's entry it set (undone if skipped)
+    // The hidden Describe('S') of a candidate (`statement`, ParseCandidate):
+    // the shared statement of its identity, which the client's name is
+    // folded into when the origin describes the same shape.
+    StatementRef fold_into;
+    // A named Parse: the client name's entry it set (undone if skipped); a
+    // Bind / Describe('S'): the entry it used (its error names that name).
+    std::uint64_t client_order = 0;
     // A Close('S') or DEALLOCATE of a client name answered here: the entry
     // it took (`statement`, `close_name` and this order), put back if skipped.
     std::uint64_t put_back_order = 0;
@@ -264,6 +283,19 @@ class StatementSession {
   };
 
   void Push(Kind kind, Mode mode, StatementRef statement = nullptr);
+  // The client's Parse of name `name` (`mode`: kForwarded for its own Parse,
+  // kHidden at the first use of a name a Parse-only unit answered) when
+  // the interned statement `shared` already has a shape: the origin parses
+  // a candidate under a fresh server name, as a direct connection parses
+  // the client's statement now, and describes it (hidden). Its answer
+  // (OnShape) folds the name into `shared` if the shape is the same, else
+  // retires `shared` and makes the candidate the text's statement: DDL
+  // that bypassed the Endpoint never fails a statement the client parsed
+  // after it. Returns the candidate.
+  StatementRef ParseCandidate(std::string_view name, StatementRef shared, Mode mode, ConnectionStatements& conn,
+                              std::string& out);
+  // OnShape for a candidate's Describe answer.
+  void FoldCandidate(const Op& op, ConnectionStatements& conn);
   void Pop();
   // Sequence numbers (MustWait): the n-th message pushed since the session
   // began is n; it is answered (or dropped) once popped_ >= n.
@@ -279,6 +311,10 @@ class StatementSession {
   // when the client's name would exist directly.
   struct NameSet {
     std::uint64_t seq = 0;
+    // The set before it: a later set in the current group (a hidden Close
+    // of the raw name, EmitPendingCloses) must not hide one of an earlier
+    // group whose outcome decides what the name means (PendingSet).
+    std::uint64_t prev = 0;
     bool native = false;
   };
   void NoteSet(std::string_view name, bool native = false);
@@ -300,7 +336,8 @@ class StatementSession {
   bool UseMustWait(std::string_view name, const ConnectionStatements& conn) const;
   bool SqlMustWait(std::string_view sql, const ConnectionStatements& conn) const;
   // A Bind / Describe sent while its name's Parse was pending keeps the
-  // name (Op::close_name): that Parse may fail and take the name with it.
+  // name (Op::close_name): that Parse may fail and take the name with it;
+  // so does one of a candidate not described yet (it is folded then).
   void KeepNameForErrors(std::string_view name);
   // An error about `op`'s server statement ("hp_<n>"): appends it to `out`
   // naming the client's statement instead, as PostgreSQL would; false if
@@ -324,7 +361,7 @@ class StatementSession {
   // the origin's error (and its rollback and skip-until-Sync) stands in for
   // the "cached plan must not change result type" a direct connection gives.
   std::string_view Resolve(std::string_view name, ConnectionStatements& conn, std::string& out,
-                           StatementRef* statement, bool* stale);
+                           StatementRef* statement, bool* stale, std::uint64_t* order);
   void AddToConnection(const StatementRef& statement, ConnectionStatements& conn, std::string& out);
   void EmitPendingCloses(ConnectionStatements& conn, std::string& out);
   void OnParse(const protocol::Frame& frame, ConnectionStatements& conn, std::string& out);

@@ -3,7 +3,9 @@
 // Sync groups (MustWait: which pending message last set each client name
 // and each statement on the connection), what a skipped message undoes,
 // what a CommandComplete changes, error texts that name the client's
-// statement rather than hp_<n>, and Parse-only units.
+// statement rather than hp_<n>, Parse-only units, and candidates (a
+// client's Parse of a text another Parse made, checked against DDL the
+// Endpoint did not see).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include <string_view>
 
 #include "endpoint/statement_session.h"
+#include "protocol/backend_messages.h"
 #include "protocol/frame_reader.h"
 #include "protocol/wire_reader.h"
 #include "protocol/wire_writer.h"
@@ -23,7 +26,8 @@ void StatementSession::NoteSet(std::string_view name, bool native) {
   if (name.empty()) {
     unnamed_set_ = LastSeq();
   } else {
-    name_set_.insert_or_assign(std::string(name), NameSet{LastSeq(), native});
+    auto [it, made] = name_set_.try_emplace(std::string(name));
+    it->second = NameSet{LastSeq(), made ? 0 : it->second.seq, native};
   }
 }
 
@@ -36,7 +40,11 @@ std::uint64_t StatementSession::MemberSeq(const StatementInfo* statement) const 
 }
 
 void StatementSession::KeepNameForErrors(std::string_view name) {
-  if (name.empty() || name_set_.empty() || !name_set_.contains(absl::string_view(name.data(), name.size()))) return;
+  if (name.empty()) return;
+  // A candidate not described yet is folded into the shared statement when
+  // it is (FoldCandidate): NameOf no longer finds it by then.
+  const bool folds = ops_.back().statement != nullptr && !ops_.back().statement->shape_known;
+  if (!folds && (name_set_.empty() || !name_set_.contains(absl::string_view(name.data(), name.size())))) return;
   ops_.back().close_name.assign(name.data(), name.size());
 }
 
@@ -45,7 +53,9 @@ bool StatementSession::NameClientsStatement(const Op& op, std::string_view paylo
   std::string& quoted = catalog_.scratch().exec_text;
   quoted.assign("\"").append(server).append("\"");
   if (payload.find(quoted) == std::string_view::npos) return false;
-  const std::string_view client = op.close_name.empty() ? client_.NameOf(op.statement.get()) : op.close_name;
+  std::string_view client = op.close_name;
+  if (client.empty() && op.client_order != 0) client = client_.NameAt(op.client_order);
+  if (client.empty()) client = client_.NameOf(op.statement.get());
   if (client.empty()) return false;
   std::string rewritten;
   for (std::size_t at = 0;;) {
@@ -64,7 +74,8 @@ bool StatementSession::NameClientsStatement(const Op& op, std::string_view paylo
 const StatementSession::NameSet* StatementSession::PendingSet(std::string_view name) const {
   if (name_set_.empty()) return nullptr;
   auto it = name_set_.find(absl::string_view(name.data(), name.size()));
-  return it != name_set_.end() && EarlierUnanswered(it->second.seq) ? &it->second : nullptr;
+  if (it == name_set_.end()) return nullptr;
+  return EarlierUnanswered(it->second.seq) || EarlierUnanswered(it->second.prev) ? &it->second : nullptr;
 }
 
 bool StatementSession::MustWait(const protocol::Frame& frame, const ConnectionStatements& conn) const {
@@ -262,9 +273,74 @@ bool StatementSession::AnswerParseOnly(const protocol::Frame& frame, std::string
     BuildStatementKey(query, rest, catalog_.scratch().key);
     AppendScope();
     client_.Set(name, catalog_.Intern(catalog_.scratch().key, query, rest));
+    // Parsed on the origin at its first use (Resolve), as a candidate; not
+    // a text that reads pg_prepared_statements, which shows the client's
+    // statements as they are before that use (ShowOwnStatements).
+    if (!(*client_.Find(name))->reads_prepared_view) client_.MarkUnconfirmed(name);
   }
   protocol::AppendFrame(out, '1', {});
   return true;
+}
+
+bool SameShape(std::string_view a, std::string_view b) {
+  return a.empty() || b.empty() ? a == b : protocol::SameResultType(a, b);
+}
+
+bool StatementSession::OnShape(const Op& op, char tag, std::string_view payload, ConnectionStatements& conn) {
+  const StatementInfo& statement = *op.statement;
+  const std::string_view shape = tag == 'T' ? payload : std::string_view();
+  if (op.shape_check) shape_check_pending_ = false;
+  if (!statement.shape_known) {
+    statement.shape.assign(shape.data(), shape.size());
+    statement.shape_known = true;
+    statement.shape_digest = protocol::ResultTypeDigest(shape);
+    statement.shape_epoch = catalog_.epoch();
+    if (op.fold_into != nullptr) FoldCandidate(op, conn);
+    return true;
+  }
+  const bool same = SameShape(statement.shape, shape);
+  if (same) {
+    statement.shape_epoch = catalog_.epoch();
+    if (op.verify && statement.retired) statement.retired = false;  // its original result type again
+    return true;
+  }
+  if (!op.verify) return true;  // the client's own Describe: it now holds this shape itself
+  // Its result type changed: fail it as PostgreSQL fails a cached plan
+  // whose result type changed, for every client that holds its old shape.
+  catalog_.Retire(op.statement.get(), StalePlanError());
+  conn.Remove(op.statement.get());
+  conn.pending_close.push_back(statement.server_name);
+  return false;
+}
+
+void StatementSession::FoldCandidate(const Op& op, ConnectionStatements& conn) {
+  const StatementRef& shared = op.fold_into;
+  const StatementInfo& fresh = *op.statement;
+  if (!shared->retired && shared->shape_known && SameShape(shared->shape, fresh.shape)) {
+    // The shared statement describes what the client's own would: the
+    // name uses it (it is where replays already are); the candidate goes.
+    // Not where the connection lacks it: a replay there inside a failed
+    // transaction block would fail (25P02) where the client's own
+    // statement exists, so the client keeps its candidate.
+    shared->shape_epoch = catalog_.epoch();
+    if (!conn.Has(shared.get())) return;
+    client_.Fold(op.client_order, op.statement.get(), shared);
+    if (conn.Has(op.statement.get())) {
+      conn.Remove(op.statement.get());
+      conn.pending_close.push_back(fresh.server_name);
+    }
+    return;
+  }
+  // DDL the Endpoint did not see changed the text's result type after the
+  // shared statement was made: it fails for the clients that hold it (as
+  // their statements would directly), and the candidate, parsed after the
+  // DDL as the client's statement was, becomes the text's statement.
+  if (!shared->retired) catalog_.Retire(shared.get(), StalePlanError());
+  if (conn.Has(shared.get())) {
+    conn.Remove(shared.get());
+    conn.pending_close.push_back(shared->server_name);
+  }
+  catalog_.Adopt(op.statement);
 }
 
 }  // namespace hyperpool::endpoint

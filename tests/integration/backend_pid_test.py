@@ -34,7 +34,9 @@
 Needs HYPERPOOL_BINARY and HYPERPOOL_TEST_PG_ENV (ctest sets both).
 """
 import asyncio
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -211,6 +213,7 @@ finally:
 def serve_with_any_database():
     """serve with hp's database and a "*" entry: one Endpoint per database."""
     tmp = tempfile.mkdtemp(prefix="hp-pid-")
+    atexit.register(shutil.rmtree, tmp, True)
     pw_file = os.path.join(tmp, "origin-pw")
     with open(pw_file, "w") as f:
         f.write(env_get("ADMIN_PASSWORD") + "\n")

@@ -25,6 +25,7 @@ Before replication connections were tunnelled, each of these got 08P01
 Needs HYPERPOOL_BINARY; starts and stops its own PostgreSQL 15.
 """
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -158,6 +159,7 @@ def main():
             if p.poll() is None:
                 stop_serve(p)
         stop_cluster(base)
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

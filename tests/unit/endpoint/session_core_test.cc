@@ -1105,7 +1105,9 @@ struct ScriptedBackend {
 
   void Receive(std::string_view bytes) {
     REQUIRE(testing::ForEachFrame(bytes, [&](const protocol::Frame& f) {
-      if (f.tag != 'Q' && f.tag != 'S') open_unit = true;
+      // (A Close starts no transaction: PostgreSQL closes at once, and a
+      // Close before a simple Query leaves nothing open.)
+      if (f.tag != 'Q' && f.tag != 'S' && f.tag != 'C') open_unit = true;
       if (skipping && f.tag != 'S') return;
       switch (f.tag) {
         case 'Q': {

@@ -20,6 +20,12 @@
 namespace hyperpool::endpoint {
 namespace {
 
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
 std::string TypesRaw(std::vector<protocol::Oid> types) {
   std::string out;
   protocol::AppendInt16(out, static_cast<int16_t>(types.size()));
@@ -232,6 +238,8 @@ class ModelBackend {
         if (d->kind == protocol::ObjectKind::kStatement) {
           if (d->name.empty() ? !has_unnamed : !statements.count(std::string(d->name))) return Error(out, "26000");
           protocol::Encode(protocol::ParameterDescription{}, out);
+          // (exec_describe_statement_message revalidates the plan after the ParameterDescription)
+          if (stale.count(std::string(d->name))) return Error(out, "0A000");
           const std::string column = d->name.empty() ? std::string() : shapes[std::string(d->name)];
           if (!column.empty()) {
             protocol::RowDescription rd;
@@ -391,6 +399,7 @@ struct Harness {
       if (f.tag == 'E') s += ":" + std::string(protocol::DecodeErrorResponse(f.payload)->sqlstate());
       if (f.tag == 'E' && messages) s += "(" + std::string(protocol::DecodeErrorResponse(f.payload)->message()) + ")";
       if (f.tag == 'C') s += ":" + std::string(protocol::DecodeCommandComplete(f.payload)->tag);
+      if (f.tag == 'T' && messages) s += "(" + std::string(protocol::DecodeRowDescription(f.payload)->fields[0].name) + ")";
       bytes.remove_prefix(f.size());
     }
     return s;
@@ -407,13 +416,19 @@ TEST_CASE("two clients use one statement name for different texts on one connect
   CHECK(h.conns[0]->backend.received[0] == "P hp_1");
 }
 
-TEST_CASE("the same text from two clients shares one server statement: the second Parse is answered here") {
+TEST_CASE("the same text from two clients shares one server statement: the second Parse is checked, then folded") {
   Harness h(1);
   StatementSession a(h.catalog), b(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT $1", {23}) + Sync()) == "1 Z");
   h.conns[0]->backend.received.clear();
+  // b's Parse is the origin's (a candidate, described hidden) as a direct
+  // Parse would be now; the same shape: b's name uses hp_1 from then on.
   CHECK(h.Run(b, 0, Parse("other", "SELECT $1", {23}) + Bind("other") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"B hp_1", "E", "S"});
+  CHECK(Join(h.conns[0]->backend.received) == "P hp_2, D hp_2, B hp_2, E, S");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(b, 0, Bind("other") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(Join(h.conns[0]->backend.received) == "C hp_2, B hp_1, E, S");
+  CHECK(h.conns[0]->backend.statements == std::set<std::string>{"hp_1"});
 }
 
 TEST_CASE("a statement prepared on one connection is re-prepared (hidden) on another before its Bind") {
@@ -438,20 +453,20 @@ TEST_CASE("Close forgets only the client's name; re-Parse of the name with anoth
 TEST_CASE("synthetic answers keep their place in the response stream") {
   Harness h(1);
   StatementSession a(h.catalog);
-  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
-  h.conns[0]->backend.received.clear();
-  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 2") + Parse("S_4", "SELECT 1") + CloseS("S_4") + Parse("S_3", "SELECT 3") +
-                        Sync()) == "1 1 3 1 Z");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"P hp_2", "D hp_2", "P hp_3", "D hp_3", "S"});
+  // S_4's text is S_1's, parsed just before (its shape not described
+  // yet): answered here.
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Parse("S_2", "SELECT 2") + Parse("S_4", "SELECT 1") + CloseS("S_4") +
+                        Parse("S_3", "SELECT 3") + Sync()) == "1 1 1 3 1 Z");
+  CHECK(Join(h.conns[0]->backend.received) == "P hp_1, D hp_1, P hp_2, D hp_2, P hp_3, D hp_3, S");
 }
 
 TEST_CASE("a Flush behind synthetic answers carries them out through a hidden no-op Close") {
   Harness h(1);
   StatementSession a(h.catalog);
-  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
-  h.conns[0]->backend.received.clear();
-  CHECK(h.Run(a, 0, Parse("S_4", "SELECT 1") + Flush()) == "1");
-  CHECK(h.conns[0]->backend.received == std::vector<std::string>{"C hp_noop", "H"});
+  // S_4 (S_1's text, whose shape is not described yet) is answered here,
+  // behind S_1's hidden Describe.
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Parse("S_4", "SELECT 1") + Flush()) == "1 1");
+  CHECK(Join(h.conns[0]->backend.received) == "P hp_1, D hp_1, C hp_noop, H");
   CHECK(h.Run(a, 0, Bind("S_4") + Execute() + Sync()) == "2 C:SELECT 1 Z");
   CHECK(a.pending() == 0);
 }
@@ -662,6 +677,69 @@ TEST_CASE("DDL that bypassed the Endpoint: a replay's changed shape found in fli
   CHECK(h.Run(a, 1, Parse("S_2", "SELECT * FROM t") + Bind("S_2") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
 }
 
+TEST_CASE("DDL that bypassed the Endpoint: a client that parses after it gets the new shape, never 0A000") {
+  // A direct connection parses the client's statement when it asks: its
+  // Describe and Bind cannot fail with "cached plan must not change result
+  // type". Mapping the Parse onto the shared statement made before the DDL
+  // did (asyncpg: InvalidCachedStatementError at prepare).
+  Harness h(2);
+  h.SetColumns("SELECT * FROM t", "a");
+  StatementSession a(h.catalog), b(h.catalog), c(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  // ALTER TABLE t ... on the origin, not through the Endpoint.
+  h.conns[0]->backend.stale.insert("hp_1");
+  h.SetColumns("SELECT * FROM t", "b");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(b, 0, Parse("X", "SELECT * FROM t") + DescribeS("X") + Sync(), nullptr, true) == "1 t T(b) Z");
+  CHECK(Join(h.conns[0]->backend.received) == "P hp_2, D hp_2, D hp_2, S");
+  CHECK(h.Run(b, 0, Bind("X") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  // a parsed before the DDL: its name fails as on a direct connection.
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  CHECK(h.Run(a, 1, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");
+  // Later clients share b's statement: their own candidates fold into it
+  // where the connection has it (here it does not: c keeps its own).
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(c, 1, Parse("Y", "SELECT * FROM t") + DescribeS("Y") + Bind("Y") + Execute() + Sync(), nullptr, true) ==
+        "1 t T(b) 2 C:SELECT 1 Z");
+  CHECK(Join(h.conns[1]->backend.received) == "P hp_3, D hp_3, D hp_3, B hp_3, E, S");
+  h.conns[1]->backend.received.clear();
+  CHECK(h.Run(c, 1, Bind("Y") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(Join(h.conns[1]->backend.received) == "B hp_3, E, S");
+  StatementSession d(h.catalog);
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(d, 0, Parse("Z", "SELECT * FROM t") + Bind("Z") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  CHECK(h.Run(d, 0, Bind("Z") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(Join(h.conns[0]->backend.received) == "P hp_4, D hp_4, B hp_4, E, S, C hp_4, B hp_2, E, S");
+}
+
+TEST_CASE("a name a Parse-only unit answered without the origin is parsed as the client's own at its first use") {
+  Harness h(1);
+  h.SetColumns("SELECT * FROM t", "a");
+  StatementSession a(h.catalog), b(h.catalog);
+  CHECK(h.Run(a, 0, Parse("S_1", "SELECT * FROM t") + Bind("S_1") + Execute() + Sync()) == "1 2 C:SELECT 1 Z");
+  // pgbench -M prepared's PQprepare, answered here (the statement is known).
+  std::string frames = Parse("P_1", "SELECT * FROM t") + Sync();
+  REQUIRE(b.IsParseOnlyUnit(frames, /*known_only=*/true));
+  std::string answers;
+  REQUIRE(testing::ForEachFrame(frames, [&](const protocol::Frame& f) { b.AnswerParseOnly(f, answers); }));
+  CHECK(Harness::Describe(answers) == "1 Z");
+  h.conns[0]->backend.stale.insert("hp_1");  // DDL that bypassed the Endpoint, after that Parse
+  h.SetColumns("SELECT * FROM t", "b");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(b, 0, Bind("P_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(Join(h.conns[0]->backend.received) == "P hp_2, D hp_2, B hp_2, E, S");
+  CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "E:0A000 Z");  // parsed before it
+  // Without DDL the first use folds into the shared statement.
+  StatementSession c(h.catalog);
+  frames = Parse("P_2", "SELECT * FROM t") + Sync();
+  answers.clear();
+  REQUIRE(testing::ForEachFrame(frames, [&](const protocol::Frame& f) { c.AnswerParseOnly(f, answers); }));
+  CHECK(h.Run(c, 0, Bind("P_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  h.conns[0]->backend.received.clear();
+  CHECK(h.Run(c, 0, Bind("P_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+  CHECK(Join(h.conns[0]->backend.received) == "C hp_3, B hp_2, E, S");
+}
+
 TEST_CASE("the LRU bound closes evicted statements on the connection, hidden from the client") {
   Harness h(1);  // capacity 4
   StatementSession a(h.catalog);
@@ -754,13 +832,14 @@ TEST_CASE("a client reading pg_prepared_statements sees its own statements only,
   // A fresh client: none of the other session's statements.
   CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 0 Z");
   CHECK(h.Run(a, 0, Parse("", view) + Bind("") + Execute() + Sync()) == "1 2 C:SELECT 0 Z");
-  // Its own (one shared with the other session), prepared on the
-  // connection only now, in its order.
+  // Its own (one shares its text with the other session's, whose
+  // statement the connection no longer has: its candidate hp_3 stays its
+  // own), prepared on the connection only now, in its order.
   CHECK(h.Run(a, 0, Parse("s2", "SELECT 2") + Parse("s3", "SELECT 3") + Sync()) == "1 1 Z");
   h.conns[0]->backend.received.clear();
   CHECK(h.Run(a, 0, Query(view)) == "C:SELECT 2 Z");
-  CHECK(h.conns[0]->backend.received ==
-        std::vector<std::string>{"C hp_3", "C hp_2", "P hp_2", "D hp_2", "P hp_3", "D hp_3", "S", "Q " + view});
+  CHECK(Join(h.conns[0]->backend.received) ==
+        "C hp_4, C hp_3, P hp_3, D hp_3, P hp_4, D hp_4, S, Q " + view);
   // Its own statement reading the view counts itself (psycopg's 6th run of it).
   CHECK(h.Run(a, 0, Parse("_pg3_0", view) + Bind("_pg3_0") + Execute() + Sync()) == "1 2 C:SELECT 3 Z");
   CHECK(h.Run(a, 0, Bind("_pg3_0") + Execute() + Sync()) == "2 C:SELECT 3 Z");
@@ -789,18 +868,18 @@ TEST_CASE("a statement of the client's that no longer parses is missing from the
 // Pipelined Sync groups and failed transactions (fuzzer findings, 2026-12-07)
 // ---------------------------------------------------------------------------
 
-TEST_CASE("a Parse answered here fails inside a failed transaction block as directly (25P02)") {
+TEST_CASE("a Parse of a text the connection holds fails inside a failed transaction block as directly (25P02)") {
   Harness h(1);
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
   CHECK(h.Run(a, 0, Query("BEGIN")) == "C:BEGIN Z");
   CHECK(h.Run(a, 0, Query("FAIL") ) == "E:42601 Z");
-  // The connection holds SELECT 1 (hp_1): before, S_2 was answered
-  // ParseComplete here; PostgreSQL answers 25P02.
+  // The connection holds SELECT 1 (hp_1): S_2 is parsed as the client's
+  // own (a candidate), and PostgreSQL answers 25P02.
   CHECK(h.Run(a, 0, Parse("S_2", "SELECT 1") + Sync()) == "E:25P02 Z");
   const std::vector<std::string>& received = h.conns[0]->backend.received;
   CHECK(std::vector<std::string>(received.end() - 3, received.end()) ==
-        std::vector<std::string>{"P hp_probe", "skipped C", "S"});
+        std::vector<std::string>{"P hp_2", "skipped D", "S"});
   // COMMIT / ROLLBACK parse in a failed block: the probe says so, and closes itself.
   CHECK(h.Run(a, 0, Parse("S_3", "ROLLBACK") + Sync()) == "1 Z");
   CHECK(h.Run(a, 0, Parse("S_4", "ROLLBACK") + Sync()) == "1 Z");
@@ -808,7 +887,36 @@ TEST_CASE("a Parse answered here fails inside a failed transaction block as dire
   CHECK(h.Run(a, 0, Query("ROLLBACK")) == "C:ROLLBACK Z");
   CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "E:26000 Z");  // never made, as directly
   CHECK(h.Run(a, 0, Bind("S_1") + Execute() + Sync()) == "2 C:SELECT 1 Z");
-  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 1") + Sync()) == "1 Z");  // outside the block: answered here
+  CHECK(h.Run(a, 0, Parse("S_2", "SELECT 1") + Sync()) == "1 Z");  // outside the block: made
+}
+
+TEST_CASE("a later group's Parse of a name waits for an earlier group behind a hidden Close of that name") {
+  // The fuzzer's f01928: the first group fails before its Parses of S_2 (so
+  // S_2 never exists, as directly); its 42P05 path left a hidden Close of
+  // the raw name S_2 for the next message, which the second group's Bind
+  // sends. The second group's Parse of S_2 must still wait for the first
+  // group's answers: deciding on the name before them sent it the 42P05
+  // path (PostgreSQL: "prepared statement "S_2" already exists").
+  Harness h(1);
+  StatementSession a(h.catalog);
+  int waits = 0;
+  CHECK(h.Run(a, 0, Bind("nope") + Parse("S_2", "SELECT 1") + Parse("S_2", "SELECT 2") + Sync() +
+                        Parse("S_3", "SELECT 3") + Bind("S_3") + Execute() + Parse("S_2", "SELECT 4") + Bind("S_2") +
+                        Execute() + Sync(), &waits) == "E:26000 Z 1 2 C:SELECT 1 1 2 C:SELECT 1 Z");
+  CHECK(waits == 1);
+  CHECK(h.Run(a, 0, Bind("S_2") + Execute() + Sync()) == "2 C:SELECT 1 Z");
+}
+
+TEST_CASE("an error names the client's statement also when a Close of the name follows it in its group") {
+  // The fuzzer's soft01421 (there a DEALLOCATE): the Close, answered here,
+  // took the name before the error came; it is named after the skipped
+  // messages are undone.
+  Harness h(1);
+  StatementSession a(h.catalog);
+  CHECK(h.Run(a, 0, Parse("s1", "SELECT 1") + Parse("s2", "SELECT 1") + Sync()) == "1 1 Z");
+  h.conns[0]->backend.statements.erase("hp_1");  // gone behind the session's back: the origin's error names hp_1
+  CHECK(h.Run(a, 0, Bind("s2") + Execute() + CloseS("s2") + Sync(), nullptr, true) ==
+        "E:26000(prepared statement \"s2\" does not exist) Z");
 }
 
 TEST_CASE("DEALLOCATE of a protocol-level name inside a failed transaction block is 25P02 and keeps it") {
@@ -826,11 +934,13 @@ TEST_CASE("pipelined Sync groups: a later group that names an earlier group's st
   StatementSession a(h.catalog);
   CHECK(h.Run(a, 0, Parse("S_1", "SELECT 1") + Sync()) == "1 Z");
   int waits = 0;
-  // S_2 (a text the connection holds: answered here) is skipped after the
-  // error, so the next group's Bind of it fails, as directly.
+  // S_2 (a text the connection holds, parsed as the client's own) is
+  // skipped after the error, so the next group's Bind of it fails, as
+  // directly; it needs no wait: the origin lacks its server statement
+  // exactly when the name would not exist directly.
   CHECK(h.Run(a, 0, Bind("nope") + Parse("S_2", "SELECT 1") + Sync() + Bind("S_2") + Execute() + Sync(), &waits) ==
         "E:26000 Z E:26000 Z");
-  CHECK(waits == 1);
+  CHECK(waits == 0);
   // A re-Parse of a name whose Parse failed in an earlier group: no 42P05.
   waits = 0;
   CHECK(h.Run(a, 0, Parse("S_3", "FAIL") + Sync() + Parse("S_3", "SELECT 3") + Sync(), &waits) == "E:42601 Z 1 Z");
