@@ -59,6 +59,18 @@ StatementRef StatementCatalog::Intern(std::string_view key, std::string_view que
   if (it != by_key_.end()) {
     if (StatementRef live = it->second.lock(); live && live->epoch == epoch_) return live;
   }
+  StatementRef ref = Make(key, query, types_raw);
+  if (it != by_key_.end()) {
+    it->second = ref;
+  } else {
+    by_key_.emplace(std::string(key), ref);
+    if (by_key_.size() >= prune_at_) PruneExpired();
+  }
+  return ref;
+}
+
+std::shared_ptr<StatementInfo> StatementCatalog::Make(std::string_view key, std::string_view query,
+                                                      std::string_view types_raw) {
   auto info = std::make_shared<StatementInfo>();
   info->key.assign(key.data(), key.size());
   info->epoch = epoch_;
@@ -71,32 +83,15 @@ StatementRef StatementCatalog::Intern(std::string_view key, std::string_view que
   protocol::AppendCString(payload, query);
   payload.append(types_raw.data(), types_raw.size());
   protocol::AppendFrame(info->parse_frame, 'P', payload);
-  StatementRef ref = std::move(info);
-  if (it != by_key_.end()) {
-    it->second = ref;
-  } else {
-    by_key_.emplace(std::string(key), ref);
-    if (by_key_.size() >= prune_at_) PruneExpired();
-  }
-  return ref;
+  return info;
 }
 
 StatementRef StatementCatalog::Candidate(const StatementInfo& like) {
-  // The Parse frame's payload after the name: the query, then the types.
-  std::string_view payload = std::string_view(like.parse_frame).substr(5);
-  payload.remove_prefix(like.server_name.size() + 1);
-  auto info = std::make_shared<StatementInfo>();
-  info->key = like.key;
-  info->epoch = epoch_;
-  info->server_name = prefix_ + std::to_string(++counter_);
-  info->reads_prepared_view = like.reads_prepared_view;
-  info->drops_statements = like.drops_statements;
+  // The types are the Parse frame's tail: 'P', length, name, query, types.
+  const std::string_view query = like.query();
+  auto info = Make(like.key, query,
+                   std::string_view(like.parse_frame).substr(5 + like.server_name.size() + 1 + query.size() + 1));
   info->runs = like.runs;
-  std::string body;
-  body.reserve(info->server_name.size() + 1 + payload.size());
-  protocol::AppendCString(body, info->server_name);
-  body.append(payload.data(), payload.size());
-  protocol::AppendFrame(info->parse_frame, 'P', body);
   return info;
 }
 

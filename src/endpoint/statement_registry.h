@@ -157,6 +157,8 @@ class StatementCatalog {
 
  private:
   void PruneExpired();
+  // A new statement of that identity under a fresh server name.
+  std::shared_ptr<StatementInfo> Make(std::string_view key, std::string_view query, std::string_view types_raw);
 
   std::string prefix_;
   std::uint64_t counter_ = 0;

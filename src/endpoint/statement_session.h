@@ -336,8 +336,9 @@ class StatementSession {
   bool UseMustWait(std::string_view name, const ConnectionStatements& conn) const;
   bool SqlMustWait(std::string_view sql, const ConnectionStatements& conn) const;
   // A Bind / Describe sent while its name's Parse was pending keeps the
-  // name (Op::close_name): that Parse may fail and take the name with it;
-  // so does one of a candidate not described yet (it is folded then).
+  // name (Op::close_name): that Parse may fail and take the name with it.
+  // (Otherwise the op's client_order names it: a folded candidate's name
+  // keeps its order.)
   void KeepNameForErrors(std::string_view name);
   // An error about `op`'s server statement ("hp_<n>"): appends it to `out`
   // naming the client's statement instead, as PostgreSQL would; false if

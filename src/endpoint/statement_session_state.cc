@@ -40,11 +40,7 @@ std::uint64_t StatementSession::MemberSeq(const StatementInfo* statement) const 
 }
 
 void StatementSession::KeepNameForErrors(std::string_view name) {
-  if (name.empty()) return;
-  // A candidate not described yet is folded into the shared statement when
-  // it is (FoldCandidate): NameOf no longer finds it by then.
-  const bool folds = ops_.back().statement != nullptr && !ops_.back().statement->shape_known;
-  if (!folds && (name_set_.empty() || !name_set_.contains(absl::string_view(name.data(), name.size())))) return;
+  if (name.empty() || name_set_.empty() || !name_set_.contains(absl::string_view(name.data(), name.size()))) return;
   ops_.back().close_name.assign(name.data(), name.size());
 }
 
@@ -272,11 +268,13 @@ bool StatementSession::AnswerParseOnly(const protocol::Frame& frame, std::string
   if (frame.tag == 'P' && TakeCString(rest, name) && TakeCString(rest, query) && !name.empty()) {
     BuildStatementKey(query, rest, catalog_.scratch().key);
     AppendScope();
-    client_.Set(name, catalog_.Intern(catalog_.scratch().key, query, rest));
+    StatementRef statement = catalog_.Intern(catalog_.scratch().key, query, rest);
+    const bool reads_view = statement->reads_prepared_view;
+    client_.Set(name, std::move(statement));
     // Parsed on the origin at its first use (Resolve), as a candidate; not
     // a text that reads pg_prepared_statements, which shows the client's
     // statements as they are before that use (ShowOwnStatements).
-    if (!(*client_.Find(name))->reads_prepared_view) client_.MarkUnconfirmed(name);
+    if (!reads_view) client_.MarkUnconfirmed(name);
   }
   protocol::AppendFrame(out, '1', {});
   return true;
